@@ -1,0 +1,85 @@
+"""Request specs, arrival processes and run bounds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+
+import pytest
+
+from fleetgate.bench.workloads import (
+    Message,
+    PoissonArrivals,
+    RequestSpec,
+    TraceTimes,
+    bounded,
+    schedule,
+    user_request,
+)
+
+
+def specs_at(times: list[float]) -> list[RequestSpec]:
+    return [user_request(t, " the", 1, 4, "chat") for t in times]
+
+
+def test_prompt_joins_the_messages_contents() -> None:
+    spec = RequestSpec(0.0, (Message("system", " a b"), Message("user", " c")), 3, 8)
+    assert spec.prompt == " a b c"
+    assert user_request(0.0, " x", 1, 0, "completions").max_tokens == 1  # never ask for 0
+
+
+def test_trace_speed_divides_trace_times() -> None:
+    times = [0.0, 1.0, 2.5, 10.0]
+    sped = schedule(specs_at(times), TraceTimes(2.0), random.Random(0))
+    assert [s.at_s for s in sped] == [0.0, 0.5, 1.25, 5.0]
+    slowed = schedule(specs_at(times), TraceTimes(0.5), random.Random(0))
+    assert [s.at_s for s in slowed] == [0.0, 2.0, 5.0, 20.0]
+
+
+def test_poisson_arrivals_have_the_rate_and_exponential_gaps() -> None:
+    rate, n = 50.0, 5000
+    specs = schedule(specs_at([0.0] * n), PoissonArrivals(rate), random.Random(7))
+    times = [s.at_s for s in specs]
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *times])]
+    # Mean gap 1/rate: the standard error of the mean is 1/rate/sqrt(n) ~ 1.4%; allow 5%.
+    assert statistics.fmean(gaps) == pytest.approx(1.0 / rate, rel=0.05)
+    # Exponential gaps have a coefficient of variation of 1 (a fixed-rate pacer would have 0).
+    assert statistics.stdev(gaps) / statistics.fmean(gaps) == pytest.approx(1.0, abs=0.05)
+    # Counts per 1 s window are Poisson(rate): variance close to the mean.
+    counts = [0] * math.ceil(times[-1])
+    for t in times:
+        counts[int(t)] += 1
+    assert statistics.variance(counts[:-1]) == pytest.approx(rate, rel=0.35)
+
+
+def test_poisson_arrivals_ignore_trace_times_and_are_seeded() -> None:
+    a = [
+        s.at_s for s in schedule(specs_at([5.0, 0.0, 9.0]), PoissonArrivals(2.0), random.Random(1))
+    ]
+    b = [
+        s.at_s for s in schedule(specs_at([0.0, 0.0, 0.0]), PoissonArrivals(2.0), random.Random(1))
+    ]
+    assert a == b
+    assert a == sorted(a)
+
+
+def test_infinite_rate_sends_everything_at_once() -> None:
+    specs = schedule(specs_at([1.0, 2.0]), PoissonArrivals(math.inf), random.Random(0))
+    assert [s.at_s for s in specs] == [0.0, 0.0]
+
+
+def test_bounded_stops_at_duration_and_count_and_is_lazy() -> None:
+    endless = (user_request(float(i), " a", 1, 1, "chat") for i in itertools.count())
+    assert [s.at_s for s in bounded(endless, 3.0)] == [0.0, 1.0, 2.0]
+    endless = (user_request(float(i), " a", 1, 1, "chat") for i in itertools.count())
+    assert len(list(bounded(endless, 100.0, max_requests=5))) == 5
+    assert list(bounded(specs_at([0.0]), 10.0, max_requests=0)) == []
+
+
+def test_arrivals_validate_their_numbers() -> None:
+    with pytest.raises(ValueError, match="speed"):
+        TraceTimes(0.0)
+    with pytest.raises(ValueError, match="rate"):
+        PoissonArrivals(-1.0)
