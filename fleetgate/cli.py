@@ -1,0 +1,109 @@
+"""`fleetgate serve | worker sim | bench`: the command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+import msgspec
+import uvloop
+
+from fleetgate import __version__
+from fleetgate.config import Config, ConfigError, default_sim_config, load_config
+
+
+def _run(main: Coroutine[Any, Any, int | None]) -> int:
+    try:
+        return uvloop.run(main) or 0
+    except ConfigError as exc:
+        print(f"fleetgate: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from fleetgate.serve import serve_forever
+
+    try:
+        if args.config:
+            config = load_config(args.config)
+        elif args.backend:
+            config = Config()  # pools come from asking each backend for its models
+        else:
+            config = default_sim_config()
+        server = config.server
+        if args.host is not None:
+            server = msgspec.structs.replace(server, host=args.host)
+        if args.port is not None:
+            server = msgspec.structs.replace(server, port=args.port)
+        config = msgspec.structs.replace(config, server=server)
+    except ConfigError as exc:
+        print(f"fleetgate: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return _run(serve_forever(config, args.backend or [], args.policy))
+
+
+def _worker_sim(args: argparse.Namespace) -> int:
+    from fleetgate.workers.sim.faults import faults_from_args
+    from fleetgate.workers.sim.fleet_process import SimSpec, serve_specs
+
+    faults = faults_from_args(args)
+    specs = [
+        SimSpec(model=args.model, profile=args.profile, port=args.port + i if args.port else 0,
+                faults=faults, role=args.role)
+        for i in range(args.replicas)
+    ]  # fmt: skip
+    return _run(serve_specs(specs, args.host, announce=True))
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from fleetgate.bench.command import run
+
+    return _run(run(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"fleetgate {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", help="YAML config file (default: a built-in simulated fleet)")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 8080)")
+    serve.add_argument(
+        "--backend", action="append", metavar="URL",
+        help="an OpenAI-compatible server to front (repeat); its models come from /v1/models",
+    )  # fmt: skip
+    serve.add_argument("--policy", help="routing policy for every pool (e.g. round_robin)")
+    serve.set_defaults(func=_serve)
+
+    worker = commands.add_parser("worker", help="run a built-in model server")
+    kinds = worker.add_subparsers(dest="kind", required=True)
+    sim = kinds.add_parser("sim", help="a simulated GPU engine behind a real HTTP server")
+    sim.add_argument("--host", default="127.0.0.1")
+    sim.add_argument("--port", type=int, default=8000, help="first port (0: any free port)")
+    sim.add_argument("--model", default="llama-3.1-8b-instruct", help="model name it serves")
+    sim.add_argument("--profile", default="h100-llama3-8b", help="engine profile")
+    sim.add_argument("--replicas", type=int, default=1, help="workers in this process")
+    sim.add_argument("--role", choices=["both", "prefill", "decode"], default="both")
+    from fleetgate.workers.sim.faults import add_fault_arguments
+
+    add_fault_arguments(sim)
+    sim.set_defaults(func=_worker_sim)
+
+    bench = commands.add_parser("bench", help="put open-loop load on a server and measure it")
+    from fleetgate.bench.command import add_arguments
+
+    add_arguments(bench)
+    bench.set_defaults(func=_bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code

@@ -1,0 +1,116 @@
+"""The gateway's configuration: one YAML file, validated once at start into frozen objects.
+
+Every default is stated here, next to its field, and in docs/configuration.md. An unknown key or
+a value of the wrong type is a `ConfigError` that names where it is (`$.pools[0].polcy`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and says what is expected."""
+
+
+class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    host: str = "127.0.0.1"  # address the gateway listens on
+    port: int = 8080  # port the gateway listens on; 0 picks a free one
+    max_body_bytes: int = 4 * 1024 * 1024  # larger request bodies get 413
+    connect_timeout_s: float = 5.0  # opening a connection to a backend
+
+
+class BackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    url: str | None = None  # an OpenAI-compatible server, e.g. http://10.0.0.5:8000
+    sim: str | None = None  # or: an embedded simulated worker with this engine profile
+    weight: float = 1.0  # relative share for weight-aware policies
+    labels: dict[str, str] = {}  # free-form: region, zone, accelerator, tier
+
+
+class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    model: str  # the `model` clients send
+    backends: list[BackendConfig]
+    policy: str = "least_requests"  # routing policy type name (see docs/configuration.md)
+    policy_params: dict[str, Any] = {}  # parameters of that policy, if it has any
+
+
+class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    server: ServerConfig = ServerConfig()
+    pools: list[PoolConfig] = []
+    seed: int | None = None  # seeds routing's random choices; None draws one at start
+
+
+def _check(config: Config) -> Config:
+    if not config.pools:
+        raise ConfigError("`pools` is empty: configure at least one pool with backends")
+    seen: set[str] = set()
+    for i, pool in enumerate(config.pools):
+        where = f"$.pools[{i}]"
+        if pool.model in seen:
+            raise ConfigError(f"{where}.model: {pool.model!r} has two pools; merge them")
+        seen.add(pool.model)
+        if not pool.backends:
+            raise ConfigError(f"{where}.backends is empty: give the pool at least one backend")
+        for j, backend in enumerate(pool.backends):
+            at = f"{where}.backends[{j}]"
+            if (backend.url is None) == (backend.sim is None):
+                raise ConfigError(f"{at}: give exactly one of `url` or `sim`")
+            if backend.weight <= 0:
+                raise ConfigError(f"{at}.weight must be > 0, got {backend.weight}")
+    if not 0 <= config.server.port < 65536:
+        raise ConfigError(f"$.server.port must be in 0..65535, got {config.server.port}")
+    if config.server.max_body_bytes <= 0:
+        raise ConfigError("$.server.max_body_bytes must be > 0")
+    return config
+
+
+def parse_config(data: Any) -> Config:
+    """Validate already-parsed YAML/JSON data."""
+    if data is None:
+        data = {}
+    try:
+        return _check(msgspec.convert(data, Config))
+    except msgspec.ValidationError as exc:
+        raise ConfigError(str(exc).replace("Object contains", "Unknown key:")) from None
+
+
+def load_config(path: str | Path) -> Config:
+    """Read and validate a YAML config file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    return parse_config(data)
+
+
+def default_sim_config() -> Config:
+    """The built-in fleet `fleetgate serve` starts with no config: 4 simulated workers, two
+    models, the 8B one on two kinds of GPU."""
+    return parse_config(
+        {
+            "pools": [
+                {
+                    "model": "llama-3.1-8b-instruct",
+                    "backends": [
+                        {"sim": "h100-llama3-8b", "labels": {"accelerator": "H100"}},
+                        {"sim": "a100-llama3-8b", "labels": {"accelerator": "A100"}},
+                    ],
+                },
+                {
+                    "model": "llama-3.3-70b-instruct",
+                    "backends": [
+                        {"sim": "h100x2-llama3-70b-fp8", "labels": {"accelerator": "2xH100"}},
+                        {"sim": "h100x2-llama3-70b-fp8", "labels": {"accelerator": "2xH100"}},
+                    ],
+                },
+            ]
+        }
+    )

@@ -1,0 +1,1 @@
+"""What the gateway knows about its backends: identity, live load, and pools per model."""

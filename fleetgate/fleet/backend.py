@@ -1,0 +1,42 @@
+"""A backend (one model-server replica) and the live state the gateway keeps for it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from fleetgate.http.client import Origin
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """Who a backend is: fixed for its lifetime."""
+
+    id: str  # unique in the gateway, e.g. "127.0.0.1:8101"
+    url: str
+    models: tuple[str, ...]
+    weight: float = 1.0  # relative share for weight-aware policies; > 0
+    labels: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({})
+    )  # region, zone, accelerator, ...
+    origin: Origin = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "origin", Origin.parse(self.url))
+
+
+class BackendState:
+    """How a backend is doing now, as the gateway sees it; routing reads, the proxy writes."""
+
+    __slots__ = ("backend", "healthy", "in_flight", "requests_total", "weight")
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self.weight = backend.weight  # effective weight; later adjusted by slow start, speed
+        self.in_flight = 0
+        self.requests_total = 0
+        self.healthy = True
+
+    def __repr__(self) -> str:
+        return f"BackendState({self.backend.id}, in_flight={self.in_flight})"

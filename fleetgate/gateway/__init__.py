@@ -1,0 +1,1 @@
+"""The HTTP edge: OpenAI-compatible endpoints, validation, error shapes, the proxy path."""

@@ -1,0 +1,175 @@
+"""The gateway's HTTP surface: which path does what, and the errors for everything else."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Awaitable, Callable, Mapping
+
+import msgspec
+
+from fleetgate.fleet.pool import Pool
+from fleetgate.gateway.errors import error_body
+from fleetgate.gateway.proxy import Proxy
+from fleetgate.gateway.requests import (
+    BadRequest,
+    parse_chat,
+    parse_completion,
+    parse_embedding,
+)
+from fleetgate.http.server import Request, ResponseWriter
+from fleetgate.routing.base import RoutingRequest
+
+_JSON = b"application/json"
+_Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
+_Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
+
+
+class RequestIds:
+    """Request ids: a random per-process prefix and a counter (unique, and cheap to make)."""
+
+    def __init__(self, prefix: str | None = None) -> None:
+        self._prefix = (prefix or os.urandom(6).hex()).encode()
+        self._counter = itertools.count(1)
+
+    def next(self) -> bytes:
+        return b"%b-%x" % (self._prefix, next(self._counter))
+
+
+class Gateway:
+    """OpenAI-compatible endpoints over the pools, plus health, readiness and metrics."""
+
+    def __init__(
+        self,
+        pools: Mapping[str, Pool],
+        proxy: Proxy,
+        render_metrics: Callable[[], bytes],
+        clock: Callable[[], float],
+        ids: RequestIds,
+        created: int,
+    ) -> None:
+        self._pools = dict(pools)
+        self._proxy = proxy
+        self._render_metrics = render_metrics
+        self._clock = clock
+        self._ids = ids
+        self._known = ", ".join(sorted(self._pools))
+        self._models_body = msgspec.json.encode(
+            {
+                "object": "list",
+                "data": [
+                    {"id": m, "object": "model", "created": created, "owned_by": "fleetgate"}
+                    for m in sorted(self._pools)
+                ],
+            }
+        )
+        post: dict[bytes, _Handler] = {
+            b"/v1/chat/completions": self._inference(parse_chat),
+            b"/v1/completions": self._inference(parse_completion),
+            b"/v1/embeddings": self._inference(parse_embedding),
+        }
+        get: dict[bytes, _Handler] = {
+            b"/v1/models": self._models,
+            b"/healthz": self._healthz,
+            b"/readyz": self._readyz,
+            b"/metrics": self._metrics,
+        }
+        self._routes: dict[bytes, dict[bytes, _Handler]] = {}
+        for method, table in ((b"POST", post), (b"GET", get)):
+            for path, handler in table.items():
+                self._routes.setdefault(path, {})[method] = handler
+
+    async def handle(self, request: Request, writer: ResponseWriter) -> None:
+        request_id = request.headers.get(b"x-request-id") or self._ids.next()
+        methods = self._routes.get(request.path)
+        if methods is None:
+            paths = ", ".join(sorted(p.decode() for p in self._routes))
+            self._error(
+                writer, request_id, 404, f"Unknown path {request.path.decode('latin-1')!r}; "
+                f"fleetgate serves: {paths}.", code="unknown_url"
+            )  # fmt: skip
+            return
+        handler = methods.get(request.method)
+        if handler is None:
+            allowed = ", ".join(m.decode() for m in methods)
+            self._error(
+                writer, request_id, 405,
+                f"{request.method.decode()} is not allowed on {request.path.decode()}; "
+                f"use {allowed}.", code="method_not_allowed", extra=[(b"allow", allowed.encode())],
+            )  # fmt: skip
+            return
+        await handler(request, writer, request_id)
+
+    def _error(
+        self,
+        writer: ResponseWriter,
+        request_id: bytes,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        extra: list[tuple[bytes, bytes]] | None = None,
+    ) -> None:
+        headers = [(b"content-type", _JSON), (b"x-request-id", request_id), *(extra or ())]
+        writer.send(status, headers, error_body(status, message, param, code))
+
+    def _inference(self, parse: _Parser) -> _Handler:
+        async def handle(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+            started = self._clock()
+            if request.body_too_large:
+                self._error(
+                    writer, request_id, 413,
+                    "The request body is larger than this gateway accepts; send a smaller one.",
+                    code="request_too_large",
+                )  # fmt: skip
+                return
+            try:
+                routing = parse(request.body, request.headers)
+            except BadRequest as exc:
+                self._error(writer, request_id, exc.status, exc.message, exc.param)
+                return
+            pool = self._pools.get(routing.model)
+            if pool is None:
+                self._error(
+                    writer, request_id, 404,
+                    f"The model {routing.model!r} does not exist here; known models: "
+                    f"{self._known}.", param="model", code="model_not_found",
+                )  # fmt: skip
+                return
+            await self._proxy.forward(
+                pool, routing, request.path, request.headers, request.body, request_id,
+                writer, started,
+            )  # fmt: skip
+
+        return handle
+
+    async def _models(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        writer.send(
+            200, [(b"content-type", _JSON), (b"x-request-id", request_id)], self._models_body
+        )
+
+    async def _healthz(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        writer.send(
+            200, [(b"content-type", _JSON), (b"x-request-id", request_id)], b'{"status":"ok"}'
+        )
+
+    async def _readyz(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        unready = sorted(m for m, p in self._pools.items() if not p.ready)
+        headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
+        if unready:
+            body = msgspec.json.encode({"status": "not ready", "models_without_backend": unready})
+            writer.send(503, headers, body)
+        else:
+            writer.send(200, headers, b'{"status":"ready"}')
+
+    async def _metrics(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        writer.send(
+            200,
+            [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")],
+            self._render_metrics(),
+        )
+
+
+def send_error(writer: ResponseWriter, status: int, message: str) -> None:
+    """The server's fallback for errors outside any handler (bad HTTP, a handler crash)."""
+    writer.send(status, [(b"content-type", _JSON)], error_body(status, message))

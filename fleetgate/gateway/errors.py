@@ -1,0 +1,49 @@
+"""Error bodies in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class _Detail(msgspec.Struct, omit_defaults=False):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class _Body(msgspec.Struct):
+    error: _Detail
+
+
+_encode = msgspec.json.Encoder().encode
+
+# The `type` OpenAI uses for each status family.
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    408: "timeout_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+
+def error_type(status: int) -> str:
+    if status in _TYPES:
+        return _TYPES[status]
+    return "invalid_request_error" if status < 500 else "server_error"
+
+
+def error_body(
+    status: int, message: str, param: str | None = None, code: str | None = None
+) -> bytes:
+    """The JSON bytes of an OpenAI-shaped error."""
+    return _encode(_Body(_Detail(message, error_type(status), param, code)))
+
+
+def error_event(status: int, message: str, code: str | None = None) -> bytes:
+    """The same error as one Server-Sent Event, for a stream that cannot go on."""
+    return b"data: " + error_body(status, message, None, code) + b"\n\n"

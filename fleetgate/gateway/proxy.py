@@ -1,0 +1,135 @@
+"""The proxy path: pick a backend, forward the body's bytes, relay the answer chunk by chunk."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fleetgate.fleet.pool import Pool
+from fleetgate.gateway.errors import error_body, error_event
+from fleetgate.http.client import (
+    ConnectError,
+    HttpClient,
+    ProtocolError,
+    UpstreamError,
+    UpstreamResponse,
+)
+from fleetgate.http.server import ResponseWriter
+from fleetgate.observe.metrics import GatewayMetrics
+from fleetgate.routing.base import RoutingRequest
+
+_JSON = b"application/json"
+_SSE_HEADERS = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"))
+# Request headers passed on to the backend; all others stay at the gateway.
+_FORWARDED = (b"authorization", b"traceparent", b"tracestate")
+
+
+def _error_kind(exc: UpstreamError) -> str:
+    if isinstance(exc, ConnectError):
+        return "connect"
+    if isinstance(exc, ProtocolError):
+        return "protocol"
+    return "read"
+
+
+class Proxy:
+    """Forwards one routed request to one backend of its pool."""
+
+    def __init__(
+        self, client: HttpClient, metrics: GatewayMetrics, clock: Callable[[], float]
+    ) -> None:
+        self._client = client
+        self._metrics = metrics
+        self._clock = clock
+
+    async def forward(
+        self,
+        pool: Pool,
+        routing: RoutingRequest,
+        path: bytes,
+        headers: dict[bytes, bytes],
+        body: bytes,
+        request_id: bytes,
+        writer: ResponseWriter,
+        started: float,
+    ) -> None:
+        state = pool.pick(routing, started)
+        if state is None:
+            writer.send(
+                503,
+                [(b"content-type", _JSON), (b"x-request-id", request_id), (b"retry-after", b"1")],
+                error_body(
+                    503, f"No healthy backend serves {routing.model!r} right now; retry shortly."
+                ),
+            )
+            return
+        backend = state.backend
+        upstream_headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
+        for name in _FORWARDED:
+            value = headers.get(name)
+            if value is not None:
+                upstream_headers.append((name, value))
+        pool.begin(state)
+        status = 499  # nginx's "client closed request": stays if the client leaves first
+        try:
+            try:
+                response = await self._client.request(
+                    backend.origin, b"POST", path, upstream_headers, body
+                )
+            except UpstreamError as exc:
+                self._metrics.upstream_error(routing.model, backend.id, _error_kind(exc))
+                status = 502
+                writer.send(
+                    502,
+                    [(b"content-type", _JSON), (b"x-request-id", request_id)],
+                    error_body(502, f"Backend {backend.id} failed: {exc}", code="upstream_error"),
+                )
+                return
+            status = response.status
+            if routing.stream and status == 200:
+                await self._relay_stream(routing, response, writer, request_id, started)
+            else:
+                data = await response.read()
+                content_type = response.header(b"content-type") or _JSON
+                writer.send(
+                    status,
+                    [(b"content-type", content_type), (b"x-request-id", request_id)],
+                    data,
+                )
+        except UpstreamError as exc:
+            self._metrics.upstream_error(routing.model, backend.id, _error_kind(exc))
+            status = 502
+            if not writer.started:
+                writer.send(
+                    502,
+                    [(b"content-type", _JSON), (b"x-request-id", request_id)],
+                    error_body(502, f"Backend {backend.id} failed: {exc}", code="upstream_error"),
+                )
+        finally:
+            pool.end(state)
+            self._metrics.request_done(routing.model, backend.id, status, self._clock() - started)
+
+    async def _relay_stream(
+        self,
+        routing: RoutingRequest,
+        response: UpstreamResponse,
+        writer: ResponseWriter,
+        request_id: bytes,
+        started: float,
+    ) -> None:
+        writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
+        first = True
+        try:
+            async for chunk in response:
+                if first:
+                    first = False
+                    self._metrics.first_token(routing.model, self._clock() - started)
+                writer.write(chunk)
+                if writer.paused:
+                    await writer.drain()
+        except UpstreamError as exc:
+            writer.write(
+                error_event(502, f"The backend failed mid-stream: {exc}", "upstream_error")
+            )
+            writer.end()
+            raise
+        writer.end()

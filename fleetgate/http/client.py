@@ -1,0 +1,332 @@
+"""A pooled HTTP/1.1 client on uvloop and httptools: how fleetgate talks to every upstream.
+
+Connections to each origin are kept alive and reused (last used first, so the warmest socket
+serves). A response's body is delivered chunk by chunk as it arrives, which is what lets the
+gateway relay a stream without buffering it; a consumer that stops reading pauses the socket.
+
+Errors raised (all `UpstreamError`, translated here once from the socket and parser errors):
+    UpstreamError
+     +-- ConnectError   the connection could not be opened (refused, unreachable, timed out)
+     +-- ReadError      the connection closed or reset before the response ended
+     +-- ProtocolError  the upstream sent something that is not HTTP/1.1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from dataclasses import dataclass, field
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+
+class UpstreamError(Exception):
+    """Talking to an upstream failed."""
+
+
+class ConnectError(UpstreamError):
+    """The connection could not be opened."""
+
+
+class ReadError(UpstreamError):
+    """The connection ended before the whole response arrived."""
+
+
+class ProtocolError(UpstreamError):
+    """The upstream's bytes are not a valid HTTP/1.1 response."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """scheme://host:port of an upstream, with its Host header rendered once."""
+
+    scheme: str
+    host: str
+    port: int
+    base_path: bytes = b""
+    host_header: bytes = field(default=b"", compare=False)
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        parts = urlsplit(url if "://" in url else "http://" + url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        host = parts.hostname
+        return cls(
+            parts.scheme,
+            host,
+            port,
+            parts.path.rstrip("/").encode(),
+            f"{host}:{port}".encode(),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.scheme}://{self.host}:{self.port}{self.base_path.decode()}"
+
+
+_READ_HIGH_WATER = 1024 * 1024  # pause the socket when this much body is unread
+
+
+class UpstreamResponse:
+    """A response whose headers have arrived; its body arrives through `chunks()` or `read()`."""
+
+    __slots__ = ("_buffered", "_chunks", "_conn", "_done", "_error", "_waiter", "headers", "status")
+
+    def __init__(self, conn: _Connection) -> None:
+        self._conn = conn
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self._chunks: deque[bytes] = deque()
+        self._buffered = 0
+        self._done = False
+        self._error: UpstreamError | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def header(self, name: bytes) -> bytes | None:
+        """The value of a header (lower-case name), or None."""
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        parts = [chunk async for chunk in self.chunks()]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def chunks(self) -> UpstreamResponse:
+        return self
+
+    def __aiter__(self) -> UpstreamResponse:
+        return self
+
+    async def __anext__(self) -> bytes:
+        while True:
+            if self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._buffered < _READ_HIGH_WATER:
+                    self._conn.resume_reading()
+                return chunk
+            if self._error is not None:
+                raise self._error
+            if self._done:
+                raise StopAsyncIteration
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiter = waiter
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self.close()
+                raise
+
+    def close(self) -> None:
+        """Stop reading; an unfinished response aborts its connection (that cancels upstream)."""
+        if not self._done and self._error is None:
+            self._fail(ReadError("response abandoned by the gateway"))
+            self._conn.abort()
+
+    # -- fed by the connection --------------------------------------------------------------
+
+    def _feed(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered >= _READ_HIGH_WATER:
+            self._conn.pause_reading()
+        self._wake()
+
+    def _finish(self) -> None:
+        self._done = True
+        self._wake()
+
+    def _fail(self, error: UpstreamError) -> None:
+        if not self._done:
+            self._error = error
+            self._wake()
+
+    def _wake(self) -> None:
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection to an origin; carries one request at a time."""
+
+    def __init__(self, pool: list[_Connection], max_idle: int) -> None:
+        self._pool = pool
+        self._max_idle = max_idle
+        self._parser = httptools.HttpResponseParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._response: UpstreamResponse | None = None
+        self._head: asyncio.Future[UpstreamResponse] | None = None
+        self._reading_paused = False
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        self._transport = cast(asyncio.Transport, transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        error = ReadError(f"upstream closed the connection: {exc or 'EOF'}")
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+        if self._response is not None:
+            self._response._fail(error)
+            self._response = None
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            error = ProtocolError(f"invalid HTTP from upstream: {exc}")
+            if self._head is not None and not self._head.done():
+                self._head.set_exception(error)
+            if self._response is not None:
+                self._response._fail(error)
+            self.abort()
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost reports an unfinished response
+
+    # -- httptools callbacks ----------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._response is not None:
+            self._response.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        response = self._response
+        if response is not None:
+            response.status = self._parser.get_status_code()
+            head = self._head
+            if head is not None and not head.done():
+                head.set_result(response)
+
+    def on_body(self, body: bytes) -> None:
+        if self._response is not None:
+            self._response._feed(body)
+
+    def on_message_complete(self) -> None:
+        response, self._response = self._response, None
+        if response is None:
+            return
+        response._finish()
+        if not self._parser.should_keep_alive():
+            self.abort()
+        elif not self.closed and len(self._pool) < self._max_idle:
+            self._pool.append(self)
+        else:
+            self.abort()
+
+    # -- used by the client and the response ------------------------------------------------
+
+    def send(self, data: bytes) -> asyncio.Future[UpstreamResponse]:
+        assert self._transport is not None
+        self._response = UpstreamResponse(self)
+        head: asyncio.Future[UpstreamResponse] = asyncio.get_running_loop().create_future()
+        self._head = head
+        self._transport.write(data)
+        return head
+
+    def pause_reading(self) -> None:
+        if not self._reading_paused and self._transport is not None:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._reading_paused and self._transport is not None and not self.closed:
+            self._reading_paused = False
+            self._transport.resume_reading()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+
+class HttpClient:
+    """Keep-alive connection pools, one per origin."""
+
+    def __init__(
+        self,
+        *,
+        max_idle_per_origin: int = 512,
+        connect_timeout_s: float = 5.0,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._pools: dict[Origin, list[_Connection]] = {}
+        self._max_idle = max_idle_per_origin
+        self._connect_timeout_s = connect_timeout_s
+        self._ssl_context = ssl_context
+
+    async def request(
+        self,
+        origin: Origin,
+        method: bytes,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes = b"",
+    ) -> UpstreamResponse:
+        """Send a request and return once the response's headers have arrived.
+
+        `headers` must not hold host or content-length: they are written here.
+        """
+        parts = [method, b" ", origin.base_path, path, b" HTTP/1.1\r\nhost: ", origin.host_header]
+        for name, value in headers:
+            parts += (b"\r\n", name, b": ", value)
+        if body or method != b"GET":
+            parts.append(b"\r\ncontent-length: %d" % len(body))
+        parts += (b"\r\n\r\n", body)
+        data = b"".join(parts)
+        pool = self._pools.get(origin)
+        if pool is None:
+            pool = self._pools[origin] = []
+        while pool:
+            conn = pool.pop()
+            if conn.closed:
+                continue
+            try:
+                return await self._send(conn, data)
+            except ReadError:
+                # The upstream closed this idle connection as we reused it (a restart, an
+                # idle timeout): no response began, so the next connection may carry it.
+                continue
+        conn = await self._connect(origin, pool)
+        return await self._send(conn, data)
+
+    async def _send(self, conn: _Connection, data: bytes) -> UpstreamResponse:
+        head = conn.send(data)
+        try:
+            return await head
+        except asyncio.CancelledError:
+            conn.abort()
+            raise
+
+    async def _connect(self, origin: Origin, pool: list[_Connection]) -> _Connection:
+        loop = asyncio.get_running_loop()
+        ctx = self._ssl_context
+        if ctx is None and origin.scheme == "https":
+            ctx = ssl.create_default_context()
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(pool, self._max_idle), origin.host, origin.port, ssl=ctx
+                )
+        except TimeoutError as exc:
+            raise ConnectError(f"connecting to {origin} timed out") from exc
+        except OSError as exc:
+            raise ConnectError(f"cannot connect to {origin}: {exc.strerror or exc}") from exc
+        return conn
+
+    async def close(self) -> None:
+        """Close every idle connection."""
+        for pool in self._pools.values():
+            for conn in pool:
+                conn.abort()
+            pool.clear()

@@ -1,0 +1,1 @@
+"""Observability: Prometheus metrics now; traces, logs, SLOs and the dashboard later."""

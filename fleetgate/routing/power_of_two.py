@@ -1,0 +1,42 @@
+"""`power_of_two`: two random candidates, the less loaded one wins."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.routing.base import RoutingRequest
+
+
+class PowerOfTwo:
+    """Draw two distinct candidates; pick the one with the lower (in_flight + 1) / weight.
+
+    O(1). Two choices keep the maximum load within O(log log n) of the mean (Mitzenmacher)
+    while never herding every request onto the single least-loaded backend.
+    """
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+
+    def pick(
+        self,
+        request: RoutingRequest,
+        candidates: Sequence[BackendState],
+        scores: Sequence[float] | None,
+        now: float,
+    ) -> BackendState:
+        n = len(candidates)
+        if n == 1:
+            return candidates[0]
+        i = self._rng.randrange(n)
+        j = self._rng.randrange(n - 1)
+        if j >= i:
+            j += 1
+        a, b = candidates[i], candidates[j]
+        if (b.in_flight + 1) * a.weight < (a.in_flight + 1) * b.weight:
+            return b
+        return a
+
+    def load_changed(self, state: BackendState) -> None:
+        pass

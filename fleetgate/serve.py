@@ -1,0 +1,213 @@
+"""The composition root: builds the whole gateway from its config, starts it, stops it cleanly.
+
+Everything with state (pools, policies, the HTTP client, metrics, the clock and random source)
+is made here and passed in; nothing is found through globals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import msgspec
+
+from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.pool import Pool
+from fleetgate.gateway.app import Gateway, RequestIds, send_error
+from fleetgate.gateway.proxy import Proxy
+from fleetgate.http.client import HttpClient, Origin, UpstreamError
+from fleetgate.http.server import HttpServer, ServerLimits, start_server
+from fleetgate.observe.metrics import GatewayMetrics
+from fleetgate.routing.registry import PluginContext, PluginRegistry, default_registry
+from fleetgate.workers.sim.fleet_process import SimFleetProcess, SimSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPool:
+    """A pool whose backends all have URLs (embedded sims started, discovery done)."""
+
+    config: PoolConfig
+    backends: tuple[Backend, ...]
+
+
+class _ModelList(msgspec.Struct):
+    data: list[dict[str, object]]
+
+
+async def discover_models(client: HttpClient, url: str) -> list[str]:
+    """The models an OpenAI-compatible server lists at GET /v1/models."""
+    origin = Origin.parse(url)
+    try:
+        response = await client.request(origin, b"GET", b"/v1/models", [])
+        body = await response.read()
+    except UpstreamError as exc:
+        raise ConfigError(f"backend {url}: cannot list its models: {exc}") from None
+    if response.status != 200:
+        raise ConfigError(f"backend {url}: GET /v1/models answered {response.status}")
+    try:
+        listed = msgspec.json.decode(body, type=_ModelList)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"backend {url}: GET /v1/models is not a model list: {exc}") from None
+    return [str(m["id"]) for m in listed.data if "id" in m]
+
+
+async def config_from_backends(
+    client: HttpClient, urls: list[str], policy: str, base: Config
+) -> Config:
+    """Pools made by asking each backend which models it serves (like `--worker-urls`)."""
+    by_model: dict[str, list[BackendConfig]] = {}
+    for url in urls:
+        for model in await discover_models(client, url):
+            by_model.setdefault(model, []).append(BackendConfig(url=url))
+    if not by_model:
+        raise ConfigError("none of the --backend servers lists a model at GET /v1/models")
+    pools = [PoolConfig(model=m, policy=policy, backends=b) for m, b in sorted(by_model.items())]
+    return msgspec.structs.replace(base, pools=pools)
+
+
+def _backend_id(url: str) -> str:
+    origin = Origin.parse(url)
+    return f"{origin.host}:{origin.port}{origin.base_path.decode()}"
+
+
+def build_pools(
+    resolved: list[ResolvedPool], registry: PluginRegistry, rng: random.Random
+) -> dict[str, Pool]:
+    pools: dict[str, Pool] = {}
+    for item in resolved:
+        ctx = PluginContext(random.Random(rng.getrandbits(64)))
+        try:
+            pipeline = registry.build_pipeline(item.config.policy, item.config.policy_params, ctx)
+        except ValueError as exc:
+            raise ConfigError(f"pool {item.config.model!r}: {exc}") from None
+        states = [BackendState(b) for b in item.backends]
+        pools[item.config.model] = Pool(item.config.model, states, pipeline)
+    return pools
+
+
+class RunningGateway:
+    """A started gateway: where it listens and how to stop it."""
+
+    def __init__(
+        self, server: HttpServer, client: HttpClient, sims: SimFleetProcess | None,
+        gateway: Gateway, pools: dict[str, Pool],
+    ) -> None:  # fmt: skip
+        self.server = server
+        self.gateway = gateway
+        self.pools = pools
+        self._client = client
+        self._sims = sims
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def close(self) -> None:
+        await self.server.close()
+        await self._client.close()
+        if self._sims is not None:
+            self._sims.stop()
+
+
+async def start_gateway(
+    config: Config,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    registry: PluginRegistry | None = None,
+) -> RunningGateway:
+    """Start embedded sims (if any), build pools and metrics, and listen."""
+    rng = random.Random(config.seed)
+    client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
+    sims: SimFleetProcess | None = None
+    sim_specs = [
+        SimSpec(model=p.model, profile=b.sim)
+        for p in config.pools
+        for b in p.backends
+        if b.sim is not None
+    ]
+    sim_urls: list[str] = []
+    if sim_specs:
+        sims = SimFleetProcess(sim_specs, host="127.0.0.1")
+        sim_urls = await asyncio.get_running_loop().run_in_executor(None, sims.start)
+    urls = iter(sim_urls)
+    resolved: list[ResolvedPool] = []
+    for pool in config.pools:
+        backends = []
+        for b in pool.backends:
+            url = b.url if b.url is not None else next(urls)
+            backends.append(Backend(_backend_id(url), url, (pool.model,), b.weight, dict(b.labels)))
+        resolved.append(ResolvedPool(pool, tuple(backends)))
+    try:
+        pools = build_pools(resolved, registry or default_registry(), rng)
+        metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
+        proxy = Proxy(client, metrics, clock)
+        gateway = Gateway(pools, proxy, metrics.render, clock, RequestIds(), int(time.time()))
+        limits = ServerLimits(max_body_bytes=config.server.max_body_bytes)
+        server = await start_server(
+            gateway.handle, send_error, config.server.host, config.server.port, limits
+        )
+    except BaseException:
+        await client.close()
+        if sims is not None:
+            sims.stop()
+        raise
+    return RunningGateway(server, client, sims, gateway, pools)
+
+
+def banner(running: RunningGateway, host: str) -> str:
+    base = f"http://{host}:{running.port}"
+    models = sorted(running.pools)
+    lines = [f"fleetgate listening on {base}", "models:"]
+    for model in models:
+        pool = running.pools[model]
+        ids = ", ".join(s.backend.id for s in pool.states)
+        lines.append(f"  {model}  ({len(pool.states)} backends: {ids})")
+    m = models[0]
+    lines += [
+        "",
+        "try it:",
+        f"  curl {base}/v1/chat/completions -H 'content-type: application/json' \\",
+        f'    -d \'{{"model": "{m}", "messages": [{{"role": "user", "content": '
+        f'"Hello!"}}], "max_tokens": 32}}\'',
+        "",
+        "  from openai import OpenAI",
+        f"  client = OpenAI(base_url='{base}/v1', api_key='unused')",
+        f"  print(client.chat.completions.create(model='{m}',",
+        "        messages=[{'role': 'user', 'content': 'Hello!'}]).choices[0].message.content)",
+        "",
+        f"metrics: {base}/metrics    stop: Ctrl-C",
+    ]
+    return "\n".join(lines)
+
+
+async def serve_forever(config: Config, backend_urls: list[str], policy: str | None) -> None:
+    """Run until SIGINT or SIGTERM, then stop everything that was started."""
+    if backend_urls:
+        probe = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
+        try:
+            config = await config_from_backends(
+                probe, backend_urls, policy or "least_requests", config
+            )
+        finally:
+            await probe.close()
+    elif policy is not None:
+        config = msgspec.structs.replace(
+            config, pools=[msgspec.structs.replace(p, policy=policy) for p in config.pools]
+        )
+    running = await start_gateway(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print(banner(running, config.server.host), flush=True)
+    try:
+        await stop.wait()
+    finally:
+        print("fleetgate: stopping", file=sys.stderr, flush=True)
+        await running.close()
