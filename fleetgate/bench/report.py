@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rich.console import Group
 from rich.table import Table
 
 from fleetgate.bench.stats import Distribution, RequestRecord, Summary
@@ -21,43 +22,41 @@ SUMMARY_FILE = "summary.json"
 RECORDS_FILE = "requests.jsonl"
 
 
-def summary_table(summary: Summary, title: str = "fleetgate bench") -> Table:
-    """The summary as a rich table: counts and rates, then one row per latency."""
-    table = Table(title=title, show_header=True, header_style="bold")
-    table.add_column("metric")
-    for name in ("mean", "p50", "p90", "p99", "max"):
-        table.add_column(name, justify="right")
-
-    def add(label: str, value: str) -> None:
-        table.add_row(label, value, "", "", "", "")
-
-    add("duration", f"{summary.duration_s:.1f} s")
-    add("requests", f"{summary.completed} ok / {summary.requests} sent")
+def summary_table(summary: Summary, title: str = "fleetgate bench") -> Group:
+    """The summary as two rich tables: counts and rates, then the latency distributions."""
+    totals = Table(title=title, show_header=False, title_style="bold")
+    totals.add_column("metric")
+    totals.add_column("value", justify="right")
+    totals.add_row("duration", f"{summary.duration_s:.1f} s")
+    totals.add_row("requests ok / sent", f"{summary.completed} / {summary.requests}")
     for kind, count in summary.errors.items():
-        add(f"  error {kind}", str(count))
-    add("request throughput", f"{summary.request_throughput:.2f} req/s")
-    add("input throughput", f"{summary.input_throughput:.0f} tok/s")
-    add("output throughput", f"{summary.output_throughput:.1f} tok/s")
+        totals.add_row(f"  errors: {kind}", f"[red]{count}[/]")
+    totals.add_row("request throughput", f"{summary.request_throughput:.2f} req/s")
+    totals.add_row("input throughput", f"{summary.input_throughput:.0f} tok/s")
+    totals.add_row("output throughput", f"{summary.output_throughput:.1f} tok/s")
     if summary.goodput is not None:
         bounds = [
-            f"{label}<={value:g}ms"
-            for label, value in (("ttft", summary.slo.ttft_ms), ("tpot", summary.slo.itl_ms))
+            f"{label} <= {value:g} ms"
+            for label, value in (("TTFT", summary.slo.ttft_ms), ("TPOT", summary.slo.itl_ms))
             if value is not None
         ]
         attained = summary.slo_attainment or 0.0
-        add(
-            f"goodput ({' '.join(bounds)})",
+        totals.add_row(
+            f"goodput ({', '.join(bounds)})",
             f"{summary.goodput:.2f} req/s ({attained:.1%} of sent)",
         )
-    table.add_section()
+    latencies = Table(header_style="bold")
+    latencies.add_column("latency (ms)")
+    for name in ("mean", "p50", "p90", "p99", "max"):
+        latencies.add_column(name, justify="right")
     for label, dist in (
-        ("TTFT (ms)", summary.ttft_ms),
-        ("ITL (ms)", summary.itl_ms),
-        ("TPOT (ms)", summary.tpot_ms),
-        ("E2E (ms)", summary.e2e_ms),
+        ("TTFT", summary.ttft_ms),
+        ("ITL", summary.itl_ms),
+        ("TPOT", summary.tpot_ms),
+        ("E2E", summary.e2e_ms),
     ):
-        table.add_row(label, *_cells(dist))
-    return table
+        latencies.add_row(label, *_cells(dist))
+    return Group(totals, latencies)
 
 
 def _cells(dist: Distribution | None) -> list[str]:

@@ -49,5 +49,5 @@ def test_table_shows_throughput_latencies_errors_and_goodput() -> None:
     summary = summarize(RECORDS, 2.0, Slo(ttft_ms=500.0))
     Console(file=out, width=120).print(summary_table(summary))
     text = out.getvalue()
-    for needle in ("TTFT (ms)", "ITL (ms)", "E2E (ms)", "http_503", "req/s", "goodput", "100.0"):
+    for needle in ("latency (ms)", "TTFT", "ITL", "E2E", "http_503", "req/s", "goodput", "100.0"):
         assert needle in text, needle

@@ -1,0 +1,238 @@
+"""`fleetgate bench`: its flags, and the run from flags to table and files.
+
+fleetgate's cli.py adds the subcommand with `add_arguments` and calls `run` (async) or `main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+
+from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
+from fleetgate.bench.generated import LENGTH_KINDS, LengthDist, SharedPrefixShape
+from fleetgate.bench.progress import ProgressBar
+from fleetgate.bench.report import summary_table, write_results
+from fleetgate.bench.runner import LoadGenerator, LoadSettings
+from fleetgate.bench.stats import Slo, summarize
+from fleetgate.bench.traces import TRACE_SOURCES
+from fleetgate.bench.workloads import ENDPOINTS, Arrivals, PoissonArrivals, TraceTimes
+from fleetgate.http.client import HttpClient, Origin, UpstreamError
+
+_SHAPE = SharedPrefixShape()
+_LAG_WARNING_S = 0.1  # a send this late means the generator, not the server, set the pace
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `fleetgate bench`."""
+    parser.add_argument("--target", required=True, help="server base URL, e.g. http://host:8080")
+    parser.add_argument("--workload", choices=WORKLOADS, default="azure-conv")
+    pace = parser.add_mutually_exclusive_group()
+    pace.add_argument(
+        "--rate",
+        type=float,
+        help="Poisson arrivals at R req/s ('inf': all at once); "
+        "trace workloads then keep only their lengths (default for generated workloads: 10)",
+    )
+    pace.add_argument(
+        "--trace-speed", type=float, help="replay trace times X times faster (default 1)"
+    )
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of sending (60)")
+    parser.add_argument("--max-requests", type=int, help="stop sending after N requests")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        help="seconds in-flight requests "
+        "may take after sending stops, then they count as timeouts (30)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of prompts and arrivals (0)")
+    parser.add_argument("--model", help="model name (default: the first the server lists)")
+    parser.add_argument("--endpoint", choices=ENDPOINTS, default="chat")
+    parser.add_argument(
+        "--no-stream",
+        dest="stream",
+        action="store_false",
+        help="ask for whole responses (no TTFT or ITL)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY"),
+        help="bearer token (default: $OPENAI_API_KEY)",
+    )
+    parser.add_argument("--slo-ttft-ms", type=float, help="goodput bound on TTFT")
+    parser.add_argument(
+        "--slo-itl-ms",
+        type=float,
+        help="goodput bound on each request's mean inter-token latency (TPOT)",
+    )
+    parser.add_argument("--out", type=Path, help="write summary.json (and requests.jsonl) here")
+    parser.add_argument(
+        "--save-requests",
+        action="store_true",
+        help="with --out, also write every request as requests.jsonl",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no live progress bar")
+    shared = parser.add_argument_group("shared-prefix workload (SGLang's defaults)")
+    shared.add_argument("--groups", type=int, default=_SHAPE.groups)
+    shared.add_argument("--prompts-per-group", type=int, default=_SHAPE.prompts_per_group)
+    shared.add_argument("--system-prompt-len", type=int, default=_SHAPE.system_prompt_len)
+    shared.add_argument("--question-len", type=int, default=_SHAPE.question_len)
+    lengths = parser.add_argument_group("synthetic workload")
+    lengths.add_argument("--input-len", type=int, default=1024, help="mean prompt tokens (1024)")
+    lengths.add_argument(
+        "--output-len",
+        type=int,
+        help=f"mean output tokens (synthetic 128, shared-prefix {_SHAPE.output_len})",
+    )
+    lengths.add_argument("--length-dist", choices=LENGTH_KINDS, default="fixed")
+    lengths.add_argument(
+        "--range-ratio",
+        type=float,
+        default=0.0,
+        help="uniform: lengths in mean * [1 - r, 1 + r] (0)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    """The validated config; raises ValueError naming the bad flag's value."""
+    arrivals: Arrivals | None = None
+    if args.rate is not None:
+        arrivals = PoissonArrivals(args.rate)
+    elif args.trace_speed is not None:
+        arrivals = TraceTimes(args.trace_speed)
+    output_len = args.output_len
+    shape = SharedPrefixShape(
+        groups=args.groups,
+        prompts_per_group=args.prompts_per_group,
+        system_prompt_len=args.system_prompt_len,
+        question_len=args.question_len,
+        output_len=output_len if output_len is not None else _SHAPE.output_len,
+    )
+    return BenchConfig(
+        target=args.target,
+        workload=args.workload,
+        arrivals=arrivals,
+        duration_s=args.duration,
+        max_requests=args.max_requests,
+        seed=args.seed,
+        model=args.model,
+        endpoint=args.endpoint,
+        stream=args.stream,
+        grace_s=args.grace,
+        slo=Slo(ttft_ms=args.slo_ttft_ms, itl_ms=args.slo_itl_ms),
+        shared_prefix=shape,
+        input_len=LengthDist(args.input_len, args.length_dist, args.range_ratio),
+        output_len=LengthDist(
+            output_len if output_len is not None else 128, args.length_dist, args.range_ratio
+        ),
+    )
+
+
+class _Model(msgspec.Struct):
+    id: str
+
+
+class _ModelList(msgspec.Struct):
+    data: list[_Model]
+
+
+async def first_model(client: HttpClient, origin: Origin, api_key: str | None) -> str:
+    """The first model in the server's /v1/models."""
+    headers = [(b"authorization", b"Bearer " + api_key.encode())] if api_key else []
+    response = await client.request(origin, b"GET", b"/v1/models", headers)
+    body = await response.read()
+    if response.status != 200:
+        raise ValueError(f"GET /v1/models answered {response.status}")
+    models = msgspec.json.decode(body, type=_ModelList).data
+    if not models:
+        raise ValueError("the server lists no models")
+    return models[0].id
+
+
+async def run(args: argparse.Namespace) -> int:
+    """Run `fleetgate bench`; 0 when any request succeeded, 1 when none did, 2 on bad flags."""
+    console = Console()
+    errors = Console(stderr=True)
+    try:
+        config = config_from_args(args)
+        origin = Origin.parse(config.target)
+    except ValueError as exc:
+        errors.print(f"[red]fleetgate bench: {exc}[/]")
+        return 2
+    client = HttpClient()
+    try:
+        if config.model is None:
+            try:
+                model = await first_model(client, origin, args.api_key)
+            except (UpstreamError, ValueError, msgspec.DecodeError) as exc:
+                errors.print(f"[red]cannot list models at {origin} ({exc}); pass --model[/]")
+                return 2
+            config = replace(config, model=model)
+        assert config.model is not None
+        settings = LoadSettings(
+            model=config.model,
+            duration_s=config.duration_s,
+            stream=config.stream,
+            grace_s=config.grace_s,
+            api_key=args.api_key,
+        )
+        specs = build_workload(config, random.Random(config.seed))
+        bar = None if args.quiet else ProgressBar(config.duration_s, errors)
+        generator = LoadGenerator(client, origin, settings, clock=time.perf_counter, observer=bar)
+        with bar or contextlib.nullcontext(), _stop_on_ctrl_c(errors) as stop:
+            result = await generator.run(specs, stop)
+    finally:
+        await client.close()
+
+    summary = summarize(result.records, result.duration_s, config.slo)
+    console.print(summary_table(summary, f"fleetgate bench: {config.workload} -> {origin}"))
+    if config.workload in TRACE_SOURCES:
+        console.print(f"trace: {TRACE_SOURCES[config.workload]}")
+    if result.max_lag_s > _LAG_WARNING_S:
+        errors.print(
+            f"[yellow]warning: a send left {result.max_lag_s * 1000:.0f} ms late; "
+            "the load generator could not keep the schedule[/]"
+        )
+    if args.out is not None:
+        records = result.records if args.save_requests else None
+        for path in write_results(args.out, summary, config.to_json(), records):
+            console.print(f"wrote {path}")
+    return 0 if summary.completed > 0 else 1
+
+
+@contextlib.contextmanager
+def _stop_on_ctrl_c(console: Console) -> Iterator[asyncio.Event]:
+    """An event that the first Ctrl-C sets (stop sending, finish the run); a second one quits."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def interrupted() -> None:
+        stop.set()
+        loop.remove_signal_handler(signal.SIGINT)  # the next Ctrl-C raises KeyboardInterrupt
+        console.print("[yellow]stopping: waiting for requests in flight (Ctrl-C again to quit)[/]")
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupted)
+    except (NotImplementedError, RuntimeError, ValueError):  # no signals here (not main thread)
+        yield stop
+        return
+    try:
+        yield stop
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def main(args: argparse.Namespace) -> int:
+    """`run` on a fresh event loop, for a synchronous caller."""
+    return asyncio.run(run(args))

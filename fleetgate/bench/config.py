@@ -1,0 +1,100 @@
+"""A benchmark run's settings, validated once, and the workload they describe."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from fleetgate.bench.generated import LengthDist, SharedPrefixShape, shared_prefix, synthetic
+from fleetgate.bench.stats import Slo
+from fleetgate.bench.traces import TRACE_SOURCES, azure_conv, mooncake_conv
+from fleetgate.bench.workloads import (
+    Arrivals,
+    Endpoint,
+    PoissonArrivals,
+    RequestSpec,
+    TraceTimes,
+    bounded,
+    schedule,
+)
+
+WorkloadName = Literal["azure-conv", "mooncake-conv", "shared-prefix", "synthetic"]
+WORKLOADS: tuple[WorkloadName, ...] = ("azure-conv", "mooncake-conv", "shared-prefix", "synthetic")
+TRACE_WORKLOADS: tuple[WorkloadName, ...] = ("azure-conv", "mooncake-conv")
+DEFAULT_RATE = 10.0  # req/s for generated workloads, which have no times of their own
+
+
+@dataclass(frozen=True, slots=True)
+class BenchConfig:
+    """Everything that decides what a run sends, and how; written into summary.json."""
+
+    target: str  # the server's base URL
+    workload: WorkloadName = "azure-conv"
+    # Trace workloads default to their own times; generated ones to DEFAULT_RATE.
+    arrivals: Arrivals | None = None
+    duration_s: float = 60.0
+    max_requests: int | None = None
+    seed: int = 0
+    model: str | None = None  # None: the first model the server lists
+    endpoint: Endpoint = "chat"
+    stream: bool = True
+    grace_s: float = 30.0
+    slo: Slo = field(default_factory=Slo)
+    shared_prefix: SharedPrefixShape = field(default_factory=SharedPrefixShape)
+    input_len: LengthDist = field(default_factory=lambda: LengthDist(1024))  # synthetic
+    output_len: LengthDist = field(default_factory=lambda: LengthDist(128))  # synthetic
+
+    def __post_init__(self) -> None:
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {self.workload!r}; one of {', '.join(WORKLOADS)}")
+        if isinstance(self.arrivals, TraceTimes) and self.workload not in TRACE_WORKLOADS:
+            raise ValueError(f"--trace-speed needs a trace workload; {self.workload} has no times")
+        if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise ValueError(
+                f"duration must be a positive number of seconds, not {self.duration_s}"
+            )
+        if self.max_requests is not None and self.max_requests < 1:
+            raise ValueError(f"max requests must be at least 1, not {self.max_requests}")
+        if self.grace_s < 0:
+            raise ValueError(f"grace period must not be negative, not {self.grace_s}")
+
+    @property
+    def effective_arrivals(self) -> Arrivals:
+        if self.arrivals is not None:
+            return self.arrivals
+        if self.workload in TRACE_WORKLOADS:
+            return TraceTimes()
+        return PoissonArrivals(DEFAULT_RATE)
+
+    def to_json(self) -> dict[str, Any]:
+        """The config as JSON-ready values (an infinite rate is written as "inf")."""
+        doc = asdict(self)
+        arrivals = self.effective_arrivals
+        if isinstance(arrivals, TraceTimes):
+            doc["arrivals"] = {"kind": "trace", "speed": arrivals.speed}
+        else:
+            rate = "inf" if math.isinf(arrivals.rate) else arrivals.rate
+            doc["arrivals"] = {"kind": "poisson", "rate": rate}
+        if self.workload in TRACE_SOURCES:
+            doc["trace_source"] = TRACE_SOURCES[self.workload]
+        return doc
+
+
+def build_workload(config: BenchConfig, rng: random.Random) -> Iterator[RequestSpec]:
+    """The run's requests, lazily, with send times set and bounded by duration and count."""
+    specs: Iterator[RequestSpec]
+    if config.workload == "azure-conv":
+        specs = azure_conv(rng, endpoint=config.endpoint)
+    elif config.workload == "mooncake-conv":
+        specs = mooncake_conv(rng, endpoint=config.endpoint)
+    elif config.workload == "shared-prefix":
+        specs = shared_prefix(rng, config.shared_prefix, endpoint=config.endpoint)
+    else:
+        specs = synthetic(
+            rng, input_len=config.input_len, output_len=config.output_len, endpoint=config.endpoint
+        )
+    timed = schedule(specs, config.effective_arrivals, rng)
+    return bounded(timed, config.duration_s, config.max_requests)

@@ -1,0 +1,86 @@
+"""`fleetgate bench` from flags to summary.json, and the config the flags make."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import random
+from pathlib import Path
+
+import pytest
+from bench_fake_openai import FakeOpenAI
+
+from fleetgate.bench.command import add_arguments, config_from_args, run
+from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
+from fleetgate.bench.workloads import PoissonArrivals, TraceTimes
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fleetgate bench")
+    add_arguments(parser)
+    return parser.parse_args(["--target", "http://127.0.0.1:1", *argv])
+
+
+def test_flags_make_a_validated_config() -> None:
+    config = config_from_args(parse("--workload", "mooncake-conv", "--trace-speed", "2"))
+    assert config.arrivals == TraceTimes(2.0)
+    assert config.effective_arrivals == TraceTimes(2.0)
+    assert config_from_args(parse()).effective_arrivals == TraceTimes(1.0)
+    synthetic = config_from_args(parse("--workload", "synthetic", "--output-len", "9"))
+    assert synthetic.effective_arrivals == PoissonArrivals(10.0)
+    assert synthetic.output_len.mean == 9
+    assert synthetic.shared_prefix.output_len == 9
+    assert config_from_args(parse("--workload", "shared-prefix")).shared_prefix.output_len == 256
+    with pytest.raises(ValueError, match="trace-speed"):
+        config_from_args(parse("--workload", "synthetic", "--trace-speed", "2"))
+    with pytest.raises(ValueError, match="duration"):
+        config_from_args(parse("--duration", "0"))
+    with pytest.raises(SystemExit):
+        parse("--rate", "1", "--trace-speed", "2")  # one pace or the other
+
+
+def test_every_workload_builds_lazily_and_within_its_bounds() -> None:
+    for name in WORKLOADS:
+        config = BenchConfig(target="http://x", workload=name, arrivals=None, max_requests=3)
+        specs = list(build_workload(config, random.Random(0)))
+        assert len(specs) == 3, name
+        assert [s.at_s for s in specs] == sorted(s.at_s for s in specs)
+    # A rate keeps a trace's lengths but draws new times.
+    config = BenchConfig(target="http://x", arrivals=PoissonArrivals(1000.0), max_requests=2)
+    assert [s.prompt_tokens for s in build_workload(config, random.Random(0))] == [374, 396]
+    short = BenchConfig(target="http://x", duration_s=5.0)  # azure-conv's first 5 s
+    assert len(list(itertools.islice(build_workload(short, random.Random(0)), 100))) == 4
+
+
+def test_config_json_names_the_arrivals_and_cites_the_trace() -> None:
+    doc = BenchConfig(target="http://x", arrivals=PoissonArrivals(float("inf"))).to_json()
+    assert doc["arrivals"] == {"kind": "poisson", "rate": "inf"}
+    assert "CC-BY-4.0" in doc["trace_source"]
+    json.dumps(doc, allow_nan=False)
+
+
+async def test_run_against_a_server_writes_the_summary(
+    fake_openai: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse(
+        *("--workload", "synthetic", "--rate", "inf", "--max-requests", "3"),
+        *("--input-len", "8", "--output-len", "4", "--out", str(tmp_path), "--save-requests"),
+        *("--slo-ttft-ms", "10000", "--quiet"),
+    )
+    args.target = fake_openai.url
+    assert await run(args) == 0
+    doc = json.loads((tmp_path / "summary.json").read_text())
+    assert doc["config"]["model"] == "sim-model"  # found at /v1/models
+    assert doc["summary"]["completed"] == 3
+    assert doc["summary"]["output_throughput"] > 0
+    assert len((tmp_path / "requests.jsonl").read_text().splitlines()) == 3
+    assert {r["max_tokens"] for r in fake_openai.requests} == {4}
+    assert "TTFT" in capsys.readouterr().out
+
+
+async def test_run_says_what_to_do_when_the_server_is_down(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert await run(parse("--quiet")) == 2
+    assert "--model" in capsys.readouterr().err
