@@ -35,23 +35,40 @@ _LAG_WARNING_S = 0.1  # a send this late means the generator, not the server, se
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `fleetgate bench`."""
-    parser.add_argument("--target", required=True, help="server base URL, e.g. http://host:8080")
-    parser.add_argument("--workload", choices=WORKLOADS, default="azure-conv")
+    parser.add_argument(
+        "--target", required=True, metavar="URL", help="server base URL, e.g. http://host:8080"
+    )
+    parser.add_argument(
+        "--workload",
+        choices=WORKLOADS,
+        default="azure-conv",
+        metavar="W",
+        help=f"one of {', '.join(WORKLOADS)} (azure-conv)",
+    )
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument(
         "--rate",
         type=float,
+        metavar="R",
         help="Poisson arrivals at R req/s ('inf': all at once); "
         "trace workloads then keep only their lengths (default for generated workloads: 10)",
     )
     pace.add_argument(
-        "--trace-speed", type=float, help="replay trace times X times faster (default 1)"
+        "--trace-speed",
+        type=float,
+        metavar="X",
+        help="replay trace times X times faster (default 1)",
     )
-    parser.add_argument("--duration", type=float, default=60.0, help="seconds of sending (60)")
-    parser.add_argument("--max-requests", type=int, help="stop sending after N requests")
+    parser.add_argument(
+        "--duration", type=float, default=60.0, metavar="S", help="seconds of sending (60)"
+    )
+    parser.add_argument(
+        "--max-requests", type=int, metavar="N", help="stop sending after N requests"
+    )
     parser.add_argument(
         "--grace",
         type=float,
+        metavar="S",
         default=30.0,
         help="seconds in-flight requests "
         "may take after sending stops, then they count as timeouts (30)",
@@ -76,7 +93,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         help="goodput bound on each request's mean inter-token latency (TPOT)",
     )
-    parser.add_argument("--out", type=Path, help="write summary.json (and requests.jsonl) here")
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="write summary.json (and requests.jsonl) here"
+    )
     parser.add_argument(
         "--save-requests",
         action="store_true",
@@ -84,10 +103,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no live progress bar")
     shared = parser.add_argument_group("shared-prefix workload (SGLang's defaults)")
-    shared.add_argument("--groups", type=int, default=_SHAPE.groups)
-    shared.add_argument("--prompts-per-group", type=int, default=_SHAPE.prompts_per_group)
-    shared.add_argument("--system-prompt-len", type=int, default=_SHAPE.system_prompt_len)
-    shared.add_argument("--question-len", type=int, default=_SHAPE.question_len)
+    shared.add_argument("--groups", type=int, default=_SHAPE.groups, help="(64)")
+    shared.add_argument(
+        "--prompts-per-group", type=int, default=_SHAPE.prompts_per_group, help="(16)"
+    )
+    shared.add_argument(
+        "--system-prompt-len",
+        type=int,
+        default=_SHAPE.system_prompt_len,
+        help="tokens shared by a group (2048)",
+    )
+    shared.add_argument(
+        "--question-len",
+        type=int,
+        default=_SHAPE.question_len,
+        help="tokens unique to each prompt (128)",
+    )
     lengths = parser.add_argument_group("synthetic workload")
     lengths.add_argument("--input-len", type=int, default=1024, help="mean prompt tokens (1024)")
     lengths.add_argument(
@@ -95,7 +126,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         help=f"mean output tokens (synthetic 128, shared-prefix {_SHAPE.output_len})",
     )
-    lengths.add_argument("--length-dist", choices=LENGTH_KINDS, default="fixed")
+    lengths.add_argument(
+        "--length-dist",
+        choices=LENGTH_KINDS,
+        default="fixed",
+        help="of input and output lengths (fixed)",
+    )
     lengths.add_argument(
         "--range-ratio",
         type=float,

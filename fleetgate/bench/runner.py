@@ -5,12 +5,15 @@ a response before sending the next, so a slow server meets the same offered load
 one. The next body is built before sleeping until its time, so building prompts does not
 delay sends. Sending stops at the duration; requests still running after the grace period
 are cancelled and recorded as errors of kind "timeout".
+
+Error kinds: "connect", "read" (connection lost mid-response), "protocol", "http_<status>",
+"stream_error" (an error object in the body or stream), "bad_json", "no_output" (a 200 with
+no generated text), "timeout", and "internal:<exception>" for a bug in this module.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from array import array
 from collections.abc import AsyncIterable, Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -137,6 +140,11 @@ class _Run:
         if self._observer is not None:
             self._observer.request_done(record, self._clock() - self.start)
 
+    def abandon(self) -> None:
+        """Cancel every request in flight, recording nothing (the run itself was cancelled)."""
+        for task in list(self._in_flight):
+            task.cancel()
+
     async def drain(self, grace_s: float) -> None:
         """Wait up to `grace_s` for the requests in flight; cancel the rest as timeouts."""
         if not self._in_flight:
@@ -189,14 +197,20 @@ class LoadGenerator:
         """
         run = _Run(self._clock(), self._clock, self._observer)
         sending = asyncio.create_task(self._send_all(specs, run))
-        if stop is not None:
-            stopped = asyncio.create_task(stop.wait())
-            await asyncio.wait((sending, stopped), return_when=asyncio.FIRST_COMPLETED)
-            stopped.cancel()
-            sending.cancel()  # nothing when it is done already
-        with contextlib.suppress(asyncio.CancelledError):
-            await sending
-        await run.drain(self._settings.grace_s)
+        try:
+            if stop is not None:
+                stopped = asyncio.create_task(stop.wait())
+                await asyncio.wait((sending, stopped), return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+                sending.cancel()  # nothing when it is done already
+            await asyncio.wait((sending,))  # unlike `await sending`, lets our own cancel through
+            if not sending.cancelled():
+                sending.result()  # raise what broke the sender, if anything did
+            await run.drain(self._settings.grace_s)
+        except asyncio.CancelledError:
+            sending.cancel()
+            run.abandon()
+            raise
         return RunResult(run.records, self._clock() - run.start, run.max_lag_s)
 
     async def _send_all(self, specs: Iterable[RequestSpec], run: _Run) -> None:

@@ -19,6 +19,7 @@ class FakeOpenAI:
         self.port = 0
         self.requests: list[dict[str, Any]] = []
         self.release = asyncio.Event()
+        self.got_request = asyncio.Event()
         self._writers: set[asyncio.StreamWriter] = set()
 
     @property
@@ -46,6 +47,7 @@ class FakeOpenAI:
             return
         request = json.loads(body)
         self.requests.append(request)
+        self.got_request.set()
         if self.mode == "hang":
             await self.release.wait()
             raise ConnectionError("released")

@@ -128,3 +128,16 @@ async def test_stop_ends_sending_and_still_finishes_the_requests_in_flight(
     result = await generator.run(specs(100, at=0.1), stop)
     assert 0 < len(result.records) < 100
     assert {r.error for r in result.records} == {None}
+
+
+async def test_cancelling_a_run_propagates(fake_openai: FakeOpenAI, client: HttpClient) -> None:
+    fake_openai.mode = "hang"
+    settings = LoadSettings(model="m", duration_s=10.0)
+    generator = LoadGenerator(
+        client, Origin.parse(fake_openai.url), settings, clock=time.perf_counter
+    )
+    run = asyncio.create_task(generator.run(specs(2)))
+    await fake_openai.got_request.wait()
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
