@@ -1,0 +1,1 @@
+"""Worker processes that stand in for inference servers."""
