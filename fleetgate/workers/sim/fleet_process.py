@@ -1,0 +1,111 @@
+"""Hosting sim workers: several in one process (`--replicas`), and that process started beside
+the gateway for `fleetgate serve`'s built-in fleet, so they never share its event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import multiprocessing.connection
+import random
+import signal
+import sys
+from dataclasses import dataclass, field
+
+from fleetgate.workers.sim.faults import Faults
+
+
+@dataclass(frozen=True, slots=True)
+class SimSpec:
+    """One simulated worker: what it serves, on which engine profile, on which port."""
+
+    model: str
+    profile: str
+    port: int = 0  # 0: any free port
+    faults: Faults = field(default_factory=Faults)
+    role: str = "both"  # "prefill", "decode" or "both"
+    seed: int | None = None
+
+
+async def serve_specs(
+    specs: list[SimSpec],
+    host: str,
+    *,
+    announce: bool = False,
+    ready: multiprocessing.connection.Connection | None = None,
+) -> int:
+    """Serve every spec in this process until SIGINT/SIGTERM."""
+    from fleetgate.workers.sim.worker import SimWorker
+
+    loop = asyncio.get_running_loop()
+    workers = [SimWorker(spec, random.Random(spec.seed)) for spec in specs]
+    servers = []
+    try:
+        for worker, spec in zip(workers, specs, strict=True):
+            servers.append(await worker.start(host, spec.port))
+    except OSError as exc:
+        print(f"fleetgate worker: cannot listen: {exc}", file=sys.stderr)
+        if ready is not None:
+            ready.send([])
+        return 1
+    ports = [s.port for s in servers]
+    if ready is not None:
+        ready.send(ports)
+    if announce:
+        for spec, port in zip(specs, ports, strict=True):
+            print(f"sim worker {spec.model} ({spec.profile}) on http://{host}:{port}", flush=True)
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    for worker, server in zip(workers, servers, strict=True):
+        server.abort()
+        await worker.stop()
+    return 0
+
+
+def _child(specs: list[SimSpec], host: str, ready: multiprocessing.connection.Connection) -> None:
+    import uvloop
+
+    # Ctrl-C in the terminal reaches the whole process group; the parent decides when we stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    uvloop.run(serve_specs(specs, host, ready=ready))
+
+
+class SimFleetProcess:
+    """The built-in fleet in a child process of its own."""
+
+    def __init__(self, specs: list[SimSpec], host: str = "127.0.0.1") -> None:
+        self._specs = specs
+        self._host = host
+        self._process: multiprocessing.process.BaseProcess | None = None
+
+    def start(self, timeout_s: float = 30.0) -> list[str]:
+        """Start the process; return each spec's URL once all are listening (blocking)."""
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe(duplex=False)
+        self._process = ctx.Process(
+            target=_child, args=(self._specs, self._host, child), name="fleetgate-sims", daemon=True
+        )
+        self._process.start()
+        child.close()
+        if not parent.poll(timeout_s):
+            self.stop()
+            raise RuntimeError("the built-in sim workers did not start in time")
+        try:
+            ports: list[int] = parent.recv()
+        except EOFError:
+            ports = []
+        if len(ports) != len(self._specs):
+            self.stop()
+            raise RuntimeError("the built-in sim workers could not listen")
+        return [f"http://{self._host}:{port}" for port in ports]
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or not process.is_alive():
+            return
+        process.terminate()
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join()

@@ -1,0 +1,167 @@
+"""The sim worker: a real OpenAI-compatible HTTP server whose answers come from the simulated
+engine, at the pace a real GPU would produce them.
+
+Besides the OpenAI endpoints it serves what peers and benchmark clients ask of vLLM and SGLang
+servers (`/health`, `/metrics` with vLLM names, `/get_load`, `/server_info`, `/model_info`,
+`/flush_cache`) and fault injection at `/admin/faults`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+import msgspec
+
+from fleetgate.gateway.app import send_error
+from fleetgate.gateway.errors import error_body
+from fleetgate.http.server import HttpServer, Request, ResponseWriter, start_server
+from fleetgate.workers.sim.driver import WallClockDriver
+from fleetgate.workers.sim.engine import Engine
+from fleetgate.workers.sim.faults import Faults, FaultState
+from fleetgate.workers.sim.fleet_process import SimSpec
+from fleetgate.workers.sim.generation import GenerationError, Generator
+from fleetgate.workers.sim.metrics import WorkerMetrics
+from fleetgate.workers.sim.profiles import get_profile
+
+_JSON = [(b"content-type", b"application/json")]
+_Route = Callable[[Request, ResponseWriter], Awaitable[None]]
+
+
+class SimWorker:
+    """One simulated model-server replica."""
+
+    def __init__(self, spec: SimSpec, rng: random.Random) -> None:
+        self.spec = spec
+        self.profile = get_profile(spec.profile)
+        self.engine = Engine(self.profile)
+        self.faults = FaultState(spec.faults, rng)
+        self.driver = WallClockDriver(self.engine, time.monotonic, self._slowdown)
+        self.metrics = WorkerMetrics(
+            self.engine, spec.model, self.profile.block_size, self.profile.num_gpu_blocks
+        )
+        self.generator = Generator(
+            spec.model, self.profile.block_size, self.driver, self.metrics, rng, time.monotonic
+        )
+        self._server: HttpServer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._ids = itertools.count(1)
+        self._routes: dict[tuple[bytes, bytes], _Route] = {
+            (b"POST", b"/v1/chat/completions"): self._generate,
+            (b"POST", b"/v1/completions"): self._generate,
+            (b"POST", b"/v1/embeddings"): self._embeddings,
+            (b"GET", b"/v1/models"): self._models,
+            (b"GET", b"/health"): self._health,
+            (b"GET", b"/metrics"): self._metrics,
+            (b"GET", b"/get_load"): self._load,
+            (b"GET", b"/server_info"): self._server_info,
+            (b"GET", b"/get_server_info"): self._server_info,
+            (b"GET", b"/model_info"): self._model_info,
+            (b"GET", b"/get_model_info"): self._model_info,
+            (b"POST", b"/flush_cache"): self._flush,
+            (b"GET", b"/admin/faults"): self._get_faults,
+            (b"POST", b"/admin/faults"): self._set_faults,
+        }
+
+    def _slowdown(self) -> float:
+        return self.faults.faults.slowdown
+
+    async def start(self, host: str, port: int) -> HttpServer:
+        self._task = asyncio.get_running_loop().create_task(self.driver.run())
+        self._server = await start_server(self.handle, send_error, host, port)
+        return self._server
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    async def handle(self, request: Request, writer: ResponseWriter) -> None:
+        if self.faults.faults.hang and request.path != b"/admin/faults":
+            await asyncio.get_running_loop().create_future()  # until the client gives up
+        route = self._routes.get((request.method, request.path))
+        if route is None:
+            writer.send(404, _JSON, error_body(404, f"no route {request.path.decode('latin-1')}"))
+            return
+        await route(request, writer)
+
+    async def _generate(self, request: Request, writer: ResponseWriter) -> None:
+        faults = self.faults
+        inject = faults.admit()
+        if faults.crashed and self._server is not None:
+            self._server.abort()  # stop listening, cut every connection: a crash
+            return
+        if inject:
+            status = faults.faults.error_status
+            headers = [*_JSON, (b"retry-after", b"1")] if status in (429, 503) else _JSON
+            writer.send(status, headers, error_body(status, "injected fault"))
+            return
+        chat = request.path == b"/v1/chat/completions"
+        try:
+            job = self.generator.prepare(request.body, chat, f"{next(self._ids):x}")
+        except GenerationError as exc:
+            writer.send(exc.status, _JSON, error_body(exc.status, exc.message, exc.param))
+            return
+        if faults.faults.added_latency_s > 0:
+            await asyncio.sleep(faults.faults.added_latency_s)
+        await self.generator.run(job, writer, faults.faults.close_after_tokens)
+
+    async def _embeddings(self, request: Request, writer: ResponseWriter) -> None:
+        if self.faults.admit():
+            status = self.faults.faults.error_status
+            writer.send(status, _JSON, error_body(status, "injected fault"))
+            return
+        try:
+            body = self.generator.embed(request.body)
+        except GenerationError as exc:
+            writer.send(exc.status, _JSON, error_body(exc.status, exc.message, exc.param))
+            return
+        writer.send(200, _JSON, body)
+
+    async def _models(self, request: Request, writer: ResponseWriter) -> None:
+        data = {"id": self.spec.model, "object": "model", "created": 0, "owned_by": "fleetgate"}
+        writer.send(200, _JSON, msgspec.json.encode({"object": "list", "data": [data]}))
+
+    async def _health(self, request: Request, writer: ResponseWriter) -> None:
+        writer.send(200, _JSON, b"{}")
+
+    async def _metrics(self, request: Request, writer: ResponseWriter) -> None:
+        writer.send(200, [(b"content-type", b"text/plain; version=0.0.4")], self.metrics.render())
+
+    async def _load(self, request: Request, writer: ResponseWriter) -> None:
+        s = self.engine.stats()
+        tokens = int(s.kv_usage * self.profile.kv_capacity_tokens)
+        load = [{"dp_rank": 0, "num_reqs": s.num_running + s.num_waiting,
+                 "num_waiting_reqs": s.num_waiting, "num_tokens": tokens}]  # fmt: skip
+        writer.send(200, _JSON, msgspec.json.encode(load))
+
+    async def _server_info(self, request: Request, writer: ResponseWriter) -> None:
+        p = self.profile
+        info = {"model_path": self.spec.model, "served_model_name": self.spec.model,
+                "engine": "fleetgate-sim", "profile": p.name, "role": self.spec.role,
+                "max_num_seqs": p.max_num_seqs, "max_num_batched_tokens": p.max_num_batched_tokens,
+                "block_size": p.block_size, "num_gpu_blocks": p.num_gpu_blocks}  # fmt: skip
+        writer.send(200, _JSON, msgspec.json.encode(info))
+
+    async def _model_info(self, request: Request, writer: ResponseWriter) -> None:
+        info = {"model_path": self.spec.model, "is_generation": True}
+        writer.send(200, _JSON, msgspec.json.encode(info))
+
+    async def _flush(self, request: Request, writer: ResponseWriter) -> None:
+        flushed = self.engine.flush_prefix_cache()
+        writer.send(200, _JSON, msgspec.json.encode({"flushed": flushed}))
+
+    async def _get_faults(self, request: Request, writer: ResponseWriter) -> None:
+        writer.send(200, _JSON, msgspec.json.encode(self.faults.faults))
+
+    async def _set_faults(self, request: Request, writer: ResponseWriter) -> None:
+        try:
+            update = msgspec.json.decode(request.body or b"{}")
+            merged = msgspec.structs.asdict(self.faults.faults) | update
+            self.faults.faults = msgspec.convert(merged, Faults).check()
+        except (msgspec.DecodeError, TypeError, ValueError) as exc:
+            writer.send(400, _JSON, error_body(400, f"bad faults: {exc}"))
+            return
+        writer.send(200, _JSON, msgspec.json.encode(self.faults.faults))
