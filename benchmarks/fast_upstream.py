@@ -15,7 +15,7 @@ import asyncio
 import uvloop
 
 from fleetgate.gateway.app import send_error
-from fleetgate.http.server import Request, ResponseWriter, start_server
+from fleetgate.http.server import Handler, Request, ResponseWriter, start_server
 
 BODY = (
     b'{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"fast",'
@@ -32,25 +32,71 @@ STREAM_CHUNKS = 21
 STREAM_SECONDS = 0.2
 
 
-async def handle(request: Request, writer: ResponseWriter) -> None:
-    if request.method == b"GET":
-        writer.send(200, [(b"content-type", b"application/json")], MODELS)
-        return
-    if b'"stream":true' not in request.body.replace(b" ", b""):
-        writer.send(200, [(b"content-type", b"application/json")], BODY)
-        return
-    writer.start(200, [(b"content-type", b"text/event-stream")])
-    gap = STREAM_SECONDS / (STREAM_CHUNKS - 1)
-    for i in range(STREAM_CHUNKS):
-        if i:
-            await asyncio.sleep(gap)
+class _Stream:
+    __slots__ = ("done", "sent")
+
+    def __init__(self, done: asyncio.Future[None]) -> None:
+        self.sent = 1
+        self.done = done
+
+
+class Pacer:
+    """Writes the next chunk of every open stream on one shared 10 ms tick.
+
+    One timer for all streams instead of one per stream per chunk keeps this upstream cheap
+    enough that the benchmark measures the proxy, not the stand-in.
+    """
+
+    def __init__(self) -> None:
+        self._streams: dict[ResponseWriter, _Stream] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, writer: ResponseWriter) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         writer.write(CHUNK)
-    writer.write(b"data: [DONE]\n\n")
-    writer.end()
+        self._streams[writer] = _Stream(done)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+        return done
+
+    async def _run(self) -> None:
+        gap = STREAM_SECONDS / (STREAM_CHUNKS - 1)
+        loop = asyncio.get_running_loop()
+        next_tick = loop.time()
+        while True:
+            next_tick += gap
+            await asyncio.sleep(max(0.0, next_tick - loop.time()))
+            finished = []
+            for writer, stream in self._streams.items():
+                if not writer.disconnected:
+                    writer.write(CHUNK)
+                    stream.sent += 1
+                if writer.disconnected or stream.sent == STREAM_CHUNKS:
+                    finished.append(writer)
+            for writer in finished:
+                done = self._streams.pop(writer).done
+                if not done.done():  # cancelled when its client went away
+                    done.set_result(None)
 
 
-async def serve(host: str, port: int, ready: asyncio.Event | None = None) -> None:
-    server = await start_server(handle, send_error, host, port)
+def make_handler(pacer: Pacer) -> Handler:
+    async def handle(request: Request, writer: ResponseWriter) -> None:
+        if request.method == b"GET":
+            writer.send(200, [(b"content-type", b"application/json")], MODELS)
+            return
+        if b'"stream":true' not in request.body.replace(b" ", b""):
+            writer.send(200, [(b"content-type", b"application/json")], BODY)
+            return
+        writer.start(200, [(b"content-type", b"text/event-stream")])
+        await pacer.add(writer)
+        writer.write(b"data: [DONE]\n\n")
+        writer.end()
+
+    return handle
+
+
+async def serve(host: str, port: int) -> None:
+    server = await start_server(make_handler(Pacer()), send_error, host, port)
     print(f"fast upstream on http://{host}:{server.port}", flush=True)
     await asyncio.Event().wait()
 

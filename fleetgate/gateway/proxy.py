@@ -117,19 +117,41 @@ class Proxy:
         started: float,
     ) -> None:
         writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
-        first = True
+        relay = _Relay(writer, response, self._clock)
         try:
-            async for chunk in response:
-                if first:
-                    first = False
-                    self._metrics.first_token(routing.model, self._clock() - started)
-                writer.write(chunk)
-                if writer.paused:
-                    await writer.drain()
+            await response.relay(relay.chunk)
         except UpstreamError as exc:
-            writer.write(
-                error_event(502, f"The backend failed mid-stream: {exc}", "upstream_error")
-            )
+            message = f"The backend failed mid-stream: {exc}"
+            writer.write(error_event(502, message, "upstream_error"))
             writer.end()
             raise
+        finally:
+            if relay.first_at is not None:
+                self._metrics.first_token(routing.model, relay.first_at - started)
         writer.end()
+
+
+class _Relay:
+    """Passes each upstream chunk straight to the client, from the socket callback.
+
+    When the client falls behind, the upstream socket is paused until it catches up, so a slow
+    reader never makes the gateway buffer a whole answer.
+    """
+
+    __slots__ = ("_clock", "_response", "_writer", "first_at")
+
+    def __init__(
+        self, writer: ResponseWriter, response: UpstreamResponse, clock: Callable[[], float]
+    ) -> None:
+        self._writer = writer
+        self._response = response
+        self._clock = clock
+        self.first_at: float | None = None
+
+    def chunk(self, data: bytes) -> None:
+        if self.first_at is None:
+            self.first_at = self._clock()
+        self._writer.write(data)
+        if self._writer.paused:
+            self._response.pause_reading()
+            self._writer.when_drained(self._response.resume_reading)

@@ -119,6 +119,11 @@ class ResponseWriter:
         """Wait while the client is slower than the handler; raise if the client went away."""
         await self._conn.drain()
 
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the client has caught up (at once if it has); for relays that
+        pause their source instead of awaiting `drain()`."""
+        self._conn.when_drained(callback)
+
     def end(self) -> None:
         """Finish a streamed response."""
         if not self.finished:
@@ -158,6 +163,7 @@ class HttpConnection(asyncio.Protocol):
         self._pending: deque[Request] = deque()
         self._task: asyncio.Task[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
+        self._drained_callbacks: list[Callable[[], None]] = []
         self.paused = False
         self.closed = False
 
@@ -253,7 +259,16 @@ class HttpConnection(asyncio.Protocol):
     def idle(self) -> bool:
         return self._task is None
 
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        if self.paused and not self.closed:
+            self._drained_callbacks.append(callback)
+        else:
+            callback()
+
     def _wake_drain(self) -> None:
+        callbacks, self._drained_callbacks = self._drained_callbacks, []
+        for callback in callbacks:
+            callback()
         waiter, self._drain_waiter = self._drain_waiter, None
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

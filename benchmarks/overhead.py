@@ -1,0 +1,196 @@
+"""How much the gateway costs: the same load straight to a fast upstream and through fleetgate,
+measured in one run, printed side by side with their ratio.
+
+    make bench-overhead            # or: .venv/bin/python benchmarks/overhead.py [--seconds 10]
+
+Layout (2 cores): the gateway alone on core 0; the upstream and wrk share core 1. Measured:
+  1. non-streaming req/s at concurrency 64 (wrk, small JSON POST);
+  2. added p50 latency at concurrency 1 (wrk --latency). For this one the upstream moves to
+     core 0 beside the gateway, so that the direct path and the proxied path cross between
+     cores the same number of times: on a VM a cross-core wake-up costs ~50 us, which would
+     otherwise be charged to the gateway though any proxy pays it;
+  3. 256 concurrent SSE streams of 21 chunks paced over 200 ms: completed streams/s against
+     the offered 1,280/s, and the gateway's CPU (from /proc) while relaying them.
+When `sglang-router` is on PATH, it is measured in the gateway's place too.
+The gateway runs with its defaults: least_requests routing and metrics on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+CHAT = '{"model":"fast","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
+STREAM = '{"model":"fast","messages":[{"role":"user","content":"hi"}],"stream":true}'
+OFFERED_STREAMS = 256 / 0.2  # 256 streams, each lasting 200 ms
+
+
+def _pin(core: int) -> list[str]:
+    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
+        return ["taskset", "-c", str(core)]
+    return []
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _wait_http(url: str, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer in {timeout_s} s")
+
+
+@contextmanager
+def _process(cmd: list[str], health: str) -> Iterator[subprocess.Popen[bytes]]:
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait_http(health)
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wrk(url: str, body: str, conns: int, seconds: float, latency: bool = False) -> str:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(
+            f"wrk.method = 'POST'\nwrk.body = '{body}'\n"
+            "wrk.headers['Content-Type'] = 'application/json'\n"
+        )
+    cmd = [*_pin(1), "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "-s", script.name]
+    if latency:
+        cmd.append("--latency")
+    out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
+    os.unlink(script.name)
+    if "Non-2xx" in out or "Socket errors" in out:
+        print(f"  warning: wrk saw errors:\n{out}", file=sys.stderr)
+    return out
+
+
+def _rps(out: str) -> float:
+    match = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    return float(match.group(1)) if match else 0.0
+
+
+def _p50_us(out: str) -> float:
+    match = re.search(r"50%\s+([\d.]+)(us|ms|s)\b", out)
+    if not match:
+        return float("nan")
+    scale = {"us": 1.0, "ms": 1e3, "s": 1e6}[match.group(2)]
+    return float(match.group(1)) * scale
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _repin(pid: int, core: int) -> None:
+    if _pin(core):
+        subprocess.run(
+            ["taskset", "-p", "-c", str(core), str(pid)], capture_output=True, check=True
+        )
+
+
+def measure(url: str, seconds: float, pid: int | None, upstream_pid: int) -> dict[str, float]:
+    path = url + "/v1/chat/completions"
+    _wrk(path, CHAT, 64, 2)  # warm up: connections, caches
+    rps = _rps(_wrk(path, CHAT, 64, seconds))
+    _repin(upstream_pid, 0)
+    p50 = _p50_us(_wrk(path, CHAT, 1, seconds, latency=True))
+    _repin(upstream_pid, 1)
+    cpu0 = _cpu_seconds(pid) if pid else 0.0
+    t0 = time.monotonic()
+    streams = _rps(_wrk(path, STREAM, 256, seconds))
+    cpu = (_cpu_seconds(pid) - cpu0) / (time.monotonic() - t0) if pid else float("nan")
+    return {"rps": rps, "p50_us": p50, "streams": streams, "cpu": cpu}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="length of each wrk run")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        print("wrk is needed: apt-get install wrk", file=sys.stderr)
+        return 2
+    seconds = args.seconds
+    up_port, gw_port, sg_port = _free_port(), _free_port(), _free_port()
+    upstream = f"http://127.0.0.1:{up_port}"
+    results: dict[str, dict[str, float]] = {}
+    up_cmd = [*_pin(1), PY, str(HERE / "fast_upstream.py"), "--port", str(up_port)]
+    with _process(up_cmd, upstream + "/v1/models") as up:
+        print(f"direct to the upstream ({seconds:.0f} s per run) ...", flush=True)
+        results["direct"] = measure(upstream, seconds, None, up.pid)
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as cfg:
+            cfg.write(f"pools:\n  - model: fast\n    backends:\n      - url: {upstream}\n")
+        gw_cmd = [*_pin(0), PY, "-m", "fleetgate", "serve", "--config", cfg.name,
+                  "--port", str(gw_port)]  # fmt: skip
+        with _process(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
+            print("through fleetgate ...", flush=True)
+            results["fleetgate"] = measure(f"http://127.0.0.1:{gw_port}", seconds, gw.pid, up.pid)
+        os.unlink(cfg.name)
+        router = shutil.which("sglang-router")
+        if router:
+            sg_cmd = [*_pin(0), router, "launch", "--host", "127.0.0.1", "--port", str(sg_port),
+                      "--worker-urls", upstream, "--policy", "round_robin"]  # fmt: skip
+            with _process(sg_cmd, f"http://127.0.0.1:{sg_port}/health") as sg:
+                print("through sglang-router ...", flush=True)
+                results["sglang-router"] = measure(
+                    f"http://127.0.0.1:{sg_port}", seconds, sg.pid, up.pid
+                )
+    report(results)
+    return 0
+
+
+def report(results: dict[str, dict[str, float]]) -> None:
+    direct, gw = results["direct"], results["fleetgate"]
+    added = gw["p50_us"] - direct["p50_us"]
+    print()
+    print(f"{'':34}{'direct':>12}{'fleetgate':>12}{'ratio':>9}   target")
+    print(f"{'req/s at c64 (JSON POST)':34}{direct['rps']:12,.0f}{gw['rps']:12,.0f}"
+          f"{gw['rps'] / direct['rps']:9.2f}   >= 7,000")  # fmt: skip
+    print(f"{'p50 latency at c1 (us)':34}{direct['p50_us']:12,.0f}{gw['p50_us']:12,.0f}"
+          f"{gw['p50_us'] / direct['p50_us']:9.2f}   added <= 150 us: +{added:,.0f}")  # fmt: skip
+    print(
+        f"{'paced streams/s (offered 1,280)':34}{direct['streams']:12,.0f}"
+        f"{gw['streams']:12,.0f}{gw['streams'] / direct['streams']:9.2f}   at the offered rate"
+    )
+    print(f"{'gateway CPU while streaming':34}{'':>12}{gw['cpu']:11.0%} {'':9}   < 50% of a core")
+    sg = results.get("sglang-router")
+    if sg:
+        sg_added = sg["p50_us"] - direct["p50_us"]
+        print(f"\nsglang-router (round_robin): {sg['rps']:,.0f} req/s at c64 (fleetgate does "
+              f"{gw['rps'] / sg['rps']:.2f}x), p50 +{sg_added:,.0f} us, "
+              f"{sg['streams']:,.0f} streams/s at {sg['cpu']:.0%} CPU")  # fmt: skip
+    else:
+        print("\nsglang-router: not installed (pip install sglang-router to compare)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
