@@ -1,0 +1,153 @@
+"""Real processes for end-to-end tests: sim workers and gateways on free localhost ports."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+START_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Proc:
+    """A started fleetgate process and the lines it printed."""
+
+    popen: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+    ended: bool = False
+    _seen: threading.Condition = field(default_factory=threading.Condition)
+
+    def _pump(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            with self._seen:
+                self.lines.append(line.rstrip("\n"))
+                self._seen.notify_all()
+        with self._seen:
+            self.ended = True
+            self._seen.notify_all()
+
+    def wait_for(
+        self, pattern: str, count: int = 1, timeout_s: float = START_TIMEOUT_S
+    ) -> list[str]:
+        """The first `count` matches of `pattern` in the output, waiting for them."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout_s
+        with self._seen:
+            while True:
+                found = [m.group(1) for line in self.lines if (m := regex.search(line))]
+                if len(found) >= count:
+                    return found[:count]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self.ended:
+                    break
+                self._seen.wait(min(remaining, 0.5))
+        raise RuntimeError(f"no {pattern!r} in output:\n" + "\n".join(self.lines))
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+
+@contextmanager
+def fleetgate(args: Sequence[str]) -> Iterator[Proc]:
+    """Run `python -m fleetgate ARGS`, collecting its output; stop it afterwards."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "fleetgate", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
+    proc = Proc(popen)
+    threading.Thread(target=proc._pump, name=f"pump-{popen.pid}", daemon=True).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@contextmanager
+def sim_workers(model: str, replicas: int, profile: str = "h100-llama3-8b") -> Iterator[list[str]]:
+    """`replicas` sim workers in one process; yields their base URLs."""
+    args = ["worker", "sim", "--port", "0", "--model", model, "--profile", profile,
+            "--replicas", str(replicas)]  # fmt: skip
+    with fleetgate(args) as proc:
+        ports = proc.wait_for(r"on http://127\.0\.0\.1:(\d+)", replicas)
+        yield [f"http://127.0.0.1:{p}" for p in ports]
+
+
+@contextmanager
+def gateway(args: Sequence[str]) -> Iterator[tuple[str, Proc]]:
+    """A gateway on a free port; yields its base URL once it is ready."""
+    with fleetgate(["serve", "--port", "0", *args]) as proc:
+        port = proc.wait_for(r"listening on http://127\.0\.0\.1:(\d+)")[0]
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url + "/readyz")
+        yield url, proc
+
+
+def write_config(path: Path, pools: dict[str, list[str]], **server: object) -> Path:
+    """A gateway config (YAML is a superset of JSON) with one pool per model."""
+    config = {
+        "server": server,
+        "pools": [
+            {"model": m, "policy": "round_robin", "backends": [{"url": u} for u in urls]}
+            for m, urls in pools.items()
+        ],
+    }
+    path.write_text(json.dumps(config))
+    return path
+
+
+def wait_ready(url: str, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} not ready after {timeout_s} s")
+        time.sleep(0.05)
+
+
+def get(url: str) -> tuple[int, dict[str, str], bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), exc.read()
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """The sum of a Prometheus sample's values over series matching `labels`."""
+    _, _, body = get(url + "/metrics")
+    total = 0.0
+    for line in body.decode().splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        if all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
