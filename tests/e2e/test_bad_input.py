@@ -61,7 +61,7 @@ CHAT = "/v1/chat/completions"
         (CHAT, b'{"model": "sim-8b", "messages": "hi"}', 400, "messages", "array"),
         (CHAT, b'{"model": "sim-8b", "messages": []}', 400, "messages", "non-empty"),
         (CHAT, b'{"model": "sim-8b", "messages": [{}], "stream": "yes"}', 400, "stream", "bool"),
-        (CHAT, b'{"model": "sim-8b", "messages": [{}], "max_tokens": "9"}', 400, "max_tokens", "int"),
+        (CHAT, b'{"model": "m", "messages": [{}], "max_tokens": "9"}', 400, "max_tokens", "int"),
         ("/v1/completions", b'{"model": "sim-8b"}', 400, "prompt", "prompt"),
         ("/v1/embeddings", b'{"model": "sim-8b"}', 400, "input", "input"),
         (CHAT, b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404,
