@@ -53,7 +53,7 @@ def _worker_sim(args: argparse.Namespace) -> int:
     faults = faults_from_args(args)
     specs = [
         SimSpec(model=args.model, profile=args.profile, port=args.port + i if args.port else 0,
-                faults=faults, role=args.role)
+                faults=faults)
         for i in range(args.replicas)
     ]  # fmt: skip
     return _run(serve_specs(specs, args.host, announce=True))
@@ -89,7 +89,6 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--model", default="llama-3.1-8b-instruct", help="model name it serves")
     sim.add_argument("--profile", default="h100-llama3-8b", help="engine profile")
     sim.add_argument("--replicas", type=int, default=1, help="workers in this process")
-    sim.add_argument("--role", choices=["both", "prefill", "decode"], default="both")
     from fleetgate.workers.sim.faults import add_fault_arguments
 
     add_fault_arguments(sim)

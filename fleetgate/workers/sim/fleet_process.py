@@ -22,7 +22,6 @@ class SimSpec:
     profile: str
     port: int = 0  # 0: any free port
     faults: Faults = field(default_factory=Faults)
-    role: str = "both"  # "prefill", "decode" or "both"
     seed: int | None = None
 
 

@@ -140,7 +140,7 @@ class SimWorker:
     async def _server_info(self, request: Request, writer: ResponseWriter) -> None:
         p = self.profile
         info = {"model_path": self.spec.model, "served_model_name": self.spec.model,
-                "engine": "fleetgate-sim", "profile": p.name, "role": self.spec.role,
+                "engine": "fleetgate-sim", "profile": p.name,
                 "max_num_seqs": p.max_num_seqs, "max_num_batched_tokens": p.max_num_batched_tokens,
                 "block_size": p.block_size, "num_gpu_blocks": p.num_gpu_blocks}  # fmt: skip
         writer.send(200, _JSON, msgspec.json.encode(info))
