@@ -11,7 +11,8 @@ Layout (2 cores): the gateway alone on core 0; the upstream and wrk share core 1
      otherwise be charged to the gateway though any proxy pays it;
   3. 256 concurrent SSE streams of 21 chunks paced over 200 ms: completed streams/s against
      the offered 1,280/s, and the gateway's CPU (from /proc) while relaying them.
-When `sglang-router` is on PATH, it is measured in the gateway's place too.
+nginx (reverse proxy, keep-alive upstream, buffering off, one worker) and `sglang-router`, when
+on PATH, are measured in the gateway's place too, as references from the same machine and run.
 The gateway runs with its defaults: least_requests routing and metrics on.
 """
 
@@ -118,6 +119,25 @@ def _repin(pid: int, core: int) -> None:
         )
 
 
+NGINX_CONF = """
+daemon off; worker_processes 1; pid {tmp}/nginx.pid; error_log {tmp}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {tmp}; proxy_temp_path {tmp};
+  upstream up {{ server 127.0.0.1:{up}; keepalive 512; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location /healthz {{ return 200 ok; }}
+    location / {{
+      proxy_pass http://up; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_buffering off;
+    }}
+  }}
+}}
+"""
+
+
 def measure(url: str, seconds: float, pid: int | None, upstream_pid: int) -> dict[str, float]:
     path = url + "/v1/chat/completions"
     _wrk(path, CHAT, 64, 2)  # warm up: connections, caches
@@ -130,6 +150,13 @@ def measure(url: str, seconds: float, pid: int | None, upstream_pid: int) -> dic
     streams = _rps(_wrk(path, STREAM, 256, seconds))
     cpu = (_cpu_seconds(pid) - cpu0) / (time.monotonic() - t0) if pid else float("nan")
     return {"rps": rps, "p50_us": p50, "streams": streams, "cpu": cpu}
+
+
+def _nginx_worker(master: int) -> int:
+    """nginx serves from its worker process; that is the one whose CPU counts."""
+    children = Path(f"/proc/{master}/task/{master}/children")
+    pids = children.read_text().split() if children.exists() else []
+    return int(pids[0]) if pids else master
 
 
 def main() -> int:
@@ -155,6 +182,20 @@ def main() -> int:
             print("through fleetgate ...", flush=True)
             results["fleetgate"] = measure(f"http://127.0.0.1:{gw_port}", seconds, gw.pid, up.pid)
         os.unlink(cfg.name)
+        nginx = shutil.which("nginx") or (
+            "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
+        )
+        if nginx:
+            ng_port = _free_port()
+            with tempfile.TemporaryDirectory() as tmp:
+                conf = Path(tmp) / "nginx.conf"
+                conf.write_text(NGINX_CONF.format(tmp=tmp, up=up_port, port=ng_port))
+                ng_cmd = [*_pin(0), nginx, "-c", str(conf), "-e", f"{tmp}/error.log"]
+                with _process(ng_cmd, f"http://127.0.0.1:{ng_port}/healthz") as ng:
+                    print("through nginx ...", flush=True)
+                    results["nginx"] = measure(
+                        f"http://127.0.0.1:{ng_port}", seconds, _nginx_worker(ng.pid), up.pid
+                    )
         router = shutil.which("sglang-router")
         if router:
             sg_cmd = [*_pin(0), router, "launch", "--host", "127.0.0.1", "--port", str(sg_port),
@@ -169,27 +210,34 @@ def main() -> int:
 
 
 def report(results: dict[str, dict[str, float]]) -> None:
-    direct, gw = results["direct"], results["fleetgate"]
-    added = gw["p50_us"] - direct["p50_us"]
+    direct = results["direct"]
+    names = [n for n in ("fleetgate", "nginx", "sglang-router") if n in results]
     print()
-    print(f"{'':34}{'direct':>12}{'fleetgate':>12}{'ratio':>9}   target")
-    print(f"{'req/s at c64 (JSON POST)':34}{direct['rps']:12,.0f}{gw['rps']:12,.0f}"
-          f"{gw['rps'] / direct['rps']:9.2f}   >= 7,000")  # fmt: skip
-    print(f"{'p50 latency at c1 (us)':34}{direct['p50_us']:12,.0f}{gw['p50_us']:12,.0f}"
-          f"{gw['p50_us'] / direct['p50_us']:9.2f}   added <= 150 us: +{added:,.0f}")  # fmt: skip
-    print(
-        f"{'paced streams/s (offered 1,280)':34}{direct['streams']:12,.0f}"
-        f"{gw['streams']:12,.0f}{gw['streams'] / direct['streams']:9.2f}   at the offered rate"
-    )
-    print(f"{'gateway CPU while streaming':34}{'':>12}{gw['cpu']:11.0%} {'':9}   < 50% of a core")
-    sg = results.get("sglang-router")
-    if sg:
-        sg_added = sg["p50_us"] - direct["p50_us"]
-        print(f"\nsglang-router (round_robin): {sg['rps']:,.0f} req/s at c64 (fleetgate does "
-              f"{gw['rps'] / sg['rps']:.2f}x), p50 +{sg_added:,.0f} us, "
-              f"{sg['streams']:,.0f} streams/s at {sg['cpu']:.0%} CPU")  # fmt: skip
-    else:
-        print("\nsglang-router: not installed (pip install sglang-router to compare)")
+    print(f"{'':34}{'direct':>10}" + "".join(f"{n:>15}" for n in names))
+    rows = [
+        ("req/s at c64 (JSON POST)", "rps", "{:,.0f}", "target >= 7,000"),
+        ("p50 latency at c1 (us)", "p50_us", "{:,.0f}", "target: added <= 150 us"),
+        ("paced streams/s (offered 1,280)", "streams", "{:,.0f}", "target: the offered rate"),
+    ]
+    for label, key, fmt, target in rows:
+        line = f"{label:34}{fmt.format(direct[key]):>10}"
+        for n in names:
+            value = results[n][key]
+            extra = (
+                f"+{value - direct[key]:,.0f}" if key == "p50_us" else f"{value / direct[key]:.2f}x"
+            )
+            line += f"{fmt.format(value) + ' (' + extra + ')':>15}"
+        print(line + "   " + target)
+    line = f"{'proxy CPU while streaming':34}{'':>10}"
+    for n in names:
+        line += f"{results[n]['cpu']:>15.0%}"
+    print(line + "   target < 50% of a core")
+    if "nginx" in results:
+        gw, ng = results["fleetgate"], results["nginx"]
+        print(f"\nfleetgate / nginx: {gw['rps'] / ng['rps']:.2f}x the req/s, "
+              f"{gw['cpu'] / ng['cpu']:.2f}x the CPU per streamed answer")  # fmt: skip
+    if "sglang-router" not in results:
+        print("sglang-router: not installed (pip install sglang-router to compare)")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.routing.base import RoutingRequest
 
 _JSON = b"application/json"
+_DONE = b"data: [DONE]\n\n"
 _SSE_HEADERS = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"))
 # Request headers passed on to the backend; all others stay at the gateway.
 _FORWARDED = (b"authorization", b"traceparent", b"tracestate")
@@ -151,6 +152,9 @@ class _Relay:
     def chunk(self, data: bytes) -> None:
         if self.first_at is None:
             self.first_at = self._clock()
+        if data.endswith(_DONE):  # the stream's last event: end it in the same write
+            self._writer.end(data)
+            return
         self._writer.write(data)
         if self._writer.paused:
             self._response.pause_reading()

@@ -67,11 +67,12 @@ class ResponseWriter:
     `drain()` now and then so a slow client pauses it instead of growing the buffer.
     """
 
-    __slots__ = ("_conn", "_keep_alive", "finished", "started")
+    __slots__ = ("_conn", "_head", "_keep_alive", "finished", "started")
 
     def __init__(self, conn: HttpConnection, keep_alive: bool) -> None:
         self._conn = conn
         self._keep_alive = keep_alive
+        self._head = b""  # a streamed response's head, sent with its first chunk
         self.started = False
         self.finished = False
 
@@ -84,7 +85,9 @@ class ResponseWriter:
         """True when the client is not keeping up: call `drain()` before writing more."""
         return self._conn.paused
 
-    def _head(self, status: int, headers: list[tuple[bytes, bytes]], framing: bytes) -> bytes:
+    def _render_head(
+        self, status: int, headers: list[tuple[bytes, bytes]], framing: bytes
+    ) -> bytes:
         parts = [b"HTTP/1.1 ", reason_phrase(status), _CRLF]
         for name, value in headers:
             parts += (name, b": ", value, _CRLF)
@@ -101,19 +104,21 @@ class ResponseWriter:
         self.started = True
         self.finished = True
         framing = b"content-length: %d\r\n" % len(body)
-        self._conn.write(self._head(status, headers, framing) + body)
+        self._conn.write(self._render_head(status, headers, framing) + body)
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """Send the status line and headers of a chunked (streamed) response."""
         if self.started:
             raise RuntimeError("response already started")
         self.started = True
-        self._conn.write(self._head(status, headers, b"transfer-encoding: chunked\r\n"))
+        # Held back until the first chunk so both leave in one packet (one syscall fewer).
+        self._head = self._render_head(status, headers, b"transfer-encoding: chunked\r\n")
 
     def write(self, chunk: bytes) -> None:
         """Send one chunk of a streamed response; an empty chunk is skipped (it would end it)."""
-        if chunk:
-            self._conn.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
+        if chunk and not self.finished:
+            self._conn.write(b"%b%x\r\n%b\r\n" % (self._head, len(chunk), chunk))
+            self._head = b""
 
     async def drain(self) -> None:
         """Wait while the client is slower than the handler; raise if the client went away."""
@@ -124,11 +129,15 @@ class ResponseWriter:
         pause their source instead of awaiting `drain()`."""
         self._conn.when_drained(callback)
 
-    def end(self) -> None:
-        """Finish a streamed response."""
+    def end(self, last: bytes = b"") -> None:
+        """Finish a streamed response, sending `last` as its final chunk in the same write."""
         if not self.finished:
             self.finished = True
-            self._conn.write(b"0\r\n\r\n")
+            if last:
+                self._conn.write(b"%b%x\r\n%b\r\n0\r\n\r\n" % (self._head, len(last), last))
+            else:
+                self._conn.write(self._head + b"0\r\n\r\n")
+            self._head = b""
 
     def abort(self) -> None:
         """Cut the connection at once, mid-response: what a crashed server looks like."""
