@@ -1,0 +1,67 @@
+"""Fixtures shared by the routing and fleet tests: a pool of real backends, driven by traffic."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+
+import pytest
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.pool import Pool
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.registry import PluginContext, default_registry
+
+MakePool = Callable[[str, Sequence[float]], Pool]
+RunTraffic = Callable[[Pool, Mapping[str, int], int, int], tuple[Counter[str], dict[str, float]]]
+
+
+@pytest.fixture
+def make_pool() -> MakePool:
+    """`make_pool(policy, weights)`: a pool of model "m" whose backends are b0, b1, ... with
+    those weights, routed by the named policy with a seeded random source."""
+
+    def build(policy: str, weights: Sequence[float]) -> Pool:
+        states = [
+            BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",), w))
+            for i, w in enumerate(weights)
+        ]
+        ctx = PluginContext(random.Random(1234))
+        return Pool("m", states, default_registry().build_pipeline(policy, {}, ctx))
+
+    return build
+
+
+def run_traffic(
+    pool: Pool, service_ticks: Mapping[str, int], arrivals_per_tick: int, ticks: int
+) -> tuple[Counter[str], dict[str, float]]:
+    """Discrete-time traffic: each tick, the requests due finish (`pool.end`), then
+    `arrivals_per_tick` new ones are routed (`pool.pick`, `pool.begin`); a request sent to
+    backend b finishes `service_ticks[b]` ticks later. The tick is the clock routing is given.
+
+    Returns the requests routed to each backend id and each one's in-flight count averaged
+    over the ticks."""
+    request = RoutingRequest("m", "chat", stream=True)
+    finishing: defaultdict[int, list[BackendState]] = defaultdict(list)
+    picks: Counter[str] = Counter()
+    in_flight_sum: Counter[str] = Counter()
+    for tick in range(ticks):
+        for state in finishing.pop(tick, ()):
+            pool.end(state)
+        for _ in range(arrivals_per_tick):
+            state = pool.pick(request, now=float(tick))
+            assert state is not None
+            pool.begin(state)
+            picks[state.backend.id] += 1
+            finishing[tick + service_ticks[state.backend.id]].append(state)
+        for state in pool.states:
+            in_flight_sum[state.backend.id] += state.in_flight
+    mean = {s.backend.id: in_flight_sum[s.backend.id] / ticks for s in pool.states}
+    return picks, mean
+
+
+@pytest.fixture
+def traffic() -> RunTraffic:
+    """`traffic(pool, service_ticks, arrivals_per_tick, ticks)`: see `run_traffic`."""
+    return run_traffic

@@ -1,0 +1,86 @@
+"""A pool: candidates follow health, in-flight counts follow begin/end, every policy keeps up."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.pool import Pool
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.registry import PluginContext, default_registry
+
+MakePool = Callable[[str, Sequence[float]], Pool]
+REQUEST = RoutingRequest("m", "chat", stream=True)
+POLICIES = default_registry().picker_names
+CTX = PluginContext(random.Random(0))
+
+
+def test_candidates_are_the_healthy_states_and_keep_their_identity(make_pool: MakePool) -> None:
+    pool = make_pool("round_robin", [1, 1, 1])
+    assert pool.candidates == pool.states
+    assert pool.ready
+    before = pool.candidates
+    pool.begin(pool.states[0])  # load changes leave the tuple alone: indexes stay valid
+    assert pool.candidates is before
+    pool.states[1].healthy = False
+    assert pool.candidates is before  # only refresh() recomputes them
+    pool.refresh()
+    assert pool.candidates == (pool.states[0], pool.states[2])
+
+
+def test_no_healthy_backend_means_not_ready_and_no_pick(make_pool: MakePool) -> None:
+    pool = make_pool("least_requests", [1, 1])
+    for state in pool.states:
+        state.healthy = False
+    pool.refresh()
+    assert not pool.ready
+    assert pool.pick(REQUEST, 0.0) is None
+
+
+def test_begin_and_end_count_requests() -> None:
+    state = BackendState(Backend("b0", "http://127.0.0.1:8100", ("m",), 2.0))
+    pool = Pool("m", [state], default_registry().build_pipeline("random", {}, CTX))
+    assert (state.in_flight, state.requests_total, state.weight) == (0, 0, 2.0)
+    pool.begin(state)
+    pool.begin(state)
+    pool.end(state)
+    assert (state.in_flight, state.requests_total) == (1, 2)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
+    policy: str, make_pool: MakePool
+) -> None:
+    pool = make_pool(policy, [1, 2, 1, 1])
+    rng = random.Random(3)
+    in_flight: list[BackendState] = []
+
+    def serve(count: int, start: float) -> Counter[BackendState]:
+        picks: Counter[BackendState] = Counter()
+        for t in range(count):
+            chosen = pool.pick(REQUEST, start + t)
+            assert chosen is not None
+            pool.begin(chosen)
+            in_flight.append(chosen)
+            picks[chosen] += 1
+            if len(in_flight) > 6:  # requests finish out of order, removed backend included
+                pool.end(in_flight.pop(rng.randrange(len(in_flight))))
+        return picks
+
+    assert set(serve(200, 0.0)) == set(pool.states)
+    gone = pool.states[1]
+    gone.healthy = False
+    pool.refresh()
+    during = serve(400, 200.0)
+    assert gone not in during
+    assert set(during) == set(pool.candidates)
+    gone.healthy = True
+    pool.refresh()
+    assert gone in serve(200, 600.0)
+    for state in in_flight:
+        pool.end(state)
+    assert all(state.in_flight == 0 for state in pool.states)

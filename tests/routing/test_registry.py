@@ -1,0 +1,91 @@
+"""The plugin registry: config names become pipelines; bad names and params are clear errors."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.routing.base import Picker, RoutingRequest
+from fleetgate.routing.least_requests import LeastRequests
+from fleetgate.routing.pipeline import RoutingPipeline
+from fleetgate.routing.power_of_two import PowerOfTwo
+from fleetgate.routing.random_pick import RandomPick
+from fleetgate.routing.registry import (
+    PluginContext,
+    PluginRegistry,
+    UnknownPlugin,
+    default_registry,
+)
+from fleetgate.routing.round_robin import RoundRobin
+from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
+
+CTX = PluginContext(random.Random(0))
+SHIPPED = {
+    "least_requests": LeastRequests,
+    "power_of_two": PowerOfTwo,
+    "random": RandomPick,
+    "round_robin": RoundRobin,
+    "weighted_round_robin": WeightedRoundRobin,
+}
+
+
+def test_every_shipped_policy_is_registered_by_its_config_name() -> None:
+    registry = default_registry()
+    assert registry.picker_names == sorted(SHIPPED)
+    for name, cls in SHIPPED.items():
+        pipeline = registry.build_pipeline(name, {}, CTX)
+        assert isinstance(pipeline, RoutingPipeline)
+        assert type(pipeline.picker) is cls
+
+
+def test_an_unknown_policy_names_itself_and_lists_the_known_ones() -> None:
+    with pytest.raises(UnknownPlugin) as info:
+        default_registry().build_pipeline("least_request", {}, CTX)
+    message = str(info.value)
+    assert "'least_request'" in message
+    assert "known policies: " + ", ".join(sorted(SHIPPED)) in message
+    assert isinstance(info.value, ValueError)  # what the composition root turns into ConfigError
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED))
+def test_params_to_a_policy_without_params_are_rejected_by_name(name: str) -> None:
+    with pytest.raises(ValueError, match="takes no parameters, got: choices, seed"):
+        default_registry().build_pipeline(name, {"choices": 3, "seed": 1}, CTX)
+
+
+def test_the_picker_draws_from_the_context_random_source() -> None:
+    candidates = tuple(
+        BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",))) for i in range(8)
+    )
+    request = RoutingRequest("m", "chat", stream=False)
+
+    def picks(seed: int) -> list[BackendState | None]:
+        ctx = PluginContext(random.Random(seed))
+        pipeline = default_registry().build_pipeline("random", {}, ctx)
+        return [pipeline.pick(request, candidates, 0.0) for _ in range(20)]
+
+    assert picks(3) == picks(3)
+    assert picks(3) != picks(4)
+
+
+def test_a_registry_of_ones_own_takes_extra_pickers_once() -> None:
+    built: list[Mapping[str, Any]] = []
+
+    def factory(params: Mapping[str, Any], ctx: PluginContext) -> Picker:
+        built.append(params)
+        return PowerOfTwo(ctx.rng)
+
+    registry = PluginRegistry()
+    registry.add_picker("p2_with_params", factory)
+    pipeline = registry.build_pipeline("p2_with_params", {"choices": 2}, CTX)
+    assert isinstance(pipeline.picker, PowerOfTwo)
+    assert built == [{"choices": 2}]
+    assert registry.picker_names == ["p2_with_params"]
+    with pytest.raises(ValueError, match="already registered"):
+        registry.add_picker("p2_with_params", factory)
+    with pytest.raises(UnknownPlugin, match="known policies: p2_with_params"):
+        registry.build_pipeline("round_robin", {}, CTX)

@@ -1,0 +1,209 @@
+"""Config: validated once into frozen objects; every mistake names where it is and what to do."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from fleetgate.config import (
+    BackendConfig,
+    Config,
+    ConfigError,
+    ServerConfig,
+    default_sim_config,
+    load_config,
+    parse_config,
+)
+
+
+def one_pool(**backend: Any) -> dict[str, Any]:
+    return {"pools": [{"model": "m", "backends": [backend or {"url": "http://10.0.0.5:8000"}]}]}
+
+
+def test_defaults_fill_everything_but_the_pools() -> None:
+    config = parse_config(one_pool())
+    assert config.server == ServerConfig(
+        host="127.0.0.1", port=8080, max_body_bytes=4 * 1024 * 1024, connect_timeout_s=5.0
+    )
+    assert config.seed is None
+    (pool,) = config.pools
+    assert (pool.model, pool.policy, pool.policy_params) == ("m", "least_requests", {})
+    assert pool.backends == [
+        BackendConfig(url="http://10.0.0.5:8000", sim=None, weight=1.0, labels={})
+    ]
+
+
+def test_a_full_config_is_read_as_written() -> None:
+    config = parse_config(
+        {
+            "server": {"host": "0.0.0.0", "port": 0, "max_body_bytes": 1024},
+            "seed": 7,
+            "pools": [
+                {
+                    "model": "m",
+                    "policy": "power_of_two",
+                    "backends": [
+                        {"url": "http://a:1", "weight": 3, "labels": {"zone": "z1"}},
+                        {"sim": "h100-llama3-8b"},
+                    ],
+                }
+            ],
+        }
+    )
+    assert (config.server.host, config.server.port, config.server.max_body_bytes) == (
+        "0.0.0.0",
+        0,
+        1024,
+    )
+    assert config.seed == 7
+    first, second = config.pools[0].backends
+    assert (first.weight, first.labels) == (3.0, {"zone": "z1"})
+    assert (second.url, second.sim) == (None, "h100-llama3-8b")
+
+
+def test_the_config_is_frozen() -> None:
+    config = parse_config(one_pool())
+    with pytest.raises(AttributeError):
+        config.seed = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "where"),
+    [
+        ({**one_pool(), "sever": {}}, "`sever`", None),
+        ({**one_pool(), "server": {"prot": 1}}, "`prot`", "`$.server`"),
+        (
+            {"pools": [{"model": "m", "polcy": "random", "backends": [{"url": "http://a"}]}]},
+            "`polcy`",
+            "`$.pools[0]`",
+        ),
+        (one_pool(url="http://a", wieght=2), "`wieght`", "`$.pools[0].backends[0]`"),
+    ],
+)
+def test_an_unknown_key_is_named_with_its_path(
+    data: dict[str, Any], key: str, where: str | None
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    message = str(info.value)
+    assert message.startswith("Unknown key:")
+    assert key in message
+    if where is not None:
+        assert f"at {where}" in message
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (
+            {**one_pool(), "server": {"port": "80"}},
+            "Expected `int`, got `str` - at `$.server.port`",
+        ),
+        (one_pool(url="http://a", weight="x"), "got `str` - at `$.pools[0].backends[0].weight`"),
+        (one_pool(url="http://a", labels={"zone": 1}), "at `$.pools[0].backends[0].labels[...]`"),
+        ({**one_pool(), "seed": True}, "Expected `int | null`, got `bool` - at `$.seed`"),
+        ({"pools": {"model": "m"}}, "Expected `array`, got `object` - at `$.pools`"),
+        ({"pools": [{"backends": []}]}, "missing required field `model` - at `$.pools[0]`"),
+        ([1], "Expected `object`, got `array`"),
+    ],
+)
+def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_config(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (None, "`pools` is empty: configure at least one pool"),
+        ({}, "`pools` is empty"),
+        (one_pool(url="http://a", sim="h100"), "$.pools[0].backends[0]: give exactly one of"),
+        (one_pool(labels={}), "$.pools[0].backends[0]: give exactly one of `url` or `sim`"),
+        (one_pool(url="http://a", weight=0), "$.pools[0].backends[0].weight must be > 0, got 0"),
+        (one_pool(url="http://a", weight=-2), "weight must be > 0, got -2"),
+        ({"pools": [{"model": "m", "backends": []}]}, "$.pools[0].backends is empty"),
+        (
+            {
+                "pools": [
+                    {"model": "m", "backends": [{"url": "http://a"}]},
+                    {"model": "m", "backends": [{"url": "http://b"}]},
+                ]
+            },
+            "$.pools[1].model: 'm' has two pools; merge them",
+        ),
+        ({**one_pool(), "server": {"port": 65536}}, "$.server.port must be in 0..65535"),
+        ({**one_pool(), "server": {"port": -1}}, "$.server.port must be in 0..65535"),
+        ({**one_pool(), "server": {"max_body_bytes": 0}}, "$.server.max_body_bytes must be > 0"),
+    ],
+)
+def test_values_that_cannot_work_are_rejected_with_what_to_do(data: Any, expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_config(data)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: config.py checks `weight <= 0`, which NaN passes (and inf is not rejected "
+    "either); least_requests and weighted_round_robin then order by NaN or divide by inf",
+)
+@pytest.mark.parametrize("weight", [float("nan"), float("inf")])
+def test_a_weight_that_is_not_a_finite_number_is_rejected(weight: float) -> None:
+    with pytest.raises(ConfigError, match=r"weight"):
+        parse_config(one_pool(url="http://a", weight=weight))
+
+
+def test_load_config_reads_a_yaml_file(tmp_path: Path) -> None:
+    path = tmp_path / "fleetgate.yaml"
+    path.write_text(
+        "server:\n"
+        "  port: 9000\n"
+        "seed: 42\n"
+        "pools:\n"
+        "  - model: llama\n"
+        "    policy: round_robin\n"
+        "    backends:\n"
+        "      - url: http://10.0.0.5:8000\n"
+        "        weight: 2\n"
+        "        labels: {zone: a}\n"
+        "      - sim: h100-llama3-8b\n"
+    )
+    config = load_config(path)
+    assert isinstance(config, Config)
+    assert (config.server.port, config.seed) == (9000, 42)
+    assert config.pools[0].policy == "round_robin"
+    assert [b.weight for b in config.pools[0].backends] == [2.0, 1.0]
+    assert load_config(str(path)) == config
+
+
+def test_load_config_rejects_invalid_yaml_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("pools:\n  - model: m\n   backends: [\n")
+    with pytest.raises(ConfigError, match=f"{re.escape(str(path))} is not valid YAML"):
+        load_config(path)
+
+
+def test_load_config_of_a_missing_file_says_it_cannot_read_it(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+    with pytest.raises(ConfigError, match=f"cannot read config {re.escape(str(path))}"):
+        load_config(path)
+
+
+def test_load_config_validates_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text(
+        "pools:\n  - model: m\n    backends:\n      - url: http://a\n        wieght: 2\n"
+    )
+    with pytest.raises(ConfigError, match="`wieght`"):
+        load_config(path)
+
+
+def test_the_built_in_sim_fleet_is_a_valid_config() -> None:
+    config = default_sim_config()
+    assert [p.model for p in config.pools] == ["llama-3.1-8b-instruct", "llama-3.3-70b-instruct"]
+    assert all(b.sim is not None and b.url is None for p in config.pools for b in p.backends)
+    # It survives a round trip through the same validation a user's file gets.
+    assert parse_config(msgspec.to_builtins(config)) == config
