@@ -25,6 +25,7 @@ from fleetgate.http.client import HttpClient, Origin, UpstreamError
 from fleetgate.http.server import HttpServer, ServerLimits, start_server
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.routing.registry import PluginContext, PluginRegistry, default_registry
+from fleetgate.runtime import settle_heap
 from fleetgate.workers.sim.fleet_process import SimFleetProcess, SimSpec
 
 
@@ -201,6 +202,7 @@ async def serve_forever(config: Config, backend_urls: list[str], policy: str | N
             config, pools=[msgspec.structs.replace(p, policy=policy) for p in config.pools]
         )
     running = await start_gateway(config)
+    settle_heap()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

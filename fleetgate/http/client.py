@@ -142,7 +142,7 @@ class UpstreamResponse:
         self._sink = sink
         try:
             while not self._done and self._error is None:
-                waiter = asyncio.get_running_loop().create_future()
+                waiter = self._conn.loop.create_future()
                 self._waiter = waiter
                 try:
                     await waiter
@@ -196,7 +196,11 @@ class UpstreamResponse:
 class _Connection(asyncio.Protocol):
     """One keep-alive connection to an origin; carries one request at a time."""
 
-    def __init__(self, pool: list[_Connection], max_idle: int) -> None:
+    def __init__(
+        self, pool: list[_Connection], max_idle: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        # Kept, not looked up: asyncio.get_running_loop() costs a getpid() syscall on 3.11.
+        self.loop = loop
         self._pool = pool
         self._max_idle = max_idle
         self._parser = httptools.HttpResponseParser(self)
@@ -268,7 +272,7 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes) -> asyncio.Future[UpstreamResponse]:
         assert self._transport is not None
         self._response = UpstreamResponse(self)
-        head: asyncio.Future[UpstreamResponse] = asyncio.get_running_loop().create_future()
+        head: asyncio.Future[UpstreamResponse] = self.loop.create_future()
         self._head = head
         self._transport.write(data)
         return head
@@ -355,7 +359,10 @@ class HttpClient:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(pool, self._max_idle), origin.host, origin.port, ssl=ctx
+                    lambda: _Connection(pool, self._max_idle, loop),
+                    origin.host,
+                    origin.port,
+                    ssl=ctx,
                 )
         except TimeoutError as exc:
             raise ConnectError(f"connecting to {origin} timed out") from exc

@@ -157,7 +157,10 @@ class HttpConnection(asyncio.Protocol):
         on_error: ErrorResponder,
         limits: ServerLimits,
         live: set[HttpConnection],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
+        # Kept, not looked up: asyncio.get_running_loop() costs a getpid() syscall on 3.11.
+        self._loop = loop
         self._handler = handler
         self._live = live
         self._on_error = on_error
@@ -258,7 +261,7 @@ class HttpConnection(asyncio.Protocol):
             raise ClientDisconnected
         if not self.paused:
             return
-        waiter = asyncio.get_running_loop().create_future()
+        waiter = self._loop.create_future()
         self._drain_waiter = waiter
         await waiter
         if self.closed:
@@ -283,7 +286,7 @@ class HttpConnection(asyncio.Protocol):
             waiter.set_result(None)
 
     def _start(self, request: Request) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(request))
+        self._task = self._loop.create_task(self._run(request))
 
     async def _run(self, request: Request) -> None:
         writer = ResponseWriter(self, request.keep_alive)
@@ -362,6 +365,6 @@ async def start_server(
     live: set[HttpConnection] = set()
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: HttpConnection(handler, on_error, lim, live), host, port, backlog=4096
+        lambda: HttpConnection(handler, on_error, lim, live, loop), host, port, backlog=4096
     )
     return HttpServer(server, live)

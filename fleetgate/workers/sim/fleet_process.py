@@ -11,6 +11,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
+from fleetgate.runtime import settle_heap
 from fleetgate.workers.sim.faults import Faults
 
 
@@ -36,7 +37,7 @@ async def serve_specs(
     from fleetgate.workers.sim.worker import SimWorker
 
     loop = asyncio.get_running_loop()
-    workers = [SimWorker(spec, random.Random(spec.seed)) for spec in specs]
+    workers = [SimWorker(spec, random.Random(spec.seed), loop) for spec in specs]
     servers = []
     try:
         for worker, spec in zip(workers, specs, strict=True):
@@ -46,6 +47,7 @@ async def serve_specs(
         if ready is not None:
             ready.send([])
         return 1
+    settle_heap()
     ports = [s.port for s in servers]
     if ready is not None:
         ready.send(ports)

@@ -80,11 +80,16 @@ class _Sink:
     __slots__ = ("close_after", "count", "done", "fmt", "job", "writer")
 
     def __init__(
-        self, job: Job, writer: ResponseWriter, fmt: StreamFormat | None, close_after: int
+        self,
+        job: Job,
+        writer: ResponseWriter,
+        fmt: StreamFormat | None,
+        close_after: int,
+        done: asyncio.Future[FinishedRequest],
     ) -> None:
         self.job, self.writer, self.fmt, self.close_after = job, writer, fmt, close_after
         self.count = 0
-        self.done: asyncio.Future[FinishedRequest] = asyncio.get_running_loop().create_future()
+        self.done = done
 
     def token(self) -> None:
         i = self.count
@@ -108,6 +113,7 @@ class Generator:
         metrics: WorkerMetrics,
         rng: random.Random,
         clock: Callable[[], float],
+        loop: asyncio.AbstractEventLoop,
     ) -> None:
         self._model = model
         self._block_size = block_size
@@ -115,6 +121,8 @@ class Generator:
         self._metrics = metrics
         self._rng = rng
         self._clock = clock
+        # Kept, not looked up per request: asyncio.get_running_loop() costs a getpid() on 3.11.
+        self._loop = loop
         self._decode = msgspec.json.Decoder(_Body)
         self._decode_embed = msgspec.json.Decoder(_EmbedBody)
 
@@ -178,7 +186,7 @@ class Generator:
         fmt = (
             StreamFormat(job.chat, job.request_id, job.created, self._model) if job.stream else None
         )
-        sink = _Sink(job, writer, fmt, close_after)
+        sink = _Sink(job, writer, fmt, close_after, self._loop.create_future())
         if fmt is not None:
             writer.start(200, _SSE)
             if job.chat:

@@ -34,7 +34,7 @@ _Route = Callable[[Request, ResponseWriter], Awaitable[None]]
 class SimWorker:
     """One simulated model-server replica."""
 
-    def __init__(self, spec: SimSpec, rng: random.Random) -> None:
+    def __init__(self, spec: SimSpec, rng: random.Random, loop: asyncio.AbstractEventLoop) -> None:
         self.spec = spec
         self.profile = get_profile(spec.profile)
         self.engine = Engine(self.profile)
@@ -44,8 +44,9 @@ class SimWorker:
             self.engine, spec.model, self.profile.block_size, self.profile.num_gpu_blocks
         )
         self.generator = Generator(
-            spec.model, self.profile.block_size, self.driver, self.metrics, rng, time.monotonic
-        )
+            spec.model, self.profile.block_size, self.driver, self.metrics, rng, time.monotonic,
+            loop,
+        )  # fmt: skip
         self._server: HttpServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
