@@ -6,11 +6,14 @@ a value of the wrong type is a `ConfigError` that names where it is (`$.pools[0]
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
+
+from fleetgate.http.client import Origin
 
 
 class ConfigError(ValueError):
@@ -59,8 +62,13 @@ def _check(config: Config) -> Config:
             at = f"{where}.backends[{j}]"
             if (backend.url is None) == (backend.sim is None):
                 raise ConfigError(f"{at}: give exactly one of `url` or `sim`")
-            if backend.weight <= 0:
-                raise ConfigError(f"{at}.weight must be > 0, got {backend.weight}")
+            if not 0 < backend.weight < math.inf:  # also rejects NaN
+                raise ConfigError(f"{at}.weight must be a finite number > 0, got {backend.weight}")
+            if backend.url is not None:
+                try:
+                    Origin.parse(backend.url)
+                except ValueError as exc:
+                    raise ConfigError(f"{at}.url: {exc}") from None
     if not 0 <= config.server.port < 65536:
         raise ConfigError(f"$.server.port must be in 0..65535, got {config.server.port}")
     if config.server.max_body_bytes <= 0:

@@ -88,10 +88,14 @@ def parse_completion(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest
         parsed = _completion.decode(body)
     except msgspec.DecodeError as exc:
         raise _translate(exc, "`model` and `prompt`") from None
-    if parsed.prompt is None:
+    if parsed.prompt is None or parsed.prompt == []:
         raise BadRequest("`prompt` is required: send a string or an array of strings.", "prompt")
     return RoutingRequest(
-        parsed.model, "completions", bool(parsed.stream), parsed.max_tokens, parsed.user
+        parsed.model,
+        "completions",
+        bool(parsed.stream),
+        parsed.max_tokens,
+        _session(headers, parsed.user),
     )
 
 

@@ -57,16 +57,11 @@ class Origin:
             raise ValueError(f"not an http(s) URL: {url!r}")
         port = parts.port or (443 if parts.scheme == "https" else 80)
         host = parts.hostname
-        return cls(
-            parts.scheme,
-            host,
-            port,
-            parts.path.rstrip("/").encode(),
-            f"{host}:{port}".encode(),
-        )
+        netloc = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 in brackets
+        return cls(parts.scheme, host, port, parts.path.rstrip("/").encode(), netloc.encode())
 
     def __str__(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{self.base_path.decode()}"
+        return f"{self.scheme}://{self.host_header.decode()}{self.base_path.decode()}"
 
 
 _READ_HIGH_WATER = 1024 * 1024  # pause the socket when this much body is unread
@@ -183,7 +178,7 @@ class UpstreamResponse:
         self._wake()
 
     def _fail(self, error: UpstreamError) -> None:
-        if not self._done:
+        if not self._done and self._error is None:  # the first cause is the one to report
             self._error = error
             self._wake()
 

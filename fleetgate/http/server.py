@@ -234,6 +234,8 @@ class HttpConnection(asyncio.Protocol):
             self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self._parser.should_upgrade():
+            return  # feed_data raises HttpParserUpgrade next; the client gets a 400
         path, _, query = self._url.partition(b"?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         request = Request(

@@ -9,15 +9,19 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.heap import IndexedHeap, Key
 
+_GOLDEN = 0.6180339887498949
+
 
 class WeightedRoundRobin:
     """Each backend gets picks in proportion to its weight, spread out rather than in bursts.
 
-    Earliest-deadline-first, as Envoy schedules weighted hosts: backend b is due at
-    d_b = (k + 1/2) / w_b for its k-th pick; the pick is the earliest due backend, O(log n).
+    Earliest-deadline-first, as Envoy schedules weighted hosts: backend i is due at
+    d_i = (k + phase_i) / w_i for its k-th pick; the pick is the earliest due backend, O(log n).
+    phase_i = frac((i + 1) * golden ratio) gives backends of equal weight distinct deadlines,
+    so they interleave with the heavy ones instead of arriving together.
     Like nginx's smooth weighted round robin, over any full cycle of sum(w) picks (integer
     weights) each backend gets exactly w_b, and picks of one backend are evenly spaced: weights
-    5, 1, 1 give a a b a a c a rather than a a a a a b c.
+    5, 1, 1 never give the heavy backend more than three picks in a row.
     """
 
     def __init__(self, rng: random.Random) -> None:
@@ -30,7 +34,7 @@ class WeightedRoundRobin:
         return (self._due[state], self._seq[state])
 
     def _rebuild(self, candidates: Sequence[BackendState]) -> None:
-        self._due = {s: 0.5 / s.weight for s in candidates}
+        self._due = {s: ((i + 1) * _GOLDEN % 1.0) / s.weight for i, s in enumerate(candidates)}
         self._seq = {s: i for i, s in enumerate(candidates)}
         self._heap = IndexedHeap(candidates, self._key)
         self._members = candidates

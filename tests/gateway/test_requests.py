@@ -41,11 +41,6 @@ def test_a_completion_body() -> None:
     assert parse_completion(b'{"model": "m", "prompt": "once upon"}', {}).model == "m"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: parse_completion ignores its headers: x-session-id sets the session key for "
-    "chat (requests.py _session) but not for completions",
-)
 def test_a_completion_takes_its_session_from_the_header_like_chat() -> None:
     body = b'{"model": "m", "prompt": "p", "user": "u"}'
     assert parse_completion(body, {b"x-session-id": b"s-1"}).session_key == "s-1"

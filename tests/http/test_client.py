@@ -468,13 +468,6 @@ async def test_cancelling_a_reader_aborts_the_upstream_request(
     await asyncio.wait_for(cancelled.wait(), GUARD_S)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=ReadError,
-    reason="BUG: client.py data_received fails the response with ProtocolError and aborts, "
-    "then connection_lost calls _fail again and UpstreamResponse._fail overwrites the first "
-    "error, so the reader sees ReadError('upstream closed the connection: EOF')",
-)
 async def test_a_broken_chunked_body_is_a_protocol_error(client: HttpClient) -> None:
     hung_up = asyncio.Event()
 
@@ -546,11 +539,6 @@ def test_origin_parse_rejects_what_is_not_an_http_url(url: str) -> None:
         Origin.parse(url)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Origin.parse renders an IPv6 host without brackets: Host header b'::1:8000' "
-    "and str() 'http://::1:8000', where HTTP needs '[::1]:8000'",
-)
 def test_an_ipv6_origin_brackets_its_host() -> None:
     origin = Origin.parse("http://[::1]:8000")
     assert origin.host == "::1"  # what the socket connects to

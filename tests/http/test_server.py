@@ -229,12 +229,6 @@ async def test_malformed_http_gets_a_400_and_the_connection_closed(
     writer.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: server.py on_message_complete starts the handler before httptools raises "
-    "HttpParserUpgrade, so _reject sees a running task and sends no 400; the handler runs and "
-    "its response is dropped as the connection closes",
-)
 @pytest.mark.parametrize(
     "data",
     [

@@ -65,11 +65,6 @@ def test_light_backends_never_come_twice_in_a_row() -> None:
         assert longest_run(sequence, light) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: equal weights share deadlines (every backend starts at phase 0.5/w), so "
-    "weights 5,1,1 repeat `a a a b c a a`: 5 a's in a row across cycles, not `a a b a a c a`",
-)
 def test_the_heavy_backend_runs_at_most_three_in_a_row() -> None:
     # 5 picks of a among 7 slots with b and c spread out: runs of 2 and 3 (`a a b a a c a`,
     # repeated), as the class docstring promises. Bunching b and c together gives a run of 5.
