@@ -29,6 +29,10 @@ class ServerLimits:
     """Limits that keep a bad client from costing the server memory or connections."""
 
     max_body_bytes: int = 4 * 1024 * 1024  # request bodies larger than this get a 413
+    max_header_bytes: int = 64 * 1024  # request line and headers larger than this get a 431
+    max_pipelined: int = 32  # requests queued on one connection before it stops reading
+    keep_alive_timeout_s: float = 75.0  # an idle keep-alive connection is closed after this
+    request_timeout_s: float = 60.0  # from a request's first byte to its last, or 408
     write_high_water: int = 256 * 1024  # pause a streaming handler above this much unsent data
 
 
@@ -54,6 +58,10 @@ class Request:
         self.body = body
         self.keep_alive = keep_alive
         self.body_too_large = body_too_large
+
+
+class _HeadersTooLarge(Exception):
+    """Raised inside the parser's callback to stop reading an oversized head."""
 
 
 class ClientDisconnected(Exception):
@@ -171,7 +179,9 @@ class HttpConnection(asyncio.Protocol):
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._body_size = 0
+        self._header_bytes = 0
         self._too_large = False
+        self._timer: asyncio.TimerHandle | None = None  # idle or request-read deadline
         self._pending: deque[Request] = deque()
         self._task: asyncio.Task[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
@@ -186,17 +196,24 @@ class HttpConnection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)
         self._live.add(self)
         self._transport.set_write_buffer_limits(high=self._limits.write_high_water)
+        self._arm(self._limits.keep_alive_timeout_s, None)
 
     def data_received(self, data: bytes) -> None:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._reject(400, "upgrades (HTTP/2 included) are not supported; use HTTP/1.1")
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, _HeadersTooLarge):
+                self._reject(431, "the request line and headers are too large; send fewer")
+            else:
+                self._reject(400, "the request is not valid HTTP/1.1")
         except httptools.HttpParserError:
             self._reject(400, "the request is not valid HTTP/1.1")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._disarm()
         self._live.discard(self)
         self._pending.clear()
         if self._task is not None and not self._task.done():
@@ -217,13 +234,24 @@ class HttpConnection(asyncio.Protocol):
         self._headers = {}
         self._body = []
         self._body_size = 0
+        self._header_bytes = 0
         self._too_large = False
+        if self._task is None:  # a pipelined request waits its turn without a deadline
+            self._arm(self._limits.request_timeout_s, "the request took too long to arrive")
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        self._count_header_bytes(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers[name.lower()] = value
+        self._count_header_bytes(len(name) + len(value))
+
+    def _count_header_bytes(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > self._limits.max_header_bytes:
+            # Raising stops the parser; data_received turns it into the answer.
+            raise _HeadersTooLarge
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -247,10 +275,13 @@ class HttpConnection(asyncio.Protocol):
             self._parser.should_keep_alive(),
             self._too_large,
         )
+        self._disarm()
         if self._task is None:
             self._start(request)
         else:
             self._pending.append(request)
+            if len(self._pending) >= self._limits.max_pipelined and self._transport is not None:
+                self._transport.pause_reading()  # resumed as the queue drains
 
     # -- internals --------------------------------------------------------------------------
 
@@ -310,7 +341,31 @@ class HttpConnection(asyncio.Protocol):
         if not request.keep_alive:
             self._close()
         elif self._pending:
+            if len(self._pending) == self._limits.max_pipelined and self._transport is not None:
+                self._transport.resume_reading()
             self._start(self._pending.popleft())
+        else:
+            self._arm(self._limits.keep_alive_timeout_s, None)
+
+    def _arm(self, delay_s: float, timeout_message: str | None) -> None:
+        """(Re)start the connection's one deadline: idle (close quietly) or reading (408)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(delay_s, self._expire, timeout_message)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self, message: str | None) -> None:
+        self._timer = None
+        if self._task is not None:
+            return  # never cut a response in progress
+        if message is None:
+            self._close()
+        else:
+            self._reject(408, message)
 
     def _reject(self, status: int, message: str) -> None:
         if self._task is None and self._transport is not None and not self.closed:

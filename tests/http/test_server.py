@@ -364,3 +364,42 @@ async def test_close_lets_idle_connections_go_and_finishes_busy_ones(serve: Serv
         await asyncio.open_connection("127.0.0.1", port)  # no longer listening
     idle_writer.close()
     busy_writer.close()
+
+
+async def test_an_oversized_head_gets_a_431(serve: Serve) -> None:
+    server = await serve(echo, ServerLimits(max_header_bytes=200))
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 300 + b"\r\n\r\n")
+    status, _, body = await read_response(reader)
+    assert status == 431
+    assert "too large" in json.loads(body)["error"]["message"]
+    assert await asyncio.wait_for(reader.read(), GUARD_S) == b""
+
+
+async def test_a_request_that_never_finishes_arriving_gets_a_408(serve: Serve) -> None:
+    server = await serve(echo, ServerLimits(request_timeout_s=0.2))
+    reader, writer = await connect(server)
+    writer.write(b"POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 10\r\n\r\nabc")
+    status, _, body = await read_response(reader)
+    assert status == 408
+    assert json.loads(body)["error"]["type"] == "timeout_error"
+
+
+async def test_an_idle_keep_alive_connection_is_closed(serve: Serve) -> None:
+    server = await serve(echo, ServerLimits(keep_alive_timeout_s=0.2))
+    reader, writer = await connect(server)
+    writer.write(b"GET /a HTTP/1.1\r\nhost: x\r\n\r\n")
+    assert (await read_response(reader))[0] == 200
+    assert await asyncio.wait_for(reader.read(), GUARD_S) == b""  # closed by the server
+
+
+async def test_many_pipelined_requests_beyond_the_queue_cap_are_all_answered(
+    serve: Serve,
+) -> None:
+    server = await serve(echo, ServerLimits(max_pipelined=4))
+    reader, writer = await connect(server)
+    writer.write(b"".join(b"GET /%d HTTP/1.1\r\nhost: x\r\n\r\n" % i for i in range(20)))
+    for i in range(20):
+        status, _, body = await read_response(reader)
+        assert status == 200
+        assert body.startswith(b"GET /%d?" % i)
