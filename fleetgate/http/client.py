@@ -115,13 +115,17 @@ class UpstreamResponse:
                 raise self._error
             if self._done:
                 raise StopAsyncIteration
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiter = waiter
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                self.close()
-                raise
+            await self._wait()
+
+    async def _wait(self) -> None:
+        """Until the connection feeds, finishes or fails this response; cancelling aborts it."""
+        waiter = self._conn.loop.create_future()
+        self._waiter = waiter
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            self.close()
+            raise
 
     async def relay(self, sink: Callable[[bytes], None]) -> None:
         """Hand every body chunk to `sink` as it arrives, from the socket's own callback (no task
@@ -137,13 +141,7 @@ class UpstreamResponse:
         self._sink = sink
         try:
             while not self._done and self._error is None:
-                waiter = self._conn.loop.create_future()
-                self._waiter = waiter
-                try:
-                    await waiter
-                except asyncio.CancelledError:
-                    self.close()
-                    raise
+                await self._wait()
         finally:
             self._sink = None
         if self._error is not None:
