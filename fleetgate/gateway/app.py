@@ -165,7 +165,10 @@ class Gateway:
     async def _metrics(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(
             200,
-            [(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")],
+            [
+                (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
+                (b"x-request-id", request_id),
+            ],
             self._render_metrics(),
         )
 
