@@ -109,7 +109,7 @@ class UpstreamResponse:
                 chunk = self._chunks.popleft()
                 self._buffered -= len(chunk)
                 if self._buffered < _READ_HIGH_WATER:
-                    self._conn.resume_reading()
+                    self.resume_reading()
                 return chunk
             if self._error is not None:
                 raise self._error
@@ -148,10 +148,12 @@ class UpstreamResponse:
             raise self._error
 
     def pause_reading(self) -> None:
-        self._conn.pause_reading()
+        if not self._done and self._error is None:  # once done, the connection is not ours
+            self._conn.pause_reading()
 
     def resume_reading(self) -> None:
-        self._conn.resume_reading()
+        if not self._done and self._error is None:
+            self._conn.resume_reading()
 
     def close(self) -> None:
         """Stop reading; an unfinished response aborts its connection (that cancels upstream)."""
@@ -202,6 +204,7 @@ class _Connection(asyncio.Protocol):
         self._head: asyncio.Future[UpstreamResponse] | None = None
         self._reading_paused = False
         self.closed = False
+        self.received = False  # any byte of the current request's answer has arrived
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
@@ -209,6 +212,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._response is None and self in self._pool:
+            self._pool.remove(self)  # an idle connection the upstream closed
         error = ReadError(f"upstream closed the connection: {exc or 'EOF'}")
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
@@ -217,6 +222,7 @@ class _Connection(asyncio.Protocol):
             self._response = None
 
     def data_received(self, data: bytes) -> None:
+        self.received = True
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -238,8 +244,13 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         response = self._response
+        status = self._parser.get_status_code()
+        if 100 <= status < 200:
+            if response is not None:
+                response.headers.clear()  # 100 Continue, 103 Early Hints: the answer follows
+            return
         if response is not None:
-            response.status = self._parser.get_status_code()
+            response.status = status
             head = self._head
             if head is not None and not head.done():
                 head.set_result(response)
@@ -249,10 +260,15 @@ class _Connection(asyncio.Protocol):
             self._response._feed(body)
 
     def on_message_complete(self) -> None:
+        if 100 <= self._parser.get_status_code() < 200:
+            return  # an interim response: keep waiting for the final one
         response, self._response = self._response, None
         if response is None:
             return
         response._finish()
+        # A reader that fell behind may have paused this socket at the very end; the next
+        # request on it must not inherit that.
+        self.resume_reading()
         if not self._parser.should_keep_alive():
             self.abort()
         elif not self.closed and len(self._pool) < self._max_idle:
@@ -265,6 +281,7 @@ class _Connection(asyncio.Protocol):
     def send(self, data: bytes) -> asyncio.Future[UpstreamResponse]:
         assert self._transport is not None
         self._response = UpstreamResponse(self)
+        self.received = False
         head: asyncio.Future[UpstreamResponse] = self.loop.create_future()
         self._head = head
         self._transport.write(data)
@@ -323,16 +340,16 @@ class HttpClient:
         pool = self._pools.get(origin)
         if pool is None:
             pool = self._pools[origin] = []
-        while pool:
+        if pool:
             conn = pool.pop()
-            if conn.closed:
-                continue
             try:
                 return await self._send(conn, data)
             except ReadError:
-                # The upstream closed this idle connection as we reused it (a restart, an
-                # idle timeout): no response began, so the next connection may carry it.
-                continue
+                # The upstream closed this idle connection just as we reused it (a restart,
+                # its idle timeout). If no byte of an answer came, nothing was processed and
+                # one fresh connection may carry it; otherwise the failure is the request's.
+                if conn.received:
+                    raise
         conn = await self._connect(origin, pool)
         return await self._send(conn, data)
 
@@ -346,9 +363,11 @@ class HttpClient:
 
     async def _connect(self, origin: Origin, pool: list[_Connection]) -> _Connection:
         loop = asyncio.get_running_loop()
-        ctx = self._ssl_context
-        if ctx is None and origin.scheme == "https":
-            ctx = ssl.create_default_context()
+        ctx = None
+        if origin.scheme == "https":
+            if self._ssl_context is None:
+                self._ssl_context = ssl.create_default_context()
+            ctx = self._ssl_context
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(

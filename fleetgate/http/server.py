@@ -30,7 +30,6 @@ class ServerLimits:
 
     max_body_bytes: int = 4 * 1024 * 1024  # request bodies larger than this get a 413
     max_header_bytes: int = 64 * 1024  # request line and headers larger than this get a 431
-    max_pipelined: int = 32  # requests queued on one connection before it stops reading
     keep_alive_timeout_s: float = 75.0  # an idle keep-alive connection is closed after this
     request_timeout_s: float = 60.0  # from a request's first byte to its last, or 408
     write_high_water: int = 256 * 1024  # pause a streaming handler above this much unsent data
@@ -60,8 +59,8 @@ class Request:
         self.body_too_large = body_too_large
 
 
-class _HeadersTooLarge(Exception):
-    """Raised inside the parser's callback to stop reading an oversized head."""
+class _HeadTooLarge(Exception):
+    """Raised in a parser callback to stop at an oversized head."""
 
 
 class ClientDisconnected(Exception):
@@ -75,11 +74,12 @@ class ResponseWriter:
     `drain()` now and then so a slow client pauses it instead of growing the buffer.
     """
 
-    __slots__ = ("_conn", "_head", "_keep_alive", "finished", "started")
+    __slots__ = ("_conn", "_head", "_head_only", "_keep_alive", "finished", "started")
 
-    def __init__(self, conn: HttpConnection, keep_alive: bool) -> None:
+    def __init__(self, conn: HttpConnection, keep_alive: bool, head_only: bool = False) -> None:
         self._conn = conn
         self._keep_alive = keep_alive
+        self._head_only = head_only  # a HEAD request: the same head, never a body
         self._head = b""  # a streamed response's head, sent with its first chunk
         self.started = False
         self.finished = False
@@ -112,7 +112,8 @@ class ResponseWriter:
         self.started = True
         self.finished = True
         framing = b"content-length: %d\r\n" % len(body)
-        self._conn.write(self._render_head(status, headers, framing) + body)
+        head = self._render_head(status, headers, framing)
+        self._conn.writelines((head, b"" if self._head_only else body))
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """Send the status line and headers of a chunked (streamed) response."""
@@ -179,7 +180,9 @@ class HttpConnection(asyncio.Protocol):
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._body_size = 0
-        self._header_bytes = 0
+        self._head_bytes = 0
+        self._in_head = False
+        self._deferred_error: tuple[int, str] | None = None  # sent after queued answers
         self._too_large = False
         self._timer: asyncio.TimerHandle | None = None  # idle or request-read deadline
         self._pending: deque[Request] = deque()
@@ -203,13 +206,27 @@ class HttpConnection(asyncio.Protocol):
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._reject(400, "upgrades (HTTP/2 included) are not supported; use HTTP/1.1")
+            return
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _HeadersTooLarge):
+            if isinstance(exc.__context__, _HeadTooLarge):
                 self._reject(431, "the request line and headers are too large; send fewer")
             else:
                 self._reject(400, "the request is not valid HTTP/1.1")
+            return
         except httptools.HttpParserError:
             self._reject(400, "the request is not valid HTTP/1.1")
+            return
+        if self._in_head:
+            # Still inside a request's head after all of `data`: count it here, because the
+            # parser buffers a long header line without calling back until it ends.
+            self._head_bytes += len(data)
+            if self._head_bytes > self._limits.max_header_bytes:
+                self._reject(431, "the request line and headers are too large; send fewer")
+
+    def eof_received(self) -> bool:
+        # A client's EOF is a disconnect, as nginx treats it: what it asked for is cancelled
+        # (streams stop upstream). Half-closing clients that still wait are not supported.
+        return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -234,24 +251,25 @@ class HttpConnection(asyncio.Protocol):
         self._headers = {}
         self._body = []
         self._body_size = 0
-        self._header_bytes = 0
+        self._head_bytes = 0
+        self._in_head = True
         self._too_large = False
         if self._task is None:  # a pipelined request waits its turn without a deadline
             self._arm(self._limits.request_timeout_s, "the request took too long to arrive")
 
     def on_url(self, url: bytes) -> None:
         self._url += url
-        self._count_header_bytes(len(url))
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers[name.lower()] = value
-        self._count_header_bytes(len(name) + len(value))
 
-    def _count_header_bytes(self, n: int) -> None:
-        self._header_bytes += n
-        if self._header_bytes > self._limits.max_header_bytes:
-            # Raising stops the parser; data_received turns it into the answer.
-            raise _HeadersTooLarge
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        size = len(self._url) + sum(len(k) + len(v) + 4 for k, v in self._headers.items())
+        if size > self._limits.max_header_bytes:
+            raise _HeadTooLarge  # the parser stops; data_received answers 431
+        if self._headers.get(b"expect") == b"100-continue" and self._task is None:
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits a second without it
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
@@ -279,15 +297,21 @@ class HttpConnection(asyncio.Protocol):
         if self._task is None:
             self._start(request)
         else:
+            # Pipelined: hold this one and read no further until its turn, so one connection
+            # never buffers more than a read's worth of requests.
             self._pending.append(request)
-            if len(self._pending) >= self._limits.max_pipelined and self._transport is not None:
-                self._transport.pause_reading()  # resumed as the queue drains
+            if self._transport is not None:
+                self._transport.pause_reading()
 
     # -- internals --------------------------------------------------------------------------
 
     def write(self, data: bytes) -> None:
         if not self.closed and self._transport is not None:
             self._transport.write(data)
+
+    def writelines(self, parts: tuple[bytes, bytes]) -> None:
+        if not self.closed and self._transport is not None:
+            self._transport.writelines(parts)
 
     async def drain(self) -> None:
         if self.closed:
@@ -322,7 +346,7 @@ class HttpConnection(asyncio.Protocol):
         self._task = self._loop.create_task(self._run(request))
 
     async def _run(self, request: Request) -> None:
-        writer = ResponseWriter(self, request.keep_alive)
+        writer = ResponseWriter(self, request.keep_alive, request.method == b"HEAD")
         try:
             await self._handler(request, writer)
         except (asyncio.CancelledError, ClientDisconnected):
@@ -331,7 +355,8 @@ class HttpConnection(asyncio.Protocol):
         except Exception:
             log.exception("handler failed for %s %s", request.method, request.path)
             if not writer.started:
-                self._on_error(writer, 500, "the gateway failed to handle this request")
+                closing = ResponseWriter(self, keep_alive=False)
+                self._on_error(closing, 500, "the gateway failed to handle this request")
             self._close()
             return
         if not writer.finished:  # a handler that returns mid-stream leaves it unusable
@@ -341,9 +366,11 @@ class HttpConnection(asyncio.Protocol):
         if not request.keep_alive:
             self._close()
         elif self._pending:
-            if len(self._pending) == self._limits.max_pipelined and self._transport is not None:
-                self._transport.resume_reading()
             self._start(self._pending.popleft())
+            if not self._pending and self._transport is not None and not self.closed:
+                self._transport.resume_reading()
+        elif self._deferred_error is not None:
+            self._reject(*self._deferred_error)
         else:
             self._arm(self._limits.keep_alive_timeout_s, None)
 
@@ -362,13 +389,21 @@ class HttpConnection(asyncio.Protocol):
         self._timer = None
         if self._task is not None:
             return  # never cut a response in progress
-        if message is None:
-            self._close()
-        else:
+        if message is not None:
             self._reject(408, message)
+        elif self._transport is not None and self._transport.get_write_buffer_size():
+            self.abort()  # idle, yet the client never read what it was sent: let it go now
+        else:
+            self._close()
 
     def _reject(self, status: int, message: str) -> None:
-        if self._task is None and self._transport is not None and not self.closed:
+        if self._task is not None:
+            # Answer the requests that came before the bad bytes first, then this.
+            self._deferred_error = (status, message)
+            if self._transport is not None:
+                self._transport.pause_reading()
+            return
+        if self._transport is not None and not self.closed:
             self._on_error(ResponseWriter(self, keep_alive=False), status, message)
         self._close()
 

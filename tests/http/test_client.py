@@ -544,3 +544,48 @@ def test_an_ipv6_origin_brackets_its_host() -> None:
     assert origin.host == "::1"  # what the socket connects to
     assert origin.host_header == b"[::1]:8000"
     assert str(origin) == "http://[::1]:8000"
+
+
+async def test_a_connection_paused_at_the_end_of_a_stream_is_reused_unpaused(
+    client: HttpClient, upstream: StartUpstream
+) -> None:
+    """A reader that fell behind pauses the socket; the next request must not inherit that."""
+
+    async def answer(request: Request, writer: ResponseWriter) -> None:
+        writer.start(200, [])
+        writer.write(b"x" * 10)
+        writer.end(b"last")
+
+    up = await upstream(answer)
+    first = await client.request(up.origin, b"GET", b"/", [])
+    paused = asyncio.Event()
+
+    def slow_sink(chunk: bytes) -> None:
+        first.pause_reading()  # as the proxy does when its client is slow
+        paused.set()
+
+    await asyncio.wait_for(first.relay(slow_sink), GUARD_S)
+    assert paused.is_set()
+    second = await asyncio.wait_for(client.request(up.origin, b"GET", b"/", []), GUARD_S)
+    assert await asyncio.wait_for(second.read(), GUARD_S) == b"x" * 10 + b"last"
+    first.resume_reading()  # late callbacks of the old reader must not touch the reused socket
+    assert up.connection_count == 1
+
+
+async def test_an_interim_1xx_answer_is_skipped(client: HttpClient) -> None:
+    async def raw(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(
+            b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n"
+            b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nx-final: 1\r\n\r\nok"
+        )
+        await writer.drain()
+
+    server = await asyncio.start_server(raw, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        response = await client.request(Origin.parse(f"http://127.0.0.1:{port}"), b"GET", b"/", [])
+        assert response.status == 200
+        assert response.header(b"x-final") == b"1"
+        assert response.header(b"link") is None
+        assert await asyncio.wait_for(response.read(), GUARD_S) == b"ok"

@@ -393,13 +393,62 @@ async def test_an_idle_keep_alive_connection_is_closed(serve: Serve) -> None:
     assert await asyncio.wait_for(reader.read(), GUARD_S) == b""  # closed by the server
 
 
-async def test_many_pipelined_requests_beyond_the_queue_cap_are_all_answered(
+async def test_many_pipelined_requests_are_all_answered_in_order(
     serve: Serve,
 ) -> None:
-    server = await serve(echo, ServerLimits(max_pipelined=4))
+    server = await serve(echo)
     reader, writer = await connect(server)
     writer.write(b"".join(b"GET /%d HTTP/1.1\r\nhost: x\r\n\r\n" % i for i in range(20)))
     for i in range(20):
         status, _, body = await read_response(reader)
         assert status == 200
         assert body.startswith(b"GET /%d?" % i)
+
+
+async def test_a_head_line_that_never_ends_gets_a_431(serve: Serve) -> None:
+    server = await serve(echo, ServerLimits(max_header_bytes=1000))
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.1\r\nx-endless: ")
+    for _ in range(10):
+        writer.write(b"a" * 200)
+    status, _, _ = await read_response(reader)
+    assert status == 431
+
+
+async def test_garbage_pipelined_behind_a_good_request_is_answered_after_it(
+    serve: Serve,
+) -> None:
+    server = await serve(echo)
+    reader, writer = await connect(server)
+    writer.write(b"GET /good HTTP/1.1\r\nhost: x\r\n\r\nNOT HTTP AT ALL\r\n\r\n")
+    status, _, body = await read_response(reader)
+    assert status == 200
+    assert body.startswith(b"GET /good?")
+    status, _, _ = await read_response(reader)
+    assert status == 400
+    assert await asyncio.wait_for(reader.read(), GUARD_S) == b""
+
+
+async def test_head_gets_the_head_without_the_body(serve: Serve) -> None:
+    server = await serve(echo)
+    reader, writer = await connect(server)
+    writer.write(b"HEAD /x HTTP/1.1\r\nhost: x\r\n\r\nGET /y HTTP/1.1\r\nhost: x\r\n\r\n")
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD_S)
+    assert head.startswith(b"HTTP/1.1 200")
+    status, _, body = await read_response(reader)  # the next answer follows at once
+    assert status == 200
+    assert body.startswith(b"GET /y?")
+
+
+async def test_expect_100_continue_is_answered(serve: Serve) -> None:
+    server = await serve(echo)
+    reader, writer = await connect(server)
+    writer.write(
+        b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nexpect: 100-continue\r\n\r\n"
+    )
+    interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD_S)
+    assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(b"hi")
+    status, _, body = await read_response(reader)
+    assert status == 200
+    assert body.endswith(b" hi")
