@@ -148,7 +148,7 @@ async def start_gateway(
         pools = build_pools(resolved, registry or default_registry(), rng)
         metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
         proxy = Proxy(client, metrics, clock)
-        gateway = Gateway(pools, proxy, metrics.render, clock, RequestIds(), int(time.time()))
+        gateway = Gateway(pools, proxy, metrics, clock, RequestIds(), int(time.time()))
         limits = ServerLimits(max_body_bytes=config.server.max_body_bytes)
         server = await start_server(
             gateway.handle, send_error, config.server.host, config.server.port, limits

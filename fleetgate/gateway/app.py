@@ -18,6 +18,7 @@ from fleetgate.gateway.requests import (
     parse_embedding,
 )
 from fleetgate.http.server import Request, ResponseWriter
+from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
 from fleetgate.routing.base import RoutingRequest
 
 _JSON = b"application/json"
@@ -43,14 +44,14 @@ class Gateway:
         self,
         pools: Mapping[str, Pool],
         proxy: Proxy,
-        render_metrics: Callable[[], bytes],
+        metrics: GatewayMetrics,
         clock: Callable[[], float],
         ids: RequestIds,
         created: int,
     ) -> None:
         self._pools = dict(pools)
         self._proxy = proxy
-        self._render_metrics = render_metrics
+        self._metrics = metrics
         self._clock = clock
         self._ids = ids
         self._known = ", ".join(sorted(self._pools))
@@ -72,7 +73,7 @@ class Gateway:
             b"/v1/models": self._models,
             b"/healthz": self._healthz,
             b"/readyz": self._readyz,
-            b"/metrics": self._metrics,
+            b"/metrics": self._scrape,
         }
         self._routes: dict[bytes, dict[bytes, _Handler]] = {}
         for method, table in ((b"POST", post), (b"GET", get)):
@@ -116,25 +117,23 @@ class Gateway:
     def _inference(self, parse: _Parser) -> _Handler:
         async def handle(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
             started = self._clock()
-            if request.body_too_large:
-                self._error(
-                    writer, request_id, 413,
-                    "The request body is larger than this gateway accepts; send a smaller one.",
-                    code="request_too_large",
-                )  # fmt: skip
-                return
             try:
+                if request.body_too_large:
+                    raise BadRequest(
+                        "The request body is larger than this gateway accepts; send a smaller "
+                        "one.", status=413, code="request_too_large",
+                    )  # fmt: skip
                 routing = parse(request.body, request.headers)
+                pool = self._pools.get(routing.model)
+                if pool is None:
+                    raise BadRequest(
+                        f"The model {routing.model!r} does not exist here; known models: "
+                        f"{self._known}.", "model", 404, "model_not_found",
+                    )  # fmt: skip
             except BadRequest as exc:
-                self._error(writer, request_id, exc.status, exc.message, exc.param)
-                return
-            pool = self._pools.get(routing.model)
-            if pool is None:
-                self._error(
-                    writer, request_id, 404,
-                    f"The model {routing.model!r} does not exist here; known models: "
-                    f"{self._known}.", param="model", code="model_not_found",
-                )  # fmt: skip
+                self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code)
+                # Counted without the model name: a client may send any string there.
+                self._metrics.request_done("", NO_BACKEND, exc.status, self._clock() - started)
                 return
             await self._proxy.forward(
                 pool, routing, request.path, request.headers, request.body, request_id,
@@ -162,14 +161,14 @@ class Gateway:
         else:
             writer.send(200, headers, b'{"status":"ready"}')
 
-    async def _metrics(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+    async def _scrape(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(
             200,
             [
                 (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
                 (b"x-request-id", request_id),
             ],
-            self._render_metrics(),
+            self._metrics.render(),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from fleetgate.fleet.pool import Pool
@@ -14,7 +15,7 @@ from fleetgate.http.client import (
     UpstreamResponse,
 )
 from fleetgate.http.server import ResponseWriter
-from fleetgate.observe.metrics import GatewayMetrics
+from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
 from fleetgate.routing.base import RoutingRequest
 
 _JSON = b"application/json"
@@ -62,6 +63,7 @@ class Proxy:
                     503, f"No healthy backend serves {routing.model!r} right now; retry shortly."
                 ),
             )
+            self._metrics.request_done(routing.model, NO_BACKEND, 503, self._clock() - started)
             return
         backend = state.backend
         upstream_headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
@@ -70,32 +72,24 @@ class Proxy:
             if value is not None:
                 upstream_headers.append((name, value))
         pool.begin(state)
-        status = 499  # nginx's "client closed request": stays if the client leaves first
+        status = 502
         try:
-            try:
-                response = await self._client.request(
-                    backend.origin, b"POST", path, upstream_headers, body
-                )
-            except UpstreamError as exc:
-                self._metrics.upstream_error(routing.model, backend.id, _error_kind(exc))
-                status = 502
-                writer.send(
-                    502,
-                    [(b"content-type", _JSON), (b"x-request-id", request_id)],
-                    error_body(502, f"Backend {backend.id} failed: {exc}", code="upstream_error"),
-                )
-                return
+            response = await self._client.request(
+                backend.origin, b"POST", path, upstream_headers, body
+            )
             status = response.status
             if routing.stream and status == 200:
                 await self._relay_stream(routing, response, writer, request_id, started)
             else:
                 data = await response.read()
-                content_type = response.header(b"content-type") or _JSON
-                writer.send(
-                    status,
-                    [(b"content-type", content_type), (b"x-request-id", request_id)],
-                    data,
-                )
+                reply = [
+                    (b"content-type", response.header(b"content-type") or _JSON),
+                    (b"x-request-id", request_id),
+                ]
+                retry_after = response.header(b"retry-after")  # an engine's backpressure
+                if retry_after is not None:
+                    reply.append((b"retry-after", retry_after))
+                writer.send(status, reply, data)
         except UpstreamError as exc:
             self._metrics.upstream_error(routing.model, backend.id, _error_kind(exc))
             status = 502
@@ -105,6 +99,9 @@ class Proxy:
                     [(b"content-type", _JSON), (b"x-request-id", request_id)],
                     error_body(502, f"Backend {backend.id} failed: {exc}", code="upstream_error"),
                 )
+        except asyncio.CancelledError:
+            status = 499  # nginx's "client closed request"
+            raise
         finally:
             pool.end(state)
             self._metrics.request_done(routing.model, backend.id, status, self._clock() - started)

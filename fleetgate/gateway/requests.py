@@ -14,11 +14,14 @@ from fleetgate.routing.base import RoutingRequest
 class BadRequest(Exception):
     """The client sent something the gateway cannot route; becomes a 4xx."""
 
-    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+    def __init__(
+        self, message: str, param: str | None = None, status: int = 400, code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status
+        self.code = code
 
 
 class _Common(msgspec.Struct, kw_only=True):

@@ -122,6 +122,7 @@ def test_client_disconnect_mid_stream_cancels_the_upstream(fleet: tuple[str, str
     while metric(url, "fleetgate_backend_in_flight_requests") != 0:
         assert time.monotonic() < deadline, "the gateway still counts the request in flight"
         time.sleep(0.05)
+    assert metric(url, "fleetgate_requests_total", status="499") == 1  # not counted as a 200
 
 
 def test_still_serving_after_all_that(fleet: tuple[str, str], tmp_path: Path) -> None:
@@ -130,3 +131,6 @@ def test_still_serving_after_all_that(fleet: tuple[str, str], tmp_path: Path) ->
     assert status == 200 and body["choices"]
     assert get(fleet[0] + "/healthz")[0] == 200
     assert metric(fleet[0], "fleetgate_backend_in_flight_requests") == 0
+    # The gateway's own answers are counted too, without the client's model string.
+    assert metric(fleet[0], "fleetgate_requests_total", backend="none", status="400") >= 10
+    assert metric(fleet[0], "fleetgate_requests_total", backend="none", status="404") >= 1
