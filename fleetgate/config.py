@@ -14,6 +14,7 @@ import msgspec
 import yaml
 
 from fleetgate.http.client import Origin
+from fleetgate.workers.sim.profiles import PROFILES
 
 
 class ConfigError(ValueError):
@@ -47,7 +48,8 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
     seed: int | None = None  # seeds routing's random choices; None draws one at start
 
 
-def _check(config: Config) -> Config:
+def check_config(config: Config) -> Config:
+    """Rules across fields that types alone cannot state; raises ConfigError."""
     if not config.pools:
         raise ConfigError("`pools` is empty: configure at least one pool with backends")
     seen: set[str] = set()
@@ -69,10 +71,15 @@ def _check(config: Config) -> Config:
                     Origin.parse(backend.url)
                 except ValueError as exc:
                     raise ConfigError(f"{at}.url: {exc}") from None
+            if backend.sim is not None and backend.sim not in PROFILES:
+                known = ", ".join(sorted(PROFILES))
+                raise ConfigError(f"{at}.sim: no profile {backend.sim!r}; known: {known}")
     if not 0 <= config.server.port < 65536:
         raise ConfigError(f"$.server.port must be in 0..65535, got {config.server.port}")
     if config.server.max_body_bytes <= 0:
         raise ConfigError("$.server.max_body_bytes must be > 0")
+    if not 0 < config.server.connect_timeout_s < math.inf:
+        raise ConfigError("$.server.connect_timeout_s must be a finite number of seconds > 0")
     return config
 
 
@@ -81,7 +88,7 @@ def parse_config(data: Any) -> Config:
     if data is None:
         data = {}
     try:
-        return _check(msgspec.convert(data, Config))
+        return check_config(msgspec.convert(data, Config))
     except msgspec.ValidationError as exc:
         raise ConfigError(str(exc).replace("Object contains", "Unknown key:")) from None
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import msgspec
 
-from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig
-from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig, check_config
+from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.pool import Pool
 from fleetgate.gateway.app import Gateway, RequestIds, send_error
 from fleetgate.gateway.proxy import Proxy
-from fleetgate.http.client import HttpClient, Origin, UpstreamError
+from fleetgate.http.client import HttpClient, UpstreamError
 from fleetgate.http.server import HttpServer, ServerLimits, start_server
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.routing.registry import PluginContext, PluginRegistry, default_registry
@@ -43,7 +43,7 @@ class _ModelList(msgspec.Struct):
 
 async def discover_models(client: HttpClient, url: str) -> list[str]:
     """The models an OpenAI-compatible server lists at GET /v1/models."""
-    origin = Origin.parse(url)
+    origin = backend_origin(url)
     try:
         response = await client.request(origin, b"GET", b"/v1/models", [])
         body = await response.read()
@@ -73,7 +73,7 @@ async def config_from_backends(
 
 
 def _backend_id(url: str) -> str:
-    origin = Origin.parse(url)
+    origin = backend_origin(url)
     return f"{origin.host}:{origin.port}{origin.base_path.decode()}"
 
 
@@ -123,6 +123,7 @@ async def start_gateway(
     registry: PluginRegistry | None = None,
 ) -> RunningGateway:
     """Start embedded sims (if any), build pools and metrics, and listen."""
+    check_config(config)
     rng = random.Random(config.seed)
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
     sims: SimFleetProcess | None = None

@@ -9,6 +9,15 @@ from types import MappingProxyType
 from fleetgate.http.client import Origin
 
 
+def backend_origin(url: str) -> Origin:
+    """Where a backend's OpenAI paths live. A trailing /v1, as in an OpenAI client's base_url,
+    is accepted and dropped, since the gateway forwards the /v1/... path it was asked."""
+    origin = Origin.parse(url)
+    if origin.base_path.endswith(b"/v1"):
+        return Origin.parse(url.rstrip("/")[:-3])
+    return origin
+
+
 @dataclass(frozen=True, slots=True)
 class Backend:
     """Who a backend is: fixed for its lifetime."""
@@ -23,7 +32,7 @@ class Backend:
     origin: Origin = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "origin", Origin.parse(self.url))
+        object.__setattr__(self, "origin", backend_origin(self.url))
 
 
 class BackendState:

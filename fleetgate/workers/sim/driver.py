@@ -41,8 +41,9 @@ class WallClockDriver:
         self._wake = asyncio.Event()
 
     def submit(self, request: EngineRequest, sink: TokenSink) -> None:
-        self._sinks[request.request_id] = sink
+        """Queue `request`; raises ValueError (from the engine) if it can never run."""
         self.engine.add_request(request)
+        self._sinks[request.request_id] = sink
         self._wake.set()
 
     def abort(self, request_id: str) -> None:
@@ -62,9 +63,8 @@ class WallClockDriver:
                 t = now
             result = engine.step(t)
             t += result.duration_s * self._slowdown()
-            delay = t - clock()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # Always yield, even when behind: the same loop serves this worker's HTTP.
+            await asyncio.sleep(max(0.0, t - clock()))
             for request_id in result.emitted:
                 sink = sinks.get(request_id)
                 if sink is not None:

@@ -46,8 +46,9 @@ class FaultState:
 
     @property
     def crashed(self) -> bool:
+        """True once more than `crash_after` requests came: the first N are served."""
         limit = self.faults.crash_after
-        return limit > 0 and self.requests >= limit
+        return limit > 0 and self.requests > limit
 
 
 def add_fault_arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,8 +32,9 @@ async def serve_specs(
     *,
     announce: bool = False,
     ready: multiprocessing.connection.Connection | None = None,
+    stop_signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
 ) -> int:
-    """Serve every spec in this process until SIGINT/SIGTERM."""
+    """Serve every spec in this process until one of `stop_signals`."""
     from fleetgate.workers.sim.worker import SimWorker
 
     loop = asyncio.get_running_loop()
@@ -55,7 +56,7 @@ async def serve_specs(
         for spec, port in zip(specs, ports, strict=True):
             print(f"sim worker {spec.model} ({spec.profile}) on http://{host}:{port}", flush=True)
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in stop_signals:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     for worker, server in zip(workers, servers, strict=True):
@@ -69,7 +70,7 @@ def _child(specs: list[SimSpec], host: str, ready: multiprocessing.connection.Co
 
     # Ctrl-C in the terminal reaches the whole process group; the parent decides when we stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    uvloop.run(serve_specs(specs, host, ready=ready))
+    uvloop.run(serve_specs(specs, host, ready=ready, stop_signals=(signal.SIGTERM,)))
 
 
 class SimFleetProcess:

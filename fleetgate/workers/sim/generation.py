@@ -94,8 +94,12 @@ class _Sink:
     def token(self) -> None:
         i = self.count
         self.count = i + 1
-        if self.fmt is not None:
-            self.writer.write(self.fmt.token(filler_token(i, self.job.seed)))
+        fmt = self.fmt
+        if fmt is not None:
+            chunk = fmt.token(filler_token(i, self.job.seed))
+            if i == 0 and fmt.chat:  # vLLM sends the role with the first token, not before
+                chunk = fmt.role() + chunk
+            self.writer.write(chunk)
             if self.close_after and self.count >= self.close_after:
                 self.writer.abort()  # the fault: the stream dies without [DONE]
 
@@ -187,12 +191,13 @@ class Generator:
             StreamFormat(job.chat, job.request_id, job.created, self._model) if job.stream else None
         )
         sink = _Sink(job, writer, fmt, close_after, self._loop.create_future())
+        request = EngineRequest(job.request_id, job.prompt, job.output_tokens, self._clock())
+        try:
+            self._driver.submit(request, sink)
+        except ValueError as exc:  # e.g. a prompt larger than the whole KV cache
+            raise GenerationError(400, str(exc), "messages" if job.chat else "prompt") from None
         if fmt is not None:
             writer.start(200, _SSE)
-            if job.chat:
-                writer.write(fmt.role())
-        request = EngineRequest(job.request_id, job.prompt, job.output_tokens, self._clock())
-        self._driver.submit(request, sink)
         try:
             info = await sink.done
         finally:

@@ -88,31 +88,34 @@ class SimWorker:
             return
         await route(request, writer)
 
-    async def _generate(self, request: Request, writer: ResponseWriter) -> None:
+    def _injected(self, writer: ResponseWriter) -> bool:
+        """Apply the crash and error faults to one request; True if it has been dealt with."""
         faults = self.faults
         inject = faults.admit()
         if faults.crashed and self._server is not None:
             self._server.abort()  # stop listening, cut every connection: a crash
-            return
+            return True
         if inject:
             status = faults.faults.error_status
             headers = [*_JSON, (b"retry-after", b"1")] if status in (429, 503) else _JSON
             writer.send(status, headers, error_body(status, "injected fault"))
+        return inject
+
+    async def _generate(self, request: Request, writer: ResponseWriter) -> None:
+        if self._injected(writer):
             return
         chat = request.path == b"/v1/chat/completions"
+        faults = self.faults.faults
         try:
             job = self.generator.prepare(request.body, chat, f"{next(self._ids):x}")
+            if faults.added_latency_s > 0:
+                await asyncio.sleep(faults.added_latency_s)
+            await self.generator.run(job, writer, faults.close_after_tokens)
         except GenerationError as exc:
             writer.send(exc.status, _JSON, error_body(exc.status, exc.message, exc.param))
-            return
-        if faults.faults.added_latency_s > 0:
-            await asyncio.sleep(faults.faults.added_latency_s)
-        await self.generator.run(job, writer, faults.faults.close_after_tokens)
 
     async def _embeddings(self, request: Request, writer: ResponseWriter) -> None:
-        if self.faults.admit():
-            status = self.faults.faults.error_status
-            writer.send(status, _JSON, error_body(status, "injected fault"))
+        if self._injected(writer):
             return
         try:
             body = self.generator.embed(request.body)

@@ -1,0 +1,160 @@
+"""The sim worker over real HTTP on localhost: OpenAI answers, peer endpoints, fault injection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+
+from fleetgate.http.client import ConnectError, HttpClient, Origin, ReadError, UpstreamError
+from fleetgate.http.sse import SseDecoder
+from fleetgate.workers.sim.fleet_process import SimSpec
+from fleetgate.workers.sim.worker import SimWorker
+
+GUARD_S = 10.0
+JSON = [(b"content-type", b"application/json")]
+
+
+class Worker:
+    def __init__(self, client: HttpClient, origin: Origin) -> None:
+        self.client = client
+        self.origin = origin
+
+    async def call(self, method: bytes, path: bytes, body: object = None) -> tuple[int, bytes]:
+        data = b"" if body is None else json.dumps(body).encode()
+        response = await self.client.request(self.origin, method, path, JSON, data)
+        return response.status, await asyncio.wait_for(response.read(), GUARD_S)
+
+    async def stream(self, body: dict[str, object]) -> list[dict[str, object]]:
+        response = await self.client.request(
+            self.origin, b"POST", b"/v1/chat/completions", JSON, json.dumps(body).encode()
+        )
+        decoder, events = SseDecoder(), []
+        async for chunk in response.chunks():
+            for data in decoder.feed(chunk):
+                if data != b"[DONE]":
+                    events.append(json.loads(data))
+        return events
+
+
+@pytest.fixture
+async def worker() -> AsyncIterator[Worker]:
+    loop = asyncio.get_running_loop()
+    sim = SimWorker(SimSpec(model="m", profile="h100-llama3-8b"), random.Random(7), loop)
+    server = await sim.start("127.0.0.1", 0)
+    client = HttpClient()
+    yield Worker(client, Origin.parse(f"http://127.0.0.1:{server.port}"))
+    await client.close()
+    server.abort()
+    await sim.stop()
+
+
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 6}
+
+
+async def test_chat_answers_exactly_max_tokens_with_usage(worker: Worker) -> None:
+    status, body = await worker.call(b"POST", b"/v1/chat/completions", CHAT)
+    reply = json.loads(body)
+    assert status == 200
+    assert reply["usage"]["completion_tokens"] == 6
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert len(reply["choices"][0]["message"]["content"].split()) == 6
+
+
+async def test_a_stream_carries_the_role_with_the_first_token_then_usage(worker: Worker) -> None:
+    events = await worker.stream(
+        {**CHAT, "stream": True, "stream_options": {"include_usage": True}}
+    )
+    first = events[0]["choices"][0]["delta"]  # type: ignore[index]
+    assert first == {"role": "assistant", "content": ""}
+    contents = [e["choices"][0]["delta"].get("content") for e in events[1:-2]]  # type: ignore[index]
+    assert len(contents) == 6
+    assert all(contents)
+    assert events[-2]["choices"][0]["finish_reason"] == "length"  # type: ignore[index]
+    assert events[-1]["usage"]["completion_tokens"] == 6  # type: ignore[index]
+
+
+async def test_token_id_prompts_and_the_same_prompt_hits_the_prefix_cache(worker: Worker) -> None:
+    body = {"model": "m", "prompt": list(range(200)), "max_tokens": 1}
+    _, first = await worker.call(b"POST", b"/v1/completions", body)
+    _, second = await worker.call(b"POST", b"/v1/completions", body)
+    assert json.loads(first)["usage"]["prompt_tokens"] == 200
+    assert json.loads(second)["usage"]["prompt_tokens_details"]["cached_tokens"] >= 192
+
+
+async def test_bad_requests_get_openai_errors(worker: Worker) -> None:
+    status, body = await worker.call(b"POST", b"/v1/chat/completions", {**CHAT, "model": "x"})
+    assert status == 404
+    assert json.loads(body)["error"]["param"] == "model"
+    too_long = {**CHAT, "max_tokens": 200_000}
+    status, body = await worker.call(b"POST", b"/v1/chat/completions", too_long)
+    assert status == 400
+    assert "maximum context length" in json.loads(body)["error"]["message"]
+
+
+async def test_peer_endpoints(worker: Worker) -> None:
+    await worker.call(b"POST", b"/v1/chat/completions", CHAT)
+    status, metrics = await worker.call(b"GET", b"/metrics")
+    assert status == 200
+    for name in (b"vllm:num_requests_running", b"vllm:kv_cache_usage_perc",
+                 b"vllm:prefix_cache_hits_total", b"vllm:time_to_first_token_seconds_bucket",
+                 b"vllm:cache_config_info"):  # fmt: skip
+        assert name in metrics
+    status, load = await worker.call(b"GET", b"/get_load")
+    assert json.loads(load)[0]["num_reqs"] == 0
+    status, _ = await worker.call(b"POST", b"/flush_cache")
+    assert status == 200
+    assert (await worker.call(b"GET", b"/health"))[0] == 200
+
+
+async def set_faults(worker: Worker, **faults: object) -> None:
+    status, body = await worker.call(b"POST", b"/admin/faults", faults)
+    assert status == 200, body
+
+
+async def test_injected_errors_carry_retry_after_for_backpressure(worker: Worker) -> None:
+    await set_faults(worker, error_rate=1.0, error_status=503)
+    response = await worker.client.request(
+        worker.origin, b"POST", b"/v1/chat/completions", JSON, json.dumps(CHAT).encode()
+    )
+    await response.read()
+    assert response.status == 503
+    assert response.header(b"retry-after") == b"1"
+    await set_faults(worker, error_rate=0.0)
+    assert (await worker.call(b"POST", b"/v1/chat/completions", CHAT))[0] == 200
+
+
+async def test_crash_after_n_serves_n_then_stops_listening(worker: Worker) -> None:
+    await set_faults(worker, crash_after=2)
+    for _ in range(2):
+        assert (await worker.call(b"POST", b"/v1/chat/completions", CHAT))[0] == 200
+    with pytest.raises(UpstreamError):
+        await worker.call(b"POST", b"/v1/chat/completions", CHAT)
+    with pytest.raises(ConnectError):
+        await HttpClient().request(worker.origin, b"GET", b"/health", [])
+
+
+async def test_close_after_tokens_cuts_the_stream(worker: Worker) -> None:
+    await set_faults(worker, close_after_tokens=3)
+    with pytest.raises(ReadError):
+        await worker.stream({**CHAT, "max_tokens": 50, "stream": True})
+
+
+async def test_hang_accepts_and_never_answers(worker: Worker) -> None:
+    await set_faults(worker, hang=True)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(worker.call(b"POST", b"/v1/chat/completions", CHAT), 0.3)
+    await set_faults(worker, hang=False)  # the admin endpoint still answers while hanging
+    assert (await worker.call(b"GET", b"/health"))[0] == 200
+
+
+async def test_bad_faults_are_refused(worker: Worker) -> None:
+    status, body = await worker.call(b"POST", b"/admin/faults", {"error_rate": 2})
+    assert status == 400
+    assert b"error_rate" in body
+    status, body = await worker.call(b"POST", b"/admin/faults", {"nonsense": 1})
+    assert status == 400
+    assert b"nonsense" in body
