@@ -14,7 +14,7 @@ import asyncio
 
 import uvloop
 
-from fleetgate.gateway.app import send_error
+from fleetgate.gateway.errors import send_error
 from fleetgate.http.server import Handler, Request, ResponseWriter, start_server
 
 BODY = (

@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from proc_stats import cpu_seconds
+
 HERE = Path(__file__).resolve().parent
 PY = sys.executable
 CHAT = '{"model":"fast","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
@@ -66,7 +68,7 @@ def _wait_http(url: str, timeout_s: float = 20.0) -> None:
 
 @contextmanager
 def _process(cmd: list[str], health: str) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_http(health)
         yield proc
@@ -107,11 +109,6 @@ def _p50_us(out: str) -> float:
     return float(match.group(1)) * scale
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _repin(pid: int, core: int) -> None:
     if _pin(core):
         subprocess.run(
@@ -145,10 +142,10 @@ def measure(url: str, seconds: float, pid: int | None, upstream_pid: int) -> dic
     _repin(upstream_pid, 0)
     p50 = _p50_us(_wrk(path, CHAT, 1, seconds, latency=True))
     _repin(upstream_pid, 1)
-    cpu0 = _cpu_seconds(pid) if pid else 0.0
+    cpu0 = cpu_seconds(pid) if pid else 0.0
     t0 = time.monotonic()
     streams = _rps(_wrk(path, STREAM, 256, seconds))
-    cpu = (_cpu_seconds(pid) - cpu0) / (time.monotonic() - t0) if pid else float("nan")
+    cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0) if pid else float("nan")
     return {"rps": rps, "p50_us": p50, "streams": streams, "cpu": cpu}
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import sys
@@ -23,12 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from proc_stats import cpu_seconds
+
 PY = sys.executable
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:
@@ -43,7 +39,7 @@ def main() -> int:
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert worker.stdout is not None
-    urls = []
+    urls: list[str] = []
     while len(urls) < args.replicas:
         match = re.search(r"on (http://\S+)", worker.stdout.readline())
         if match:
@@ -53,7 +49,7 @@ def main() -> int:
     try:
         for rate in (float(r) for r in args.rates.split(",")):
             with tempfile.TemporaryDirectory() as out:
-                cpu0, t0 = _cpu_seconds(worker.pid), time.monotonic()
+                cpu0, t0 = cpu_seconds(worker.pid), time.monotonic()
                 benches = [
                     subprocess.Popen(
                         [
@@ -91,7 +87,7 @@ def main() -> int:
                 ]
                 for bench in benches:
                     bench.wait()
-                cpu = (_cpu_seconds(worker.pid) - cpu0) / (time.monotonic() - t0)
+                cpu = (cpu_seconds(worker.pid) - cpu0) / (time.monotonic() - t0)
                 summaries = [
                     json.loads((Path(out) / str(i) / "summary.json").read_text())["summary"]
                     for i in range(len(urls))

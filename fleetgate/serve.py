@@ -18,10 +18,12 @@ import msgspec
 
 from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig, check_config
 from fleetgate.fleet.backend import Backend, BackendState, backend_origin
+from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.pool import Pool
-from fleetgate.gateway.app import Gateway, RequestIds, send_error
+from fleetgate.gateway.app import Gateway, RequestIds
+from fleetgate.gateway.errors import send_error
 from fleetgate.gateway.proxy import Proxy
-from fleetgate.http.client import HttpClient, UpstreamError
+from fleetgate.http.client import HttpClient
 from fleetgate.http.server import HttpServer, ServerLimits, start_server
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.routing.registry import PluginContext, PluginRegistry, default_registry
@@ -37,34 +39,17 @@ class ResolvedPool:
     backends: tuple[Backend, ...]
 
 
-class _ModelList(msgspec.Struct):
-    data: list[dict[str, object]]
-
-
-async def discover_models(client: HttpClient, url: str) -> list[str]:
-    """The models an OpenAI-compatible server lists at GET /v1/models."""
-    origin = backend_origin(url)
-    try:
-        response = await client.request(origin, b"GET", b"/v1/models", [])
-        body = await response.read()
-    except UpstreamError as exc:
-        raise ConfigError(f"backend {url}: cannot list its models: {exc}") from None
-    if response.status != 200:
-        raise ConfigError(f"backend {url}: GET /v1/models answered {response.status}")
-    try:
-        listed = msgspec.json.decode(body, type=_ModelList)
-    except msgspec.DecodeError as exc:
-        raise ConfigError(f"backend {url}: GET /v1/models is not a model list: {exc}") from None
-    return [str(m["id"]) for m in listed.data if "id" in m]
-
-
 async def config_from_backends(
     client: HttpClient, urls: list[str], policy: str, base: Config
 ) -> Config:
     """Pools made by asking each backend which models it serves (like `--worker-urls`)."""
     by_model: dict[str, list[BackendConfig]] = {}
     for url in urls:
-        for model in await discover_models(client, url):
+        try:
+            models = await list_models(client, backend_origin(url))
+        except (DiscoveryError, ValueError) as exc:
+            raise ConfigError(f"--backend {url}: {exc}") from None
+        for model in models:
             by_model.setdefault(model, []).append(BackendConfig(url=url))
     if not by_model:
         raise ConfigError("none of the --backend servers lists a model at GET /v1/models")

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-import msgspec
 from rich.console import Console
 
 from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
@@ -27,7 +26,8 @@ from fleetgate.bench.runner import LoadGenerator, LoadSettings
 from fleetgate.bench.stats import Slo, summarize
 from fleetgate.bench.traces import TRACE_SOURCES
 from fleetgate.bench.workloads import ENDPOINTS, Arrivals, PoissonArrivals, TraceTimes
-from fleetgate.http.client import HttpClient, Origin, UpstreamError
+from fleetgate.fleet.discovery import DiscoveryError, list_models
+from fleetgate.http.client import HttpClient, Origin
 
 _SHAPE = SharedPrefixShape()
 _LAG_WARNING_S = 0.1  # a send this late means the generator, not the server, set the pace
@@ -175,25 +175,13 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     )
 
 
-class _Model(msgspec.Struct):
-    id: str
-
-
-class _ModelList(msgspec.Struct):
-    data: list[_Model]
-
-
 async def first_model(client: HttpClient, origin: Origin, api_key: str | None) -> str:
     """The first model in the server's /v1/models."""
     headers = [(b"authorization", b"Bearer " + api_key.encode())] if api_key else []
-    response = await client.request(origin, b"GET", b"/v1/models", headers)
-    body = await response.read()
-    if response.status != 200:
-        raise ValueError(f"GET /v1/models answered {response.status}")
-    models = msgspec.json.decode(body, type=_ModelList).data
+    models = await list_models(client, origin, headers)
     if not models:
-        raise ValueError("the server lists no models")
-    return models[0].id
+        raise DiscoveryError("the server lists no models")
+    return models[0]
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -211,7 +199,7 @@ async def run(args: argparse.Namespace) -> int:
         if config.model is None:
             try:
                 model = await first_model(client, origin, args.api_key)
-            except (UpstreamError, ValueError, msgspec.DecodeError) as exc:
+            except DiscoveryError as exc:
                 errors.print(f"[red]cannot list models at {origin} ({exc}); pass --model[/]")
                 return 2
             config = replace(config, model=model)

@@ -170,8 +170,3 @@ class Gateway:
             ],
             self._metrics.render(),
         )
-
-
-def send_error(writer: ResponseWriter, status: int, message: str) -> None:
-    """The server's fallback for errors outside any handler (bad HTTP, a handler crash)."""
-    writer.send(status, [(b"content-type", _JSON)], error_body(status, message))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
+from fleetgate.http.server import ResponseWriter
+
 
 class _Detail(msgspec.Struct, omit_defaults=False):
     message: str
@@ -42,6 +44,11 @@ def error_body(
 ) -> bytes:
     """The JSON bytes of an OpenAI-shaped error."""
     return _encode(_Body(_Detail(message, error_type(status), param, code)))
+
+
+def send_error(writer: ResponseWriter, status: int, message: str) -> None:
+    """The server's fallback for errors outside any handler (bad HTTP, a handler crash)."""
+    writer.send(status, [(b"content-type", b"application/json")], error_body(status, message))
 
 
 def error_event(status: int, message: str, code: str | None = None) -> bytes:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from fleetgate.gateway.app import send_error
+from fleetgate.gateway.errors import send_error
 from fleetgate.http.client import (
     ConnectError,
     HttpClient,

@@ -16,8 +16,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from fleetgate.gateway.app import send_error
-from fleetgate.gateway.errors import error_body
+from fleetgate.gateway.errors import error_body, send_error
 from fleetgate.http.server import HttpServer, Request, ResponseWriter, start_server
 from fleetgate.workers.sim.driver import WallClockDriver
 from fleetgate.workers.sim.engine import Engine
