@@ -14,7 +14,10 @@ import msgspec
 import yaml
 
 from fleetgate.http.client import Origin
+from fleetgate.http.server import ServerLimits
 from fleetgate.workers.sim.profiles import PROFILES
+
+_LIMITS = ServerLimits()
 
 
 class ConfigError(ValueError):
@@ -24,7 +27,11 @@ class ConfigError(ValueError):
 class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     host: str = "127.0.0.1"  # address the gateway listens on
     port: int = 8080  # port the gateway listens on; 0 picks a free one
-    max_body_bytes: int = 4 * 1024 * 1024  # larger request bodies get 413
+    # The HTTP limits' defaults live with the server (fleetgate/http/server.py, ServerLimits).
+    max_body_bytes: int = _LIMITS.max_body_bytes  # larger request bodies get 413
+    max_header_bytes: int = _LIMITS.max_header_bytes  # a larger request head gets 431
+    keep_alive_timeout_s: float = _LIMITS.keep_alive_timeout_s  # idle client connections close
+    request_timeout_s: float = _LIMITS.request_timeout_s  # a request must arrive within this
     connect_timeout_s: float = 5.0  # opening a connection to a backend
 
 
@@ -78,8 +85,12 @@ def check_config(config: Config) -> Config:
         raise ConfigError(f"$.server.port must be in 0..65535, got {config.server.port}")
     if config.server.max_body_bytes <= 0:
         raise ConfigError("$.server.max_body_bytes must be > 0")
-    if not 0 < config.server.connect_timeout_s < math.inf:
-        raise ConfigError("$.server.connect_timeout_s must be a finite number of seconds > 0")
+    server = config.server
+    for name in ("connect_timeout_s", "keep_alive_timeout_s", "request_timeout_s"):
+        if not 0 < getattr(server, name) < math.inf:
+            raise ConfigError(f"$.server.{name} must be a finite number of seconds > 0")
+    if server.max_header_bytes <= 0:
+        raise ConfigError("$.server.max_header_bytes must be > 0")
     return config
 
 

@@ -113,7 +113,7 @@ async def start_gateway(
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
     sims: SimFleetProcess | None = None
     sim_specs = [
-        SimSpec(model=p.model, profile=b.sim)
+        SimSpec(model=p.model, profile=b.sim, seed=rng.getrandbits(32))
         for p in config.pools
         for b in p.backends
         if b.sim is not None
@@ -135,7 +135,13 @@ async def start_gateway(
         metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
         proxy = Proxy(client, metrics, clock)
         gateway = Gateway(pools, proxy, metrics, clock, RequestIds(), int(time.time()))
-        limits = ServerLimits(max_body_bytes=config.server.max_body_bytes)
+        s = config.server
+        limits = ServerLimits(
+            max_body_bytes=s.max_body_bytes,
+            max_header_bytes=s.max_header_bytes,
+            keep_alive_timeout_s=s.keep_alive_timeout_s,
+            request_timeout_s=s.request_timeout_s,
+        )
         server = await start_server(
             gateway.handle, send_error, config.server.host, config.server.port, limits
         )

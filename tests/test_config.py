@@ -202,3 +202,20 @@ def test_the_built_in_sim_fleet_is_a_valid_config() -> None:
     assert all(b.sim is not None and b.url is None for p in config.pools for b in p.backends)
     # It survives a round trip through the same validation a user's file gets.
     assert parse_config(msgspec.to_builtins(config)) == config
+
+
+def test_every_key_and_default_is_in_the_configuration_doc() -> None:
+    from pathlib import Path
+
+    import msgspec
+
+    from fleetgate.config import BackendConfig, PoolConfig, ServerConfig
+
+    doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    for prefix, struct in (("server.", ServerConfig), ("pools[].", PoolConfig),
+                           ("backends[].", BackendConfig)):  # fmt: skip
+        for field in msgspec.structs.fields(struct):
+            assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
+            if prefix == "server.":
+                row = next(line for line in doc.splitlines() if f"`{prefix}{field.name}`" in line)
+                assert str(field.default).rstrip("0").rstrip(".") in row.replace(",", "")
