@@ -13,11 +13,13 @@ from typing import Any
 import msgspec
 import yaml
 
+from fleetgate.fleet.pool import Timeouts
 from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
 from fleetgate.workers.sim.profiles import PROFILES
 
 _LIMITS = ServerLimits()
+_TIMEOUTS = Timeouts()
 
 
 class ConfigError(ValueError):
@@ -47,6 +49,9 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     backends: list[BackendConfig]
     policy: str = "least_requests"  # routing policy type name (see docs/configuration.md)
     policy_params: dict[str, Any] = {}  # parameters of that policy, if it has any
+    # How long to wait on a backend; the defaults live with fleetgate/fleet/pool.py, Timeouts.
+    first_byte_timeout_s: float = _TIMEOUTS.first_byte_s  # until the answer's head, or 504
+    total_timeout_s: float = _TIMEOUTS.total_s  # the whole answer, stream included, or 504
 
 
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -65,6 +70,9 @@ def check_config(config: Config) -> Config:
         if pool.model in seen:
             raise ConfigError(f"{where}.model: {pool.model!r} has two pools; merge them")
         seen.add(pool.model)
+        for name in ("first_byte_timeout_s", "total_timeout_s"):
+            if not 0 < getattr(pool, name) < math.inf:
+                raise ConfigError(f"{where}.{name} must be a finite number of seconds > 0")
         if not pool.backends:
             raise ConfigError(f"{where}.backends is empty: give the pool at least one backend")
         for j, backend in enumerate(pool.backends):

@@ -19,7 +19,7 @@ import msgspec
 from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig, check_config
 from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
-from fleetgate.fleet.pool import Pool
+from fleetgate.fleet.pool import Pool, Timeouts
 from fleetgate.gateway.app import Gateway, RequestIds
 from fleetgate.gateway.errors import send_error
 from fleetgate.gateway.proxy import Proxy
@@ -73,7 +73,8 @@ def build_pools(
         except ValueError as exc:
             raise ConfigError(f"pool {item.config.model!r}: {exc}") from None
         states = [BackendState(b) for b in item.backends]
-        pools[item.config.model] = Pool(item.config.model, states, pipeline)
+        timeouts = Timeouts(item.config.first_byte_timeout_s, item.config.total_timeout_s)
+        pools[item.config.model] = Pool(item.config.model, states, pipeline, timeouts)
     return pools
 
 

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.pipeline import RoutingPipeline
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """How long the gateway waits on a backend of the pool (connecting: the client's own)."""
+
+    first_byte_s: float = 180.0  # from sending the request to the answer's head; then 504
+    total_s: float = 1800.0  # the whole exchange, a stream's last chunk included; then 504
 
 
 class Pool:
@@ -16,12 +25,17 @@ class Pool:
     keyed on its identity.
     """
 
-    __slots__ = ("_pipeline", "candidates", "model", "states")
+    __slots__ = ("_pipeline", "candidates", "model", "states", "timeouts")
 
     def __init__(
-        self, model: str, states: Sequence[BackendState], pipeline: RoutingPipeline
+        self,
+        model: str,
+        states: Sequence[BackendState],
+        pipeline: RoutingPipeline,
+        timeouts: Timeouts | None = None,
     ) -> None:
         self.model = model
+        self.timeouts = timeouts or Timeouts()
         self.states = tuple(states)
         self._pipeline = pipeline
         self.candidates: tuple[BackendState, ...] = ()

@@ -25,7 +25,13 @@ _SSE_HEADERS = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no
 _FORWARDED = (b"authorization", b"traceparent", b"tracestate")
 
 
+class UpstreamTimeout(UpstreamError):
+    """A backend did not answer within one of its pool's timeouts."""
+
+
 def _error_kind(exc: UpstreamError) -> str:
+    if isinstance(exc, UpstreamTimeout):
+        return "timeout"
     if isinstance(exc, ConnectError):
         return "connect"
     if isinstance(exc, ProtocolError):
@@ -73,32 +79,40 @@ class Proxy:
                 upstream_headers.append((name, value))
         pool.begin(state)
         status = 502
+        timeouts = pool.timeouts
         try:
-            response = await self._client.request(
-                backend.origin, b"POST", path, upstream_headers, body
+            async with asyncio.timeout(timeouts.total_s):
+                try:
+                    async with asyncio.timeout(timeouts.first_byte_s):
+                        response = await self._client.request(
+                            backend.origin, b"POST", path, upstream_headers, body
+                        )
+                except TimeoutError:
+                    raise UpstreamTimeout(
+                        f"no answer within the pool's first-byte timeout of "
+                        f"{timeouts.first_byte_s:g} s"
+                    ) from None
+                status = response.status
+                if routing.stream and status == 200:
+                    writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
+                    await self._relay_stream(routing, response, writer, started)
+                else:
+                    data = await response.read()
+                    reply = [
+                        (b"content-type", response.header(b"content-type") or _JSON),
+                        (b"x-request-id", request_id),
+                    ]
+                    retry_after = response.header(b"retry-after")  # an engine's backpressure
+                    if retry_after is not None:
+                        reply.append((b"retry-after", retry_after))
+                    writer.send(status, reply, data)
+        except TimeoutError:
+            late = UpstreamTimeout(
+                f"the answer took longer than the pool's total timeout of {timeouts.total_s:g} s"
             )
-            status = response.status
-            if routing.stream and status == 200:
-                await self._relay_stream(routing, response, writer, request_id, started)
-            else:
-                data = await response.read()
-                reply = [
-                    (b"content-type", response.header(b"content-type") or _JSON),
-                    (b"x-request-id", request_id),
-                ]
-                retry_after = response.header(b"retry-after")  # an engine's backpressure
-                if retry_after is not None:
-                    reply.append((b"retry-after", retry_after))
-                writer.send(status, reply, data)
+            status = self._fail(routing.model, backend.id, late, writer, request_id)
         except UpstreamError as exc:
-            self._metrics.upstream_error(routing.model, backend.id, _error_kind(exc))
-            status = 502
-            if not writer.started:
-                writer.send(
-                    502,
-                    [(b"content-type", _JSON), (b"x-request-id", request_id)],
-                    error_body(502, f"Backend {backend.id} failed: {exc}", code="upstream_error"),
-                )
+            status = self._fail(routing.model, backend.id, exc, writer, request_id)
         except asyncio.CancelledError:
             status = 499  # nginx's "client closed request"
             raise
@@ -106,23 +120,38 @@ class Proxy:
             pool.end(state)
             self._metrics.request_done(routing.model, backend.id, status, self._clock() - started)
 
+    def _fail(
+        self,
+        model: str,
+        backend: str,
+        exc: UpstreamError,
+        writer: ResponseWriter,
+        request_id: bytes,
+    ) -> int:
+        """Tell the client a backend failed: a JSON error before any byte, else an SSE error
+        event that ends the stream (never a silent stop). Returns the status to record."""
+        kind = _error_kind(exc)
+        self._metrics.upstream_error(model, backend, kind)
+        status = 504 if kind == "timeout" else 502
+        code = "upstream_timeout" if kind == "timeout" else "upstream_error"
+        message = f"Backend {backend} failed: {exc}"
+        if not writer.started:
+            headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
+            writer.send(status, headers, error_body(status, message, code=code))
+        else:
+            writer.end(error_event(status, message, code))
+        return status
+
     async def _relay_stream(
         self,
         routing: RoutingRequest,
         response: UpstreamResponse,
         writer: ResponseWriter,
-        request_id: bytes,
         started: float,
     ) -> None:
-        writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
         relay = _Relay(writer, response, self._clock)
         try:
             await response.relay(relay.chunk)
-        except UpstreamError as exc:
-            message = f"The backend failed mid-stream: {exc}"
-            writer.write(error_event(502, message, "upstream_error"))
-            writer.end()
-            raise
         finally:
             if relay.first_at is not None:
                 self._metrics.first_token(routing.model, relay.first_at - started)

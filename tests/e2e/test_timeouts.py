@@ -1,0 +1,73 @@
+"""A backend that hangs or never finishes costs the client at most the pool's timeouts."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from tests.e2e.procs import gateway, metric, sim_workers
+
+MODEL = "sim-8b"
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    with sim_workers(MODEL, 1) as workers:
+        config = tmp_path_factory.mktemp("gw") / "gw.yaml"
+        pool = {"model": MODEL, "first_byte_timeout_s": 0.5, "total_timeout_s": 1.5,
+                "backends": [{"url": workers[0]}]}  # fmt: skip
+        config.write_text(json.dumps({"pools": [pool]}))
+        with gateway(["--config", str(config)]) as (url, _):
+            yield url, workers[0]
+
+
+def set_faults(worker: str, **faults: object) -> None:
+    request = urllib.request.Request(
+        worker + "/admin/faults", data=json.dumps(faults).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
+
+
+def test_a_hung_backend_gets_a_504_after_the_first_byte_timeout(fleet: tuple[str, str]) -> None:
+    url, worker = fleet
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    set_faults(worker, hang=True)
+    try:
+        started = time.monotonic()
+        with pytest.raises(openai.APIStatusError) as info:
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+            )
+        elapsed = time.monotonic() - started
+    finally:
+        set_faults(worker, hang=False)
+    assert info.value.status_code == 504
+    assert "first-byte timeout" in str(info.value)
+    assert 0.4 < elapsed < 3.0
+    assert metric(url, "fleetgate_upstream_errors_total", kind="timeout") >= 1
+    assert metric(url, "fleetgate_backend_in_flight_requests") == 0
+
+
+def test_a_stream_past_the_total_timeout_ends_with_an_error_event(fleet: tuple[str, str]) -> None:
+    url, _ = fleet
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=5000, stream=True
+    )
+    tokens: list[str] = []
+
+    def read_all() -> None:
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                tokens.append(chunk.choices[0].delta.content)
+
+    with pytest.raises(openai.APIError) as info:
+        read_all()
+    assert tokens  # it streamed, then ended with the gateway's error, not silently
+    assert "total timeout" in str(info.value)
