@@ -13,6 +13,7 @@ from fleetgate.http.client import (
     ProtocolError,
     UpstreamError,
     UpstreamResponse,
+    UpstreamTimeout,
 )
 from fleetgate.http.server import ResponseWriter
 from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
@@ -23,10 +24,6 @@ _DONE = b"data: [DONE]\n\n"
 _SSE_HEADERS = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"))
 # Request headers passed on to the backend; all others stay at the gateway.
 _FORWARDED = (b"authorization", b"traceparent", b"tracestate")
-
-
-class UpstreamTimeout(UpstreamError):
-    """A backend did not answer within one of its pool's timeouts."""
 
 
 def _error_kind(exc: UpstreamError) -> str:
@@ -80,37 +77,32 @@ class Proxy:
         pool.begin(state)
         status = 502
         timeouts = pool.timeouts
+        # Timeouts are timers on the upstream exchange itself (asyncio.timeout would cost
+        # three event-loop lookups, each a getpid() syscall on 3.11, per request).
+        deadline = started + timeouts.total_s
         try:
-            async with asyncio.timeout(timeouts.total_s):
-                try:
-                    async with asyncio.timeout(timeouts.first_byte_s):
-                        response = await self._client.request(
-                            backend.origin, b"POST", path, upstream_headers, body
-                        )
-                except TimeoutError:
-                    raise UpstreamTimeout(
-                        f"no answer within the pool's first-byte timeout of "
-                        f"{timeouts.first_byte_s:g} s"
-                    ) from None
-                status = response.status
-                if routing.stream and status == 200:
-                    writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
-                    await self._relay_stream(routing, response, writer, started)
-                else:
-                    data = await response.read()
-                    reply = [
-                        (b"content-type", response.header(b"content-type") or _JSON),
-                        (b"x-request-id", request_id),
-                    ]
-                    retry_after = response.header(b"retry-after")  # an engine's backpressure
-                    if retry_after is not None:
-                        reply.append((b"retry-after", retry_after))
-                    writer.send(status, reply, data)
-        except TimeoutError:
-            late = UpstreamTimeout(
-                f"the answer took longer than the pool's total timeout of {timeouts.total_s:g} s"
+            response = await self._client.request(
+                backend.origin, b"POST", path, upstream_headers, body,
+                timeout_s=min(timeouts.first_byte_s, deadline - self._clock()),
+            )  # fmt: skip
+            response.expire_in(
+                deadline - self._clock(),
+                f"the answer took longer than the pool's total timeout of {timeouts.total_s:g} s",
             )
-            status = self._fail(routing.model, backend.id, late, writer, request_id)
+            status = response.status
+            if routing.stream and status == 200:
+                writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
+                await self._relay_stream(routing, response, writer, started)
+            else:
+                data = await response.read()
+                reply = [
+                    (b"content-type", response.header(b"content-type") or _JSON),
+                    (b"x-request-id", request_id),
+                ]
+                retry_after = response.header(b"retry-after")  # an engine's backpressure
+                if retry_after is not None:
+                    reply.append((b"retry-after", retry_after))
+                writer.send(status, reply, data)
         except UpstreamError as exc:
             status = self._fail(routing.model, backend.id, exc, writer, request_id)
         except asyncio.CancelledError:
@@ -151,7 +143,7 @@ class Proxy:
     ) -> None:
         relay = _Relay(writer, response, self._clock)
         try:
-            await response.relay(relay.chunk)
+            await response.relay(relay)
         finally:
             if relay.first_at is not None:
                 self._metrics.first_token(routing.model, relay.first_at - started)
@@ -159,13 +151,14 @@ class Proxy:
 
 
 class _Relay:
-    """Passes each upstream chunk straight to the client, from the socket callback.
+    """Passes upstream chunks straight to the client, from the socket callback: the chunks of
+    one read leave in one write (when the gateway is busy, reads bring several).
 
     When the client falls behind, the upstream socket is paused until it catches up, so a slow
     reader never makes the gateway buffer a whole answer.
     """
 
-    __slots__ = ("_clock", "_response", "_writer", "first_at")
+    __slots__ = ("_clock", "_pending", "_response", "_writer", "first_at")
 
     def __init__(
         self, writer: ResponseWriter, response: UpstreamResponse, clock: Callable[[], float]
@@ -173,15 +166,24 @@ class _Relay:
         self._writer = writer
         self._response = response
         self._clock = clock
+        self._pending: list[bytes] = []
         self.first_at: float | None = None
 
     def chunk(self, data: bytes) -> None:
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
         if self.first_at is None:
             self.first_at = self._clock()
-        if data.endswith(_DONE):  # the stream's last event: end it in the same write
-            self._writer.end(data)
+        writer = self._writer
+        if pending[-1].endswith(_DONE):  # the stream's last event: end it in the same write
+            writer.end_with(pending)
             return
-        self._writer.write(data)
-        if self._writer.paused:
+        writer.write_chunks(pending)
+        if writer.paused:
             self._response.pause_reading()
-            self._writer.when_drained(self._response.resume_reading)
+            writer.when_drained(self._response.resume_reading)

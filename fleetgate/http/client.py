@@ -9,6 +9,7 @@ Errors raised (all `UpstreamError`, translated here once from the socket and par
      +-- ConnectError   the connection could not be opened (refused, unreachable, timed out)
      +-- ReadError      the connection closed or reset before the response ended
      +-- ProtocolError  the upstream sent something that is not HTTP/1.1
+     +-- UpstreamTimeout  no answer head, or no end of the answer, in the time given
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Protocol, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -38,6 +38,20 @@ class ReadError(UpstreamError):
 
 class ProtocolError(UpstreamError):
     """The upstream's bytes are not a valid HTTP/1.1 response."""
+
+
+class UpstreamTimeout(UpstreamError):
+    """The upstream did not answer, or finish answering, in the time it was given."""
+
+
+class RelaySink(Protocol):
+    """Where `UpstreamResponse.relay` hands a body, from the socket's own callback."""
+
+    def chunk(self, data: bytes) -> None:
+        """One piece of the body."""
+
+    def flush(self) -> None:
+        """The end of one read from the socket: pass on what `chunk` was given, in one go."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +85,8 @@ class UpstreamResponse:
     """A response whose headers have arrived; its body arrives through `chunks()` or `read()`."""
 
     __slots__ = (
-        "_buffered", "_chunks", "_conn", "_done", "_error", "_sink", "_waiter", "headers", "status",
+        "_buffered", "_chunks", "_conn", "_done", "_error", "_expiry", "_sink", "_waiter",
+        "headers", "status",
     )  # fmt: skip
 
     def __init__(self, conn: _Connection) -> None:
@@ -83,7 +98,8 @@ class UpstreamResponse:
         self._done = False
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._sink: Callable[[bytes], None] | None = None
+        self._sink: RelaySink | None = None
+        self._expiry: asyncio.TimerHandle | None = None
 
     def header(self, name: bytes) -> bytes | None:
         """The value of a header (lower-case name), or None."""
@@ -127,17 +143,21 @@ class UpstreamResponse:
             self.close()
             raise
 
-    async def relay(self, sink: Callable[[bytes], None]) -> None:
+    async def relay(self, sink: RelaySink) -> None:
         """Hand every body chunk to `sink` as it arrives, from the socket's own callback (no task
-        switch per chunk); return when the body has ended, raise `UpstreamError` if it broke.
+        switch per chunk), with a flush after each read; return when the body has ended, raise
+        `UpstreamError` if it broke.
 
-        The fastest way to pass a stream on. A sink that cannot keep up calls `pause_reading()`
-        and later `resume_reading()`.
+        The fastest way to pass a stream on: when one read brings several chunks (a busy
+        gateway), the sink can pass them on in one write. A sink that cannot keep up calls
+        `pause_reading()` and later `resume_reading()`.
         """
-        while self._chunks:
-            chunk = self._chunks.popleft()
-            self._buffered -= len(chunk)
-            sink(chunk)
+        if self._chunks:
+            while self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                sink.chunk(chunk)
+            sink.flush()
         self._sink = sink
         try:
             while not self._done and self._error is None:
@@ -155,6 +175,16 @@ class UpstreamResponse:
         if not self._done and self._error is None:
             self._conn.resume_reading()
 
+    def expire_in(self, delay_s: float, message: str) -> None:
+        """Fail with `UpstreamTimeout(message)` and abort, unless the body ends within delay_s."""
+        if not self._done and self._error is None:
+            self._expiry = self._conn.loop.call_later(delay_s, self._expire, message)
+
+    def _expire(self, message: str) -> None:
+        if not self._done and self._error is None:
+            self._fail(UpstreamTimeout(message))
+            self._conn.abort()
+
     def close(self) -> None:
         """Stop reading; an unfinished response aborts its connection (that cancels upstream)."""
         if not self._done and self._error is None:
@@ -165,7 +195,7 @@ class UpstreamResponse:
 
     def _feed(self, chunk: bytes) -> None:
         if self._sink is not None:
-            self._sink(chunk)
+            self._sink.chunk(chunk)
             return
         self._chunks.append(chunk)
         self._buffered += len(chunk)
@@ -175,12 +205,19 @@ class UpstreamResponse:
 
     def _finish(self) -> None:
         self._done = True
+        self._stop_expiry()
         self._wake()
 
     def _fail(self, error: UpstreamError) -> None:
         if not self._done and self._error is None:  # the first cause is the one to report
             self._error = error
+            self._stop_expiry()
             self._wake()
+
+    def _stop_expiry(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -202,6 +239,7 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._response: UpstreamResponse | None = None
         self._head: asyncio.Future[UpstreamResponse] | None = None
+        self._head_timer: asyncio.TimerHandle | None = None
         self._reading_paused = False
         self.closed = False
         self.received = False  # any byte of the current request's answer has arrived
@@ -212,6 +250,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._stop_head_timer()
         if self._response is None and self in self._pool:
             self._pool.remove(self)  # an idle connection the upstream closed
         error = ReadError(f"upstream closed the connection: {exc or 'EOF'}")
@@ -223,8 +262,11 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
+        response = self._response
         try:
             self._parser.feed_data(data)
+            if response is not None and response._sink is not None:
+                response._sink.flush()
         except httptools.HttpParserError as exc:
             error = ProtocolError(f"invalid HTTP from upstream: {exc}")
             if self._head is not None and not self._head.done():
@@ -249,6 +291,7 @@ class _Connection(asyncio.Protocol):
             if response is not None:
                 response.headers.clear()  # 100 Continue, 103 Early Hints: the answer follows
             return
+        self._stop_head_timer()
         if response is not None:
             response.status = status
             head = self._head
@@ -278,14 +321,31 @@ class _Connection(asyncio.Protocol):
 
     # -- used by the client and the response ------------------------------------------------
 
-    def send(self, data: bytes) -> asyncio.Future[UpstreamResponse]:
+    def send(self, data: bytes, timeout_s: float | None) -> asyncio.Future[UpstreamResponse]:
         assert self._transport is not None
         self._response = UpstreamResponse(self)
         self.received = False
         head: asyncio.Future[UpstreamResponse] = self.loop.create_future()
         self._head = head
+        if timeout_s is not None:
+            self._head_timer = self.loop.call_later(timeout_s, self._head_timed_out, timeout_s)
         self._transport.write(data)
         return head
+
+    def _head_timed_out(self, timeout_s: float) -> None:
+        self._head_timer = None
+        error = UpstreamTimeout(f"no answer within {timeout_s:g} s (the first-byte timeout)")
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+        if self._response is not None:
+            self._response._fail(error)
+            self._response = None
+        self.abort()
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
 
     def pause_reading(self) -> None:
         if not self._reading_paused and self._transport is not None:
@@ -325,10 +385,13 @@ class HttpClient:
         path: bytes,
         headers: list[tuple[bytes, bytes]],
         body: bytes = b"",
+        *,
+        timeout_s: float | None = None,
     ) -> UpstreamResponse:
         """Send a request and return once the response's headers have arrived.
 
-        `headers` must not hold host or content-length: they are written here.
+        `headers` must not hold host or content-length: they are written here. `timeout_s`
+        bounds the wait for the headers once the request is sent (`UpstreamTimeout`).
         """
         parts = [method, b" ", origin.base_path, path, b" HTTP/1.1\r\nhost: ", origin.host_header]
         for name, value in headers:
@@ -343,7 +406,7 @@ class HttpClient:
         if pool:
             conn = pool.pop()
             try:
-                return await self._send(conn, data)
+                return await self._send(conn, data, timeout_s)
             except ReadError:
                 # The upstream closed this idle connection just as we reused it (a restart,
                 # its idle timeout). If no byte of an answer came, nothing was processed and
@@ -351,10 +414,12 @@ class HttpClient:
                 if conn.received:
                     raise
         conn = await self._connect(origin, pool)
-        return await self._send(conn, data)
+        return await self._send(conn, data, timeout_s)
 
-    async def _send(self, conn: _Connection, data: bytes) -> UpstreamResponse:
-        head = conn.send(data)
+    async def _send(
+        self, conn: _Connection, data: bytes, timeout_s: float | None
+    ) -> UpstreamResponse:
+        head = conn.send(data, timeout_s)
         try:
             return await head
         except asyncio.CancelledError:

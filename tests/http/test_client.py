@@ -20,6 +20,7 @@ from fleetgate.http.client import (
     ReadError,
     UpstreamError,
     UpstreamResponse,
+    UpstreamTimeout,
 )
 from fleetgate.http.server import HttpConnection, HttpServer, Request, ResponseWriter, start_server
 
@@ -50,6 +51,20 @@ class Upstream:
 
 
 StartUpstream = Callable[[Handler], Awaitable[Upstream]]
+
+
+class Sink:
+    """A relay sink that hands each chunk to a function and counts the flushes."""
+
+    def __init__(self, on_chunk: Callable[[bytes], object]) -> None:
+        self._on_chunk = on_chunk
+        self.flushes = 0
+
+    def chunk(self, data: bytes) -> None:
+        self._on_chunk(data)
+
+    def flush(self) -> None:
+        self.flushes += 1
 
 
 @pytest.fixture
@@ -221,7 +236,7 @@ async def test_relay_hands_each_chunk_to_the_sink_as_it_arrives(
             first_relayed.set()
         relayed.append(chunk)
 
-    await asyncio.wait_for(response.relay(sink), GUARD_S)
+    await asyncio.wait_for(response.relay(Sink(sink)), GUARD_S)
     assert rest_written_at_first == [False]
     assert b"".join(relayed) == b"onetwothree"
     assert relayed[0] == b"one"
@@ -239,7 +254,7 @@ async def test_relay_raises_when_the_upstream_breaks_off(
     response = await get(client, up, b"/")
     relayed: list[bytes] = []
     with pytest.raises(ReadError):
-        await asyncio.wait_for(response.relay(relayed.append), GUARD_S)
+        await asyncio.wait_for(response.relay(Sink(relayed.append)), GUARD_S)
     assert b"".join(relayed) in (b"", b"partial")  # whatever arrived before the cut
 
 
@@ -270,7 +285,7 @@ async def test_a_sink_that_pauses_reading_pauses_the_server(
         if behind:
             response.pause_reading()  # as the gateway does when its own client falls behind
 
-    relaying = asyncio.create_task(response.relay(sink))
+    relaying = asyncio.create_task(response.relay(Sink(sink)))
     await asyncio.wait_for(server_paused.wait(), GUARD_S)
     assert sent < 256 * len(block)  # the pause reached the server
     assert sum(map(len, relayed)) < sent
@@ -298,7 +313,7 @@ async def test_cancelling_a_relay_aborts_the_upstream_request(
     up = await upstream(generating)
     response = await get(client, up, b"/")
     got_token = asyncio.Event()
-    relaying = asyncio.create_task(response.relay(lambda chunk: got_token.set()))
+    relaying = asyncio.create_task(response.relay(Sink(lambda chunk: got_token.set())))
     await asyncio.wait_for(got_token.wait(), GUARD_S)
     relaying.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -564,7 +579,7 @@ async def test_a_connection_paused_at_the_end_of_a_stream_is_reused_unpaused(
         first.pause_reading()  # as the proxy does when its client is slow
         paused.set()
 
-    await asyncio.wait_for(first.relay(slow_sink), GUARD_S)
+    await asyncio.wait_for(first.relay(Sink(slow_sink)), GUARD_S)
     assert paused.is_set()
     second = await asyncio.wait_for(client.request(up.origin, b"GET", b"/", []), GUARD_S)
     assert await asyncio.wait_for(second.read(), GUARD_S) == b"x" * 10 + b"last"
@@ -589,3 +604,33 @@ async def test_an_interim_1xx_answer_is_skipped(client: HttpClient) -> None:
         assert response.header(b"x-final") == b"1"
         assert response.header(b"link") is None
         assert await asyncio.wait_for(response.read(), GUARD_S) == b"ok"
+
+
+async def test_a_total_deadline_fails_a_response_that_does_not_finish(
+    client: HttpClient, upstream: StartUpstream
+) -> None:
+    never = asyncio.Event()
+
+    async def slow(request: Request, writer: ResponseWriter) -> None:
+        writer.start(200, [])
+        writer.write(b"begun")
+        await never.wait()
+
+    up = await upstream(slow)
+    response = await client.request(up.origin, b"GET", b"/", [])
+    response.expire_in(0.05, "too slow")
+    with pytest.raises(UpstreamTimeout, match="too slow"):
+        await asyncio.wait_for(response.read(), GUARD_S)
+
+
+async def test_a_first_byte_timeout_fails_a_silent_upstream(
+    client: HttpClient, upstream: StartUpstream
+) -> None:
+    never = asyncio.Event()
+
+    async def silent(request: Request, writer: ResponseWriter) -> None:
+        await never.wait()
+
+    up = await upstream(silent)
+    with pytest.raises(UpstreamTimeout, match="first-byte"):
+        await asyncio.wait_for(client.request(up.origin, b"GET", b"/", [], timeout_s=0.05), GUARD_S)
