@@ -156,7 +156,9 @@ class ResponseWriter:
     def _framed(self, chunks: list[bytes], tail: bytes) -> bytes:
         """The head (if not sent yet), then each chunk framed, then `tail`, as one bytes."""
         framed = [self._head]
-        framed += (b"%x\r\n%b\r\n" % (len(c), c) for c in chunks if c)
+        for c in chunks:
+            if c:
+                framed += (b"%x\r\n" % len(c), c, b"\r\n")  # no copy of the chunk itself
         framed.append(tail)
         self._head = b""
         return b"".join(framed)
