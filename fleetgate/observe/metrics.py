@@ -1,19 +1,20 @@
 """The gateway's Prometheus metrics, in a registry of their own (no process-wide default).
 
-Per request: a counter add and a histogram observation on labelled children resolved once and
-cached; in-flight gauges cost nothing per request because they are read from the pools' live
-state when Prometheus scrapes. The overhead benchmark runs with all of it on.
+Per request: a dictionary add and a bisect into a bucket list (observe/series.py, no locks);
+in-flight gauges cost nothing per request because they are read from the pools' live state
+when Prometheus scrapes. The overhead benchmark runs with all of it on.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.observe.series import CounterSeries, HistogramSeries
 
 NO_BACKEND = "none"  # the backend label of requests the gateway answered itself
 
@@ -24,11 +25,53 @@ LATENCY_BUCKETS = (
 )  # fmt: skip
 
 
-class _InFlight(Collector):
+class GatewayMetrics(Collector):
+    """Everything the gateway records; `render()` gives the Prometheus text format."""
+
     def __init__(self, states: Callable[[], Iterable[tuple[str, BackendState]]]) -> None:
         self._states = states
+        self._requests = CounterSeries(
+            "fleetgate_requests",
+            "Requests answered, by model, backend and HTTP status.",
+            ["model", "backend", "status"],
+        )
+        self._errors = CounterSeries(
+            "fleetgate_upstream_errors",
+            "Failures talking to a backend, by kind (connect, read, protocol, timeout).",
+            ["model", "backend", "kind"],
+        )
+        self._ttft = HistogramSeries(
+            "fleetgate_time_to_first_token_seconds",
+            "From the request's arrival to the first streamed chunk relayed.",
+            ["model"],
+            LATENCY_BUCKETS,
+        )
+        self._e2e = HistogramSeries(
+            "fleetgate_request_duration_seconds",
+            "From the request's arrival to its last byte relayed.",
+            ["model"],
+            LATENCY_BUCKETS,
+        )
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)
+        self._status_text: dict[int, str] = {}
+
+    def request_done(self, model: str, backend: str, status: int, seconds: float) -> None:
+        text = self._status_text.get(status)
+        if text is None:
+            text = self._status_text[status] = str(status)
+        self._requests.inc((model, backend, text))
+        self._e2e.observe((model,), seconds)
+
+    def first_token(self, model: str, seconds: float) -> None:
+        self._ttft.observe((model,), seconds)
+
+    def upstream_error(self, model: str, backend: str, kind: str) -> None:
+        self._errors.inc((model, backend, kind))
 
     def collect(self) -> Iterator[Metric]:
+        for series in (self._requests, self._errors, self._ttft, self._e2e):
+            yield series.family()
         gauge = GaugeMetricFamily(
             "fleetgate_backend_in_flight_requests",
             "Requests sent to a backend that have not finished.",
@@ -37,63 +80,6 @@ class _InFlight(Collector):
         for model, state in self._states():
             gauge.add_metric([model, state.backend.id], state.in_flight)
         yield gauge
-
-
-class GatewayMetrics:
-    """Everything the gateway records; `render()` gives the Prometheus text format."""
-
-    def __init__(self, states: Callable[[], Iterable[tuple[str, BackendState]]]) -> None:
-        self.registry = CollectorRegistry(auto_describe=False)
-        self._requests = Counter(
-            "fleetgate_requests",
-            "Requests answered, by model, backend and HTTP status.",
-            ["model", "backend", "status"],
-            registry=self.registry,
-        )
-        self._errors = Counter(
-            "fleetgate_upstream_errors",
-            "Failures talking to a backend, by kind (connect, read, protocol).",
-            ["model", "backend", "kind"],
-            registry=self.registry,
-        )
-        self._ttft = Histogram(
-            "fleetgate_time_to_first_token_seconds",
-            "From the request's arrival to the first streamed chunk relayed.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self._e2e = Histogram(
-            "fleetgate_request_duration_seconds",
-            "From the request's arrival to its last byte relayed.",
-            ["model"],
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
-        self.registry.register(_InFlight(states))
-        self._request_children: dict[tuple[str, str, int], Counter] = {}
-        self._ttft_children: dict[str, Histogram] = {}
-        self._e2e_children: dict[str, Histogram] = {}
-
-    def request_done(self, model: str, backend: str, status: int, seconds: float) -> None:
-        key = (model, backend, status)
-        child = self._request_children.get(key)
-        if child is None:
-            child = self._request_children[key] = self._requests.labels(model, backend, status)
-        child.inc()
-        e2e = self._e2e_children.get(model)
-        if e2e is None:
-            e2e = self._e2e_children[model] = self._e2e.labels(model)
-        e2e.observe(seconds)
-
-    def first_token(self, model: str, seconds: float) -> None:
-        ttft = self._ttft_children.get(model)
-        if ttft is None:
-            ttft = self._ttft_children[model] = self._ttft.labels(model)
-        ttft.observe(seconds)
-
-    def upstream_error(self, model: str, backend: str, kind: str) -> None:
-        self._errors.labels(model, backend, kind).inc()  # rare: no cache needed
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
