@@ -23,6 +23,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from fleetgate.http.deadlines import NEVER, DeadlineSweeper
+
 
 class UpstreamError(Exception):
     """Talking to an upstream failed."""
@@ -85,8 +87,8 @@ class UpstreamResponse:
     """A response whose headers have arrived; its body arrives through `chunks()` or `read()`."""
 
     __slots__ = (
-        "_buffered", "_chunks", "_conn", "_done", "_error", "_expiry", "_sink", "_waiter",
-        "headers", "status",
+        "_buffered", "_chunks", "_conn", "_done", "_error", "_sink", "_waiter", "headers",
+        "status",
     )  # fmt: skip
 
     def __init__(self, conn: _Connection) -> None:
@@ -99,7 +101,6 @@ class UpstreamResponse:
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._sink: RelaySink | None = None
-        self._expiry: asyncio.TimerHandle | None = None
 
     def header(self, name: bytes) -> bytes | None:
         """The value of a header (lower-case name), or None."""
@@ -178,12 +179,7 @@ class UpstreamResponse:
     def expire_in(self, delay_s: float, message: str) -> None:
         """Fail with `UpstreamTimeout(message)` and abort, unless the body ends within delay_s."""
         if not self._done and self._error is None:
-            self._expiry = self._conn.loop.call_later(delay_s, self._expire, message)
-
-    def _expire(self, message: str) -> None:
-        if not self._done and self._error is None:
-            self._fail(UpstreamTimeout(message))
-            self._conn.abort()
+            self._conn.set_deadline(delay_s, message)
 
     def close(self) -> None:
         """Stop reading; an unfinished response aborts its connection (that cancels upstream)."""
@@ -205,19 +201,12 @@ class UpstreamResponse:
 
     def _finish(self) -> None:
         self._done = True
-        self._stop_expiry()
         self._wake()
 
     def _fail(self, error: UpstreamError) -> None:
         if not self._done and self._error is None:  # the first cause is the one to report
             self._error = error
-            self._stop_expiry()
             self._wake()
-
-    def _stop_expiry(self) -> None:
-        if self._expiry is not None:
-            self._expiry.cancel()
-            self._expiry = None
 
     def _wake(self) -> None:
         waiter, self._waiter = self._waiter, None
@@ -229,7 +218,11 @@ class _Connection(asyncio.Protocol):
     """One keep-alive connection to an origin; carries one request at a time."""
 
     def __init__(
-        self, pool: list[_Connection], max_idle: int, loop: asyncio.AbstractEventLoop
+        self,
+        pool: list[_Connection],
+        max_idle: int,
+        loop: asyncio.AbstractEventLoop,
+        busy: set[_Connection],
     ) -> None:
         # Kept, not looked up: asyncio.get_running_loop() costs a getpid() syscall on 3.11.
         self.loop = loop
@@ -239,7 +232,9 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._response: UpstreamResponse | None = None
         self._head: asyncio.Future[UpstreamResponse] | None = None
-        self._head_timer: asyncio.TimerHandle | None = None
+        self._busy = busy  # connections carrying a request: the client's sweeper checks them
+        self.deadline = NEVER  # loop time by which the head (or the body) must have come
+        self._deadline_message = ""
         self._reading_paused = False
         self.closed = False
         self.received = False  # any byte of the current request's answer has arrived
@@ -250,7 +245,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._stop_head_timer()
+        self._busy.discard(self)
         if self._response is None and self in self._pool:
             self._pool.remove(self)  # an idle connection the upstream closed
         error = ReadError(f"upstream closed the connection: {exc or 'EOF'}")
@@ -291,7 +286,7 @@ class _Connection(asyncio.Protocol):
             if response is not None:
                 response.headers.clear()  # 100 Continue, 103 Early Hints: the answer follows
             return
-        self._stop_head_timer()
+        self.deadline = NEVER
         if response is not None:
             response.status = status
             head = self._head
@@ -309,6 +304,8 @@ class _Connection(asyncio.Protocol):
         if response is None:
             return
         response._finish()
+        self.deadline = NEVER
+        self._busy.discard(self)
         # A reader that fell behind may have paused this socket at the very end; the next
         # request on it must not inherit that.
         self.resume_reading()
@@ -327,25 +324,27 @@ class _Connection(asyncio.Protocol):
         self.received = False
         head: asyncio.Future[UpstreamResponse] = self.loop.create_future()
         self._head = head
+        self._busy.add(self)
         if timeout_s is not None:
-            self._head_timer = self.loop.call_later(timeout_s, self._head_timed_out, timeout_s)
+            message = f"no answer within {timeout_s:g} s (the first-byte timeout)"
+            self.set_deadline(timeout_s, message)
         self._transport.write(data)
         return head
 
-    def _head_timed_out(self, timeout_s: float) -> None:
-        self._head_timer = None
-        error = UpstreamTimeout(f"no answer within {timeout_s:g} s (the first-byte timeout)")
+    def set_deadline(self, delay_s: float, message: str) -> None:
+        self.deadline = self.loop.time() + delay_s
+        self._deadline_message = message
+
+    def expire(self) -> None:
+        """Called by the client's sweeper once `deadline` has passed."""
+        self.deadline = NEVER
+        error = UpstreamTimeout(self._deadline_message)
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
         if self._response is not None:
             self._response._fail(error)
             self._response = None
         self.abort()
-
-    def _stop_head_timer(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
 
     def pause_reading(self) -> None:
         if not self._reading_paused and self._transport is not None:
@@ -374,6 +373,8 @@ class HttpClient:
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._pools: dict[Origin, list[_Connection]] = {}
+        self._busy: set[_Connection] = set()
+        self._sweeper: DeadlineSweeper[_Connection] | None = None
         self._max_idle = max_idle_per_origin
         self._connect_timeout_s = connect_timeout_s
         self._ssl_context = ssl_context
@@ -428,6 +429,9 @@ class HttpClient:
 
     async def _connect(self, origin: Origin, pool: list[_Connection]) -> _Connection:
         loop = asyncio.get_running_loop()
+        if self._sweeper is None:
+            self._sweeper = DeadlineSweeper(loop, self._busy)
+            self._sweeper.start()
         ctx = None
         if origin.scheme == "https":
             if self._ssl_context is None:
@@ -436,7 +440,7 @@ class HttpClient:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(pool, self._max_idle, loop),
+                    lambda: _Connection(pool, self._max_idle, loop, self._busy),
                     origin.host,
                     origin.port,
                     ssl=ctx,
@@ -448,7 +452,10 @@ class HttpClient:
         return conn
 
     async def close(self) -> None:
-        """Close every idle connection."""
+        """Close every idle connection and stop checking deadlines."""
+        if self._sweeper is not None:
+            self._sweeper.stop()
+            self._sweeper = None
         for pool in self._pools.values():
             for conn in pool:
                 conn.abort()

@@ -17,6 +17,7 @@ from typing import cast
 
 import httptools
 
+from fleetgate.http.deadlines import NEVER, DeadlineSweeper
 from fleetgate.http.status import reason_phrase
 
 log = logging.getLogger(__name__)
@@ -209,7 +210,8 @@ class HttpConnection(asyncio.Protocol):
         self._in_head = False
         self._deferred_error: tuple[int, str] | None = None  # sent after queued answers
         self._too_large = False
-        self._timer: asyncio.TimerHandle | None = None  # idle or request-read deadline
+        self.deadline = NEVER  # loop time of the idle or request-read deadline (deadlines.py)
+        self._deadline_message: str | None = None  # None: idle, close quietly; else a 408
         self._pending: deque[Request] = deque()
         self._task: asyncio.Task[None] | None = None
         self._drain_waiter: asyncio.Future[None] | None = None
@@ -255,7 +257,6 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._disarm()
         self._live.discard(self)
         self._pending.clear()
         if self._task is not None and not self._task.done():
@@ -400,18 +401,17 @@ class HttpConnection(asyncio.Protocol):
             self._arm(self._limits.keep_alive_timeout_s, None)
 
     def _arm(self, delay_s: float, timeout_message: str | None) -> None:
-        """(Re)start the connection's one deadline: idle (close quietly) or reading (408)."""
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_later(delay_s, self._expire, timeout_message)
+        """(Re)set the connection's one deadline: idle (close quietly) or reading (408)."""
+        self.deadline = self._loop.time() + delay_s
+        self._deadline_message = timeout_message
 
     def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self.deadline = NEVER
 
-    def _expire(self, message: str | None) -> None:
-        self._timer = None
+    def expire(self) -> None:
+        """Called by the server's sweeper once `deadline` has passed."""
+        self.deadline = NEVER
+        message = self._deadline_message
         if self._task is not None:
             return  # never cut a response in progress
         if message is not None:
@@ -444,11 +444,17 @@ class HttpConnection(asyncio.Protocol):
 
 
 class HttpServer:
-    """A listening server and its open connections."""
+    """A listening server, its open connections, and the sweeper of their deadlines."""
 
-    def __init__(self, server: asyncio.Server, live: set[HttpConnection]) -> None:
+    def __init__(
+        self,
+        server: asyncio.Server,
+        live: set[HttpConnection],
+        sweeper: DeadlineSweeper[HttpConnection],
+    ) -> None:
         self.server = server
         self._live = live
+        self._sweeper = sweeper
 
     @property
     def port(self) -> int:
@@ -457,6 +463,7 @@ class HttpServer:
 
     async def close(self) -> None:
         """Stop listening; let idle keep-alive connections go."""
+        self._sweeper.stop()
         self.server.close()
         for conn in list(self._live):
             if conn.idle:
@@ -465,6 +472,7 @@ class HttpServer:
 
     def abort(self) -> None:
         """Stop listening and cut every connection, as a crash would."""
+        self._sweeper.stop()
         self.server.close()
         for conn in list(self._live):
             conn.abort()
@@ -484,4 +492,6 @@ async def start_server(
     server = await loop.create_server(
         lambda: HttpConnection(handler, on_error, lim, live, loop), host, port, backlog=4096
     )
-    return HttpServer(server, live)
+    sweeper = DeadlineSweeper(loop, live)
+    sweeper.start()
+    return HttpServer(server, live, sweeper)
