@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.http.client import Origin
 
 
@@ -38,14 +39,19 @@ class Backend:
 class BackendState:
     """How a backend is doing now, as the gateway sees it; routing reads, the proxy writes."""
 
-    __slots__ = ("backend", "healthy", "in_flight", "requests_total", "weight")
+    __slots__ = ("backend", "backoff_until", "flags", "in_flight", "ramp_from", "weight")
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        self.weight = backend.weight  # effective weight; later adjusted by slow start, speed
+        self.weight = backend.weight  # effective weight: lowered during slow start
         self.in_flight = 0
-        self.requests_total = 0
-        self.healthy = True
+        self.flags = HealthFlag(0)  # set by the health detectors; none set means healthy
+        self.backoff_until = 0.0  # an engine asked for no traffic until then (Retry-After)
+        self.ramp_from: float | None = None  # when its slow start began; None: full weight
+
+    @property
+    def healthy(self) -> bool:
+        return not self.flags
 
     def __repr__(self) -> str:
         return f"BackendState({self.backend.id}, in_flight={self.in_flight})"

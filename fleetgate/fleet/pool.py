@@ -1,13 +1,19 @@
-"""A pool: the backends that serve one model, and the routing pipeline that chooses among them."""
+"""A pool: the backends that serve one model, their health, and the pipeline that picks one."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.health import NEVER_ROUTE, HealthSettings
+from fleetgate.health.outlier import OutlierDetector, OutlierSettings
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.pipeline import RoutingPipeline
+
+SLOW_START_FLOOR = 0.1  # a returning backend starts at this share of its weight
+SLOW_START_STEPS = 10  # its weight is raised this many times over the window
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,13 +25,17 @@ class Timeouts:
 
 
 class Pool:
-    """Backends of one model. Tracks in-flight counts so that load-aware policies stay current.
+    """Backends of one model: who is routable now, and the in-flight counts policies read.
 
     `candidates` is a tuple rebuilt only when health changes, so policies can keep indexes
-    keyed on its identity.
+    keyed on its identity. Time-driven changes (an ejection ending, a backoff expiring, a slow
+    start stepping up) are applied lazily by the first pick at or after `next_check`.
     """
 
-    __slots__ = ("_pipeline", "candidates", "model", "states", "timeouts")
+    __slots__ = (
+        "_health", "_next_check", "_outliers", "_pipeline", "candidates", "model", "states",
+        "timeouts",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -33,34 +43,102 @@ class Pool:
         states: Sequence[BackendState],
         pipeline: RoutingPipeline,
         timeouts: Timeouts | None = None,
+        health: HealthSettings | None = None,
+        outliers: OutlierSettings | None = None,
     ) -> None:
         self.model = model
-        self.timeouts = timeouts or Timeouts()
         self.states = tuple(states)
         self._pipeline = pipeline
+        self.timeouts = timeouts or Timeouts()
+        self._health = health or HealthSettings()
+        self._outliers = OutlierDetector(outliers or OutlierSettings(), len(self.states))
+        self._next_check = math.inf
         self.candidates: tuple[BackendState, ...] = ()
-        self.refresh()
+        self.refresh(0.0)
 
-    def refresh(self) -> None:
-        """Recompute the candidates after a health change."""
-        self.candidates = tuple(s for s in self.states if s.healthy)
+    def refresh(self, now: float) -> None:
+        """Recompute the candidates after a health change.
+
+        Candidates are the healthy backends not backing off. When fewer than the panic
+        threshold's share is healthy, all backends not draining or gone are candidates.
+        """
+        routable = [s for s in self.states if not s.flags & NEVER_ROUTE]
+        healthy = [s for s in routable if not s.flags]
+        if len(healthy) < self._health.panic_threshold * len(routable):
+            healthy = routable  # panic: spread over all rather than crush the few
+        available = [s for s in healthy if s.backoff_until <= now]
+        self.candidates = tuple(available or healthy)
+        backoffs = [s.backoff_until for s in healthy if s.backoff_until > now]
+        ramps = [now + self._health.slow_start_s / SLOW_START_STEPS] if self._ramping() else []
+        self._next_check = min([*backoffs, *ramps, self._outliers.next_return()], default=math.inf)
+
+    def _ramping(self) -> bool:
+        return any(s.ramp_from is not None for s in self.states)
 
     @property
     def ready(self) -> bool:
-        return bool(self.candidates)
+        """Some backend is healthy (a pool in panic is not ready)."""
+        return any(not s.flags for s in self.states)
 
     def pick(self, request: RoutingRequest, now: float) -> BackendState | None:
+        if now >= self._next_check:
+            self._tick(now)
         if not self.candidates:
             return None
         return self._pipeline.pick(request, self.candidates, now)
 
+    def pick_other(
+        self, request: RoutingRequest, now: float, tried: Sequence[BackendState]
+    ) -> BackendState | None:
+        """A pick among the candidates not in `tried` (for a retry); O(n), only on retries."""
+        if now >= self._next_check:
+            self._tick(now)
+        others = [s for s in self.candidates if s not in tried]
+        if not others:
+            return None
+        return self._pipeline.pick(request, others, now)
+
+    def _tick(self, now: float) -> None:
+        for state in self._outliers.return_due(now):
+            state.ramp_from = now
+        slow_start = self._health.slow_start_s
+        for state in self.states:
+            if state.ramp_from is None:
+                continue
+            progress = (now - state.ramp_from) / slow_start if slow_start > 0 else 1.0
+            if progress >= 1.0:
+                state.ramp_from = None
+                state.weight = state.backend.weight
+            else:
+                # weight = base * max(floor, elapsed / window), raised in steps
+                state.weight = state.backend.weight * max(SLOW_START_FLOOR, progress)
+            self._pipeline.picker.load_changed(state)
+        self.refresh(now)
+
     def begin(self, state: BackendState) -> None:
         """A request was sent to `state`."""
         state.in_flight += 1
-        state.requests_total += 1
         self._pipeline.picker.load_changed(state)
 
     def end(self, state: BackendState) -> None:
         """A request to `state` finished, whatever its outcome."""
         state.in_flight -= 1
         self._pipeline.picker.load_changed(state)
+
+    # -- what the proxy learnt ----------------------------------------------------------------
+
+    def succeeded(self, state: BackendState, now: float) -> None:
+        self._outliers.success(state, now)
+
+    def failed(self, state: BackendState, now: float) -> None:
+        """A failure that is the backend's fault: it may eject it."""
+        if self._outliers.failure(state, now):
+            self.refresh(now)
+
+    def backpressure(self, state: BackendState, now: float, retry_after_s: float) -> None:
+        """The engine asked for no traffic for a while: not a failure, just skip it."""
+        state.backoff_until = max(state.backoff_until, now + retry_after_s)
+        self.refresh(now)
+
+    def ejections(self, state: BackendState) -> int:
+        return self._outliers.ejections(state)

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
@@ -26,29 +27,33 @@ def test_candidates_are_the_healthy_states_and_keep_their_identity(make_pool: Ma
     before = pool.candidates
     pool.begin(pool.states[0])  # load changes leave the tuple alone: indexes stay valid
     assert pool.candidates is before
-    pool.states[1].healthy = False
+    pool.states[1].flags = HealthFlag.ACTIVE_CHECK_FAILED
     assert pool.candidates is before  # only refresh() recomputes them
-    pool.refresh()
+    pool.refresh(0.0)
     assert pool.candidates == (pool.states[0], pool.states[2])
 
 
-def test_no_healthy_backend_means_not_ready_and_no_pick(make_pool: MakePool) -> None:
+def test_no_healthy_backend_means_not_ready_yet_panic_routes_to_all(make_pool: MakePool) -> None:
     pool = make_pool("least_requests", [1, 1])
     for state in pool.states:
-        state.healthy = False
-    pool.refresh()
+        state.flags = HealthFlag.ACTIVE_CHECK_FAILED
+    pool.refresh(0.0)
     assert not pool.ready
-    assert pool.pick(REQUEST, 0.0) is None
+    assert pool.pick(REQUEST, 0.0) in pool.states  # below the panic threshold: all of them
+    for state in pool.states:
+        state.flags = HealthFlag.DRAINING
+    pool.refresh(0.0)
+    assert pool.pick(REQUEST, 0.0) is None  # but never to backends leaving on purpose
 
 
 def test_begin_and_end_count_requests() -> None:
     state = BackendState(Backend("b0", "http://127.0.0.1:8100", ("m",), 2.0))
     pool = Pool("m", [state], default_registry().build_pipeline("random", {}, CTX))
-    assert (state.in_flight, state.requests_total, state.weight) == (0, 0, 2.0)
+    assert (state.in_flight, state.weight) == (0, 2.0)
     pool.begin(state)
     pool.begin(state)
     pool.end(state)
-    assert (state.in_flight, state.requests_total) == (1, 2)
+    assert state.in_flight == 1
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -73,13 +78,13 @@ def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
 
     assert set(serve(200, 0.0)) == set(pool.states)
     gone = pool.states[1]
-    gone.healthy = False
-    pool.refresh()
+    gone.flags = HealthFlag.ACTIVE_CHECK_FAILED
+    pool.refresh(0.0)
     during = serve(400, 200.0)
     assert gone not in during
     assert set(during) == set(pool.candidates)
-    gone.healthy = True
-    pool.refresh()
+    gone.flags = HealthFlag(0)
+    pool.refresh(0.0)
     assert gone in serve(200, 600.0)
     for state in in_flight:
         pool.end(state)

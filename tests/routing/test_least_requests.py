@@ -6,6 +6,7 @@ import random
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 
@@ -75,8 +76,8 @@ def test_a_removed_backend_finishing_late_requests_is_not_picked(make_pool: Make
     gone = pool.states[0]
     for _ in range(3):
         pool.begin(gone)
-    gone.healthy = False
-    pool.refresh()
+    gone.flags = HealthFlag.ACTIVE_CHECK_FAILED
+    pool.refresh(0.0)
     for t in range(30):
         chosen = pool.pick(REQUEST, float(t))
         assert chosen is not None
@@ -85,6 +86,6 @@ def test_a_removed_backend_finishing_late_requests_is_not_picked(make_pool: Make
         if gone.in_flight:
             pool.end(gone)  # its old requests finish while it is out of the candidates
     # Back in, idle while the others are loaded: it is the least loaded one.
-    gone.healthy = True
-    pool.refresh()
+    gone.flags = HealthFlag(0)
+    pool.refresh(0.0)
     assert pool.pick(REQUEST, 30.0) is gone

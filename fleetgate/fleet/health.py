@@ -1,0 +1,40 @@
+"""A backend's health as independent flags, reduced to the one verdict routing reads.
+
+Each detector owns one flag and never touches another's: the active checker sets
+ACTIVE_CHECK_FAILED, the outlier detector EJECTED, an admin call or SIGTERM DRAINING, discovery
+GONE. Backpressure (an engine's 429/503 with Retry-After) is not a flag: the backend is healthy
+but busy, so it is skipped until the advertised time and counts as DEGRADED.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class HealthFlag(enum.IntFlag):
+    ACTIVE_CHECK_FAILED = 1  # the active health checker's probes fail
+    EJECTED = 2  # the outlier detector ejected it after consecutive failures
+    DRAINING = 4  # finishing what it has; takes nothing new
+    GONE = 8  # discovery no longer lists it
+
+
+# A pool in panic still never routes to these: they are leaving on purpose.
+NEVER_ROUTE = HealthFlag.DRAINING | HealthFlag.GONE
+
+
+class Verdict(enum.Enum):
+    HEALTHY = "healthy"
+    DEGRADED = "degraded"  # routable, but backing off or ramping up after a return
+    UNHEALTHY = "unhealthy"
+
+
+@dataclass(frozen=True, slots=True)
+class HealthSettings:
+    """How a pool turns its backends' health into candidates."""
+
+    # When fewer than this share of a pool is healthy, route across all of it (but never to
+    # DRAINING or GONE backends) rather than pile everything on the few (Envoy's default).
+    panic_threshold: float = 0.5
+    # After an ejection ends, a backend's weight ramps from 10% to full over this window.
+    slow_start_s: float = 30.0

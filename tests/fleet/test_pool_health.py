@@ -1,0 +1,89 @@
+"""A pool's candidates as health changes over (injected) time: ejection and return with slow
+start, backpressure backoff, and the panic threshold."""
+
+from __future__ import annotations
+
+import random
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.health import HealthFlag, HealthSettings
+from fleetgate.fleet.pool import Pool
+from fleetgate.health.outlier import OutlierSettings
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.registry import PluginContext, default_registry
+
+REQUEST = RoutingRequest("m", "chat", False)
+
+
+def make(n: int, panic: float = 0.5, slow_start_s: float = 10.0) -> Pool:
+    states = [
+        BackendState(Backend(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m",))) for i in range(n)
+    ]
+    pipeline = default_registry().build_pipeline(
+        "least_requests", {}, PluginContext(random.Random(0))
+    )
+    return Pool(
+        "m", states, pipeline,
+        health=HealthSettings(panic_threshold=panic, slow_start_s=slow_start_s),
+        outliers=OutlierSettings(consecutive_failures=2, base_ejection_s=5.0),
+    )  # fmt: skip
+
+
+def test_an_ejected_backend_leaves_the_candidates_and_returns_with_slow_start() -> None:
+    pool = make(4)
+    bad = pool.states[0]
+    pool.failed(bad, 0.0)
+    pool.failed(bad, 0.0)
+    assert bad.flags == HealthFlag.EJECTED
+    assert bad not in pool.candidates
+    assert all(pool.pick(REQUEST, t / 10) is not bad for t in range(40))
+    pool.pick(REQUEST, 5.0)  # its ejection is over: back, at a tenth of its weight
+    assert bad in pool.candidates
+    assert bad.weight == 0.1
+    pool.pick(REQUEST, 10.0)
+    assert 0.4 < bad.weight < 0.6
+    pool.pick(REQUEST, 15.0)
+    assert bad.weight == 1.0
+    assert bad.ramp_from is None
+
+
+def test_backpressure_skips_a_backend_until_its_retry_after_without_ejecting_it() -> None:
+    pool = make(3)
+    busy = pool.states[1]
+    pool.backpressure(busy, 0.0, 2.0)
+    assert busy.healthy
+    assert busy not in pool.candidates
+    assert pool.ejections(busy) == 0
+    pool.pick(REQUEST, 2.0)
+    assert busy in pool.candidates
+
+
+def test_when_every_backend_backs_off_they_are_still_candidates() -> None:
+    pool = make(2)
+    for state in pool.states:
+        pool.backpressure(state, 0.0, 5.0)
+    assert set(pool.candidates) == set(pool.states)  # better a busy backend than a 503
+
+
+def test_panic_below_the_threshold_routes_across_the_whole_pool() -> None:
+    pool = make(4, panic=0.5)
+    for state in pool.states[:3]:
+        state.flags = HealthFlag.ACTIVE_CHECK_FAILED
+    pool.refresh(0.0)
+    assert set(pool.candidates) == set(pool.states)  # 1 of 4 healthy < 50%
+    assert pool.ready
+    no_panic = make(4, panic=0.0)
+    for state in no_panic.states[:3]:
+        state.flags = HealthFlag.ACTIVE_CHECK_FAILED
+    no_panic.refresh(0.0)
+    assert no_panic.candidates == (no_panic.states[3],)
+
+
+def test_a_retry_avoids_the_backends_already_tried() -> None:
+    pool = make(3)
+    first = pool.pick(REQUEST, 0.0)
+    assert first is not None
+    second = pool.pick_other(REQUEST, 0.0, [first])
+    assert second is not None
+    assert second is not first
+    assert pool.pick_other(REQUEST, 0.0, pool.states) is None
