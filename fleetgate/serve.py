@@ -134,7 +134,7 @@ async def start_gateway(
     try:
         pools = build_pools(resolved, registry or default_registry(), rng)
         metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
-        proxy = Proxy(client, metrics, clock)
+        proxy = Proxy(client, metrics, clock, random.Random(rng.getrandbits(64)))
         gateway = Gateway(pools, proxy, metrics, clock, RequestIds(), int(time.time()))
         s = config.server
         limits = ServerLimits(

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import NEVER_ROUTE, HealthSettings
 from fleetgate.health.outlier import OutlierDetector, OutlierSettings
+from fleetgate.resilience.retry import RetryBudget, RetrySettings
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.pipeline import RoutingPipeline
 
@@ -33,8 +34,8 @@ class Pool:
     """
 
     __slots__ = (
-        "_health", "_next_check", "_outliers", "_pipeline", "candidates", "model", "states",
-        "timeouts",
+        "_health", "_next_check", "_outliers", "_pipeline", "budget", "candidates", "in_flight",
+        "model", "retries", "states", "timeouts",
     )  # fmt: skip
 
     def __init__(
@@ -45,8 +46,12 @@ class Pool:
         timeouts: Timeouts | None = None,
         health: HealthSettings | None = None,
         outliers: OutlierSettings | None = None,
+        retries: RetrySettings | None = None,
     ) -> None:
         self.model = model
+        self.retries = retries or RetrySettings()
+        self.budget = RetryBudget(self.retries)
+        self.in_flight = 0  # requests in flight to any backend of the pool
         self.states = tuple(states)
         self._pipeline = pipeline
         self.timeouts = timeouts or Timeouts()
@@ -118,11 +123,13 @@ class Pool:
     def begin(self, state: BackendState) -> None:
         """A request was sent to `state`."""
         state.in_flight += 1
+        self.in_flight += 1
         self._pipeline.picker.load_changed(state)
 
     def end(self, state: BackendState) -> None:
         """A request to `state` finished, whatever its outcome."""
         state.in_flight -= 1
+        self.in_flight -= 1
         self._pipeline.picker.load_changed(state)
 
     # -- what the proxy learnt ----------------------------------------------------------------

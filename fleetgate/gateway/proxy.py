@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
+from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.pool import Pool
 from fleetgate.gateway.errors import error_body, error_event
 from fleetgate.http.client import (
@@ -17,6 +20,7 @@ from fleetgate.http.client import (
 )
 from fleetgate.http.server import ResponseWriter
 from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
+from fleetgate.resilience.retry import RETRYABLE_STATUSES, backoff_s
 from fleetgate.routing.base import RoutingRequest
 
 _JSON = b"application/json"
@@ -36,15 +40,33 @@ def _error_kind(exc: UpstreamError) -> str:
     return "read"
 
 
+@dataclass(slots=True)
+class _Failed:
+    """An attempt that failed before any byte reached the client: retry it, or answer it."""
+
+    status: int
+    body: bytes
+    headers: list[tuple[bytes, bytes]]
+    backend: str
+
+
 class Proxy:
-    """Forwards one routed request to one backend of its pool."""
+    """Forwards one routed request to a backend of its pool, trying another when one fails
+    before the first byte has gone to the client (resilience/retry.py says when)."""
 
     def __init__(
-        self, client: HttpClient, metrics: GatewayMetrics, clock: Callable[[], float]
+        self,
+        client: HttpClient,
+        metrics: GatewayMetrics,
+        clock: Callable[[], float],
+        rng: random.Random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._client = client
         self._metrics = metrics
         self._clock = clock
+        self._rng = rng
+        self._sleep = sleep
 
     async def forward(
         self,
@@ -57,82 +79,132 @@ class Proxy:
         writer: ResponseWriter,
         started: float,
     ) -> None:
-        state = pool.pick(routing, started)
-        if state is None:
-            writer.send(
-                503,
-                [(b"content-type", _JSON), (b"x-request-id", request_id), (b"retry-after", b"1")],
-                error_body(
-                    503, f"No healthy backend serves {routing.model!r} right now; retry shortly."
-                ),
-            )
-            self._metrics.request_done(routing.model, NO_BACKEND, 503, self._clock() - started)
-            return
-        backend = state.backend
         upstream_headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
         for name in _FORWARDED:
             value = headers.get(name)
             if value is not None:
                 upstream_headers.append((name, value))
-        pool.begin(state)
-        status = 502
+        tried: list[BackendState] = []
+        failed: _Failed | None = None
+        status = 499  # nginx's "client closed request", if the client leaves first
+        backend_id = NO_BACKEND
+        try:
+            for attempt in range(pool.retries.max_attempts):
+                now = self._clock()
+                state = pool.pick_other(routing, now, tried) if tried else pool.pick(routing, now)
+                if state is None:
+                    break
+                if tried:
+                    if not pool.budget.allows(pool.in_flight):
+                        break
+                    self._metrics.retry(routing.model)
+                    pool.budget.retrying += 1
+                    try:
+                        await self._sleep(backoff_s(pool.retries, attempt, self._rng))
+                    finally:
+                        pool.budget.retrying -= 1
+                tried.append(state)
+                backend_id = state.backend.id
+                last = attempt + 1 == pool.retries.max_attempts
+                failed = await self._attempt(
+                    pool, state, routing, path, upstream_headers, body, request_id, writer,
+                    started, last,
+                )  # fmt: skip
+                if failed is None:
+                    status = writer.status
+                    return
+            status = self._answer_failure(routing, failed, writer, request_id)
+        finally:
+            self._metrics.request_done(routing.model, backend_id, status, self._clock() - started)
+
+    def _answer_failure(
+        self,
+        routing: RoutingRequest,
+        failed: _Failed | None,
+        writer: ResponseWriter,
+        request_id: bytes,
+    ) -> int:
+        if failed is None:
+            body = error_body(
+                503, f"No healthy backend serves {routing.model!r} right now; retry shortly."
+            )
+            headers = [(b"content-type", _JSON), (b"retry-after", b"1")]
+            failed = _Failed(503, body, headers, NO_BACKEND)
+        writer.send(failed.status, [*failed.headers, (b"x-request-id", request_id)], failed.body)
+        return failed.status
+
+    async def _attempt(
+        self,
+        pool: Pool,
+        state: BackendState,
+        routing: RoutingRequest,
+        path: bytes,
+        upstream_headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        request_id: bytes,
+        writer: ResponseWriter,
+        started: float,
+        last: bool,
+    ) -> _Failed | None:
+        """One try on one backend: None when the client has its answer (or part of a stream);
+        a `_Failed` when nothing was sent and another backend may be tried."""
+        backend = state.backend
         timeouts = pool.timeouts
-        # Timeouts are timers on the upstream exchange itself (asyncio.timeout would cost
-        # three event-loop lookups, each a getpid() syscall on 3.11, per request).
+        # Timeouts are deadlines on the upstream exchange itself (http/deadlines.py).
         deadline = started + timeouts.total_s
+        pool.begin(state)
         try:
             response = await self._client.request(
                 backend.origin, b"POST", path, upstream_headers, body,
-                timeout_s=min(timeouts.first_byte_s, deadline - self._clock()),
+                timeout_s=max(0.0, min(timeouts.first_byte_s, deadline - self._clock())),
             )  # fmt: skip
             response.expire_in(
-                deadline - self._clock(),
+                max(0.0, deadline - self._clock()),
                 f"the answer took longer than the pool's total timeout of {timeouts.total_s:g} s",
             )
             status = response.status
             if routing.stream and status == 200:
                 writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
-                await self._relay_stream(routing, response, writer, started)
-            else:
-                data = await response.read()
-                reply = [
-                    (b"content-type", response.header(b"content-type") or _JSON),
-                    (b"x-request-id", request_id),
-                ]
-                retry_after = response.header(b"retry-after")  # an engine's backpressure
-                if retry_after is not None:
-                    reply.append((b"retry-after", retry_after))
-                writer.send(status, reply, data)
+                try:
+                    await self._relay_stream(routing, response, writer, started)
+                except UpstreamError as exc:
+                    self._report_error(pool, state, routing, exc)
+                    writer.end(error_event(502, f"Backend {backend.id} failed: {exc}", _code(exc)))
+                    return None
+                pool.succeeded(state, self._clock())
+                return None
+            data = await response.read()
         except UpstreamError as exc:
-            status = self._fail(routing.model, backend.id, exc, writer, request_id)
-        except asyncio.CancelledError:
-            status = 499  # nginx's "client closed request"
-            raise
+            self._report_error(pool, state, routing, exc)
+            status = 504 if isinstance(exc, UpstreamTimeout) else 502
+            message = f"Backend {backend.id} failed: {exc}"
+            return _Failed(
+                status, error_body(status, message, code=_code(exc)),
+                [(b"content-type", _JSON)], backend.id,
+            )  # fmt: skip
         finally:
             pool.end(state)
-            self._metrics.request_done(routing.model, backend.id, status, self._clock() - started)
-
-    def _fail(
-        self,
-        model: str,
-        backend: str,
-        exc: UpstreamError,
-        writer: ResponseWriter,
-        request_id: bytes,
-    ) -> int:
-        """Tell the client a backend failed: a JSON error before any byte, else an SSE error
-        event that ends the stream (never a silent stop). Returns the status to record."""
-        kind = _error_kind(exc)
-        self._metrics.upstream_error(model, backend, kind)
-        status = 504 if kind == "timeout" else 502
-        code = "upstream_timeout" if kind == "timeout" else "upstream_error"
-        message = f"Backend {backend} failed: {exc}"
-        if not writer.started:
-            headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
-            writer.send(status, headers, error_body(status, message, code=code))
+        reply = [(b"content-type", response.header(b"content-type") or _JSON)]
+        retry_after = response.header(b"retry-after")  # an engine's backpressure
+        if retry_after is not None:
+            reply.append((b"retry-after", retry_after))
+        now = self._clock()
+        if status == 429 or (status == 503 and retry_after is not None):
+            pool.backpressure(state, now, _seconds(retry_after))
+        elif status >= 500:
+            pool.failed(state, now)
         else:
-            writer.end(error_event(status, message, code))
-        return status
+            pool.succeeded(state, now)  # a 4xx is the request's fault, not the backend's
+        if status in RETRYABLE_STATUSES and not last:
+            return _Failed(status, data, reply, backend.id)
+        writer.send(status, [*reply, (b"x-request-id", request_id)], data)
+        return None
+
+    def _report_error(
+        self, pool: Pool, state: BackendState, routing: RoutingRequest, exc: UpstreamError
+    ) -> None:
+        self._metrics.upstream_error(routing.model, state.backend.id, _error_kind(exc))
+        pool.failed(state, self._clock())
 
     async def _relay_stream(
         self,
@@ -148,6 +220,18 @@ class Proxy:
             if relay.first_at is not None:
                 self._metrics.first_token(routing.model, relay.first_at - started)
         writer.end()
+
+
+def _code(exc: UpstreamError) -> str:
+    return "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+
+
+def _seconds(retry_after: bytes | None) -> float:
+    """Retry-After in seconds (an HTTP date or garbage counts as one second)."""
+    try:
+        return max(0.0, float(retry_after or b"1"))
+    except ValueError:
+        return 1.0
 
 
 class _Relay:

@@ -75,7 +75,7 @@ class ResponseWriter:
     `drain()` now and then so a slow client pauses it instead of growing the buffer.
     """
 
-    __slots__ = ("_conn", "_head", "_head_only", "_keep_alive", "finished", "started")
+    __slots__ = ("_conn", "_head", "_head_only", "_keep_alive", "finished", "started", "status")
 
     def __init__(self, conn: HttpConnection, keep_alive: bool, head_only: bool = False) -> None:
         self._conn = conn
@@ -84,6 +84,7 @@ class ResponseWriter:
         self._head = b""  # a streamed response's head, sent with its first chunk
         self.started = False
         self.finished = False
+        self.status = 0  # the status sent, once started
 
     @property
     def disconnected(self) -> bool:
@@ -112,6 +113,7 @@ class ResponseWriter:
             raise RuntimeError("response already started")
         self.started = True
         self.finished = True
+        self.status = status
         framing = b"content-length: %d\r\n" % len(body)
         head = self._render_head(status, headers, framing)
         self._conn.writelines((head, b"" if self._head_only else body))
@@ -121,6 +123,7 @@ class ResponseWriter:
         if self.started:
             raise RuntimeError("response already started")
         self.started = True
+        self.status = status
         # Held back until the first chunk so both leave in one packet (one syscall fewer).
         self._head = self._render_head(status, headers, b"transfer-encoding: chunked\r\n")
 

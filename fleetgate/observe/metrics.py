@@ -40,6 +40,11 @@ class GatewayMetrics(Collector):
             "Failures talking to a backend, by kind (connect, read, protocol, timeout).",
             ["model", "backend", "kind"],
         )
+        self._retries = CounterSeries(
+            "fleetgate_retries",
+            "Attempts sent to another backend after one failed before the first byte.",
+            ["model"],
+        )
         self._ttft = HistogramSeries(
             "fleetgate_time_to_first_token_seconds",
             "From the request's arrival to the first streamed chunk relayed.",
@@ -66,20 +71,30 @@ class GatewayMetrics(Collector):
     def first_token(self, model: str, seconds: float) -> None:
         self._ttft.observe((model,), seconds)
 
+    def retry(self, model: str) -> None:
+        self._retries.inc((model,))
+
     def upstream_error(self, model: str, backend: str, kind: str) -> None:
         self._errors.inc((model, backend, kind))
 
     def collect(self) -> Iterator[Metric]:
-        for series in (self._requests, self._errors, self._ttft, self._e2e):
+        for series in (self._requests, self._errors, self._retries, self._ttft, self._e2e):
             yield series.family()
         gauge = GaugeMetricFamily(
             "fleetgate_backend_in_flight_requests",
             "Requests sent to a backend that have not finished.",
             labels=["model", "backend"],
         )
+        up = GaugeMetricFamily(
+            "fleetgate_backend_healthy",
+            "1 when no health detector flags the backend (active check, ejection, draining).",
+            labels=["model", "backend"],
+        )
         for model, state in self._states():
             gauge.add_metric([model, state.backend.id], state.in_flight)
+            up.add_metric([model, state.backend.id], 0.0 if state.flags else 1.0)
         yield gauge
+        yield up
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,0 +1,1 @@
+"""Resilience around the upstream call: retry policy, retry budget, backoff."""

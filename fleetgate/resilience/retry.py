@@ -1,0 +1,47 @@
+"""When and how a failed attempt is tried again, before the client has seen any byte.
+
+Retried: a connection that failed or closed before an answer, a broken or timed-out answer
+head, and 429/500/502/503/504 from a backend; never a 4xx the request caused, and never once a
+stream has begun (that is continuation's job). A retry goes to a backend not tried yet for
+this request, after a backoff with full jitter:
+    wait = U(0, min(backoff_max_s, backoff_base_s * 2 ** (retry - 1)))
+and only while the pool's retry budget allows: retries in flight stay below
+    max(budget_min, budget_ratio * requests in flight)
+so that retries cannot multiply the load on a fleet that is already failing.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySettings:
+    max_attempts: int = 3  # the first try included; 1 disables retries
+    backoff_base_s: float = 0.025  # the first retry waits up to this
+    backoff_max_s: float = 0.25  # no retry waits longer
+    budget_ratio: float = 0.2  # retries in flight at most this share of requests in flight
+    budget_min: int = 3  # ...but this many are always allowed
+
+
+def backoff_s(settings: RetrySettings, retry: int, rng: random.Random) -> float:
+    """The wait before retry number `retry` (1 for the first retry)."""
+    ceiling = min(settings.backoff_max_s, settings.backoff_base_s * 2 ** (retry - 1))
+    return rng.uniform(0.0, ceiling)
+
+
+class RetryBudget:
+    """Counts the retries of one pool in flight against its requests in flight."""
+
+    __slots__ = ("_settings", "retrying")
+
+    def __init__(self, settings: RetrySettings) -> None:
+        self._settings = settings
+        self.retrying = 0
+
+    def allows(self, in_flight: int) -> bool:
+        s = self._settings
+        return self.retrying < max(s.budget_min, s.budget_ratio * in_flight)

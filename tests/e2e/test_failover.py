@@ -1,0 +1,107 @@
+"""Failures of single workers that clients must not notice (issue 4's chaos cases a, d, e, f),
+with real worker processes, a real gateway and the openai SDK."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.e2e.procs import Proc, fleetgate, gateway, metric
+
+MODEL = "sim-8b"
+
+
+def start_workers(stack: ExitStack, n: int) -> list[tuple[str, Proc]]:
+    workers = []
+    for _ in range(n):
+        proc = stack.enter_context(fleetgate(["worker", "sim", "--port", "0", "--model", MODEL]))
+        port = proc.wait_for(r"on http://127\.0\.0\.1:(\d+)")[0]
+        workers.append((f"http://127.0.0.1:{port}", proc))
+    return workers
+
+
+def set_faults(worker: str, **faults: object) -> None:
+    request = urllib.request.Request(
+        worker + "/admin/faults", data=json.dumps(faults).encode(), method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[tuple[str, list[tuple[str, Proc]]]]:
+    with ExitStack() as stack:
+        workers = start_workers(stack, 4)
+        config = tmp_path / "gw.yaml"
+        pool = {"model": MODEL, "policy": "round_robin",
+                "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
+        config.write_text(json.dumps({"pools": [pool]}))
+        url, _ = stack.enter_context(gateway(["--config", str(config)]))
+        yield url, workers
+
+
+def ask(client: openai.OpenAI) -> int:
+    reply = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=20
+    )
+    assert reply.usage is not None
+    return reply.usage.completion_tokens
+
+
+def test_kill_9_of_one_worker_under_load_is_invisible_to_clients(
+    fleet: tuple[str, list[tuple[str, Proc]]],
+) -> None:
+    url, workers = fleet
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    with ThreadPoolExecutor(8) as pool:
+        before = [pool.submit(ask, client) for _ in range(40)]
+        time.sleep(0.2)  # mid-load, as a crash would come
+        workers[0][1].popen.send_signal(signal.SIGKILL)
+        after = [pool.submit(ask, client) for _ in range(60)]
+        results = [f.result(timeout=60) for f in before + after]
+    assert results == [20] * 100  # every request answered in full: no client saw the crash
+    assert metric(url, "fleetgate_backend_healthy", backend=workers[0][0][7:]) == 0
+
+
+def test_backpressure_is_not_a_failure_and_traffic_returns_after_retry_after(
+    fleet: tuple[str, list[tuple[str, Proc]]],
+) -> None:
+    url, workers = fleet
+    busy = workers[1][0]
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    set_faults(busy, error_rate=1.0, error_status=503)  # answers 503 + Retry-After: 1
+    assert [ask(client) for _ in range(20)] == [20] * 20
+    assert metric(url, "fleetgate_backend_healthy", backend=busy[7:]) == 1  # not ejected
+    served_while_busy = metric(busy, "vllm:request_success_total")
+    set_faults(busy, error_rate=0.0)
+    time.sleep(1.2)  # the advertised Retry-After
+    for _ in range(12):
+        ask(client)
+    assert metric(busy, "vllm:request_success_total") > served_while_busy
+
+
+def test_a_failing_worker_is_ejected_and_client_errors_never_eject(
+    fleet: tuple[str, list[tuple[str, Proc]]],
+) -> None:
+    url, workers = fleet
+    bad = workers[2][0]
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    for _ in range(10):  # requests the client got wrong: 400s from every worker
+        with pytest.raises(openai.BadRequestError):
+            client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "x"}], max_tokens=10**6
+            )
+    assert all(metric(url, "fleetgate_backend_healthy", backend=w[7:]) == 1 for w, _ in workers)
+    set_faults(bad, error_rate=1.0, error_status=500)
+    assert [ask(client) for _ in range(40)] == [20] * 40  # retried elsewhere, then ejected
+    assert metric(url, "fleetgate_backend_healthy", backend=bad[7:]) == 0
+    assert metric(url, "fleetgate_retries_total") >= 1
