@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import yaml
 
+from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Timeouts
+from fleetgate.health.active import ActiveCheckSettings
 from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
 from fleetgate.workers.sim.profiles import PROFILES
 
 _LIMITS = ServerLimits()
 _TIMEOUTS = Timeouts()
+_CHECKS = ActiveCheckSettings()
+_HEALTH = HealthSettings()
 
 
 class ConfigError(ValueError):
@@ -44,6 +48,21 @@ class BackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     labels: dict[str, str] = {}  # free-form: region, zone, accelerator, tier
 
 
+class HealthCheckConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # Defaults live with the checker (fleetgate/health/active.py, ActiveCheckSettings).
+    enabled: bool = _CHECKS.enabled  # probe every backend of the pool
+    kind: Literal["http", "inference"] = _CHECKS.kind  # GET `path`, or a one-token completion
+    path: str = _CHECKS.path  # for kind http
+    interval_s: float = _CHECKS.interval_s  # between two probes of one backend
+    jitter: float = _CHECKS.jitter  # intervals drawn from interval_s * (1 +- jitter)
+    timeout_s: float = _CHECKS.timeout_s  # a slower probe failed
+    unhealthy_threshold: int = _CHECKS.unhealthy_threshold  # failures in a row: unhealthy
+    healthy_threshold: int = _CHECKS.healthy_threshold  # successes in a row: healthy again
+
+    def settings(self) -> ActiveCheckSettings:
+        return ActiveCheckSettings(**msgspec.structs.asdict(self))
+
+
 class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model: str  # the `model` clients send
     backends: list[BackendConfig]
@@ -52,6 +71,10 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     # How long to wait on a backend; the defaults live with fleetgate/fleet/pool.py, Timeouts.
     first_byte_timeout_s: float = _TIMEOUTS.first_byte_s  # until the answer's head, or 504
     total_timeout_s: float = _TIMEOUTS.total_s  # the whole answer, stream included, or 504
+    health_check: HealthCheckConfig = HealthCheckConfig()
+    # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
+    panic_threshold: float = _HEALTH.panic_threshold
+    slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
 
 
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -70,9 +93,19 @@ def check_config(config: Config) -> Config:
         if pool.model in seen:
             raise ConfigError(f"{where}.model: {pool.model!r} has two pools; merge them")
         seen.add(pool.model)
-        for name in ("first_byte_timeout_s", "total_timeout_s"):
-            if not 0 < getattr(pool, name) < math.inf:
-                raise ConfigError(f"{where}.{name} must be a finite number of seconds > 0")
+        check = pool.health_check
+        for at, value in (
+            (f"{where}.first_byte_timeout_s", pool.first_byte_timeout_s),
+            (f"{where}.total_timeout_s", pool.total_timeout_s),
+            (f"{where}.health_check.interval_s", check.interval_s),
+            (f"{where}.health_check.timeout_s", check.timeout_s),
+        ):
+            if not 0 < value < math.inf:
+                raise ConfigError(f"{at} must be a finite number of seconds > 0")
+        if not 0 <= check.jitter < 1 or not 0 <= pool.panic_threshold <= 1:
+            raise ConfigError(f"{where}: jitter must be in [0, 1) and panic_threshold in [0, 1]")
+        if min(check.unhealthy_threshold, check.healthy_threshold) < 1 or pool.slow_start_s < 0:
+            raise ConfigError(f"{where}: health thresholds must be >= 1, slow_start_s >= 0")
         if not pool.backends:
             raise ConfigError(f"{where}.backends is empty: give the pool at least one backend")
         for j, backend in enumerate(pool.backends):

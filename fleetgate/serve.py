@@ -19,10 +19,12 @@ import msgspec
 from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig, check_config
 from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
+from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Pool, Timeouts
 from fleetgate.gateway.app import Gateway, RequestIds
 from fleetgate.gateway.errors import send_error
 from fleetgate.gateway.proxy import Proxy
+from fleetgate.health.active import ActiveChecker
 from fleetgate.http.client import HttpClient
 from fleetgate.http.server import HttpServer, ServerLimits, start_server
 from fleetgate.observe.metrics import GatewayMetrics
@@ -73,8 +75,10 @@ def build_pools(
         except ValueError as exc:
             raise ConfigError(f"pool {item.config.model!r}: {exc}") from None
         states = [BackendState(b) for b in item.backends]
-        timeouts = Timeouts(item.config.first_byte_timeout_s, item.config.total_timeout_s)
-        pools[item.config.model] = Pool(item.config.model, states, pipeline, timeouts)
+        c = item.config
+        timeouts = Timeouts(c.first_byte_timeout_s, c.total_timeout_s)
+        health = HealthSettings(c.panic_threshold, c.slow_start_s)
+        pools[c.model] = Pool(c.model, states, pipeline, timeouts, health)
     return pools
 
 
@@ -83,9 +87,10 @@ class RunningGateway:
 
     def __init__(
         self, server: HttpServer, client: HttpClient, sims: SimFleetProcess | None,
-        gateway: Gateway, pools: dict[str, Pool],
+        gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
     ) -> None:  # fmt: skip
         self.server = server
+        self._checker = checker
         self.gateway = gateway
         self.pools = pools
         self._client = client
@@ -96,6 +101,7 @@ class RunningGateway:
         return self.server.port
 
     async def close(self) -> None:
+        self._checker.stop()
         await self.server.close()
         await self._client.close()
         if self._sims is not None:
@@ -151,7 +157,10 @@ async def start_gateway(
         if sims is not None:
             sims.stop()
         raise
-    return RunningGateway(server, client, sims, gateway, pools)
+    checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
+    for pool_config in config.pools:
+        checker.start(pools[pool_config.model], pool_config.health_check.settings())
+    return RunningGateway(server, client, sims, gateway, pools, checker)
 
 
 def banner(running: RunningGateway, host: str) -> str:

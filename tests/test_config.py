@@ -209,11 +209,12 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
 
     import msgspec
 
-    from fleetgate.config import BackendConfig, PoolConfig, ServerConfig
+    from fleetgate.config import BackendConfig, HealthCheckConfig, PoolConfig, ServerConfig
 
     doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     for prefix, struct in (("server.", ServerConfig), ("pools[].", PoolConfig),
-                           ("backends[].", BackendConfig)):  # fmt: skip
+                           ("backends[].", BackendConfig),
+                           ("pools[].health_check.", HealthCheckConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import openai
 import pytest
 
-from tests.e2e.procs import gateway, metric, sim_workers
+from tests.e2e.procs import gateway, get, metric, sim_workers
 
 MODEL = "sim-8b"
 
@@ -20,6 +20,8 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]
     with sim_workers(MODEL, 1) as workers:
         config = tmp_path_factory.mktemp("gw") / "gw.yaml"
         pool = {"model": MODEL, "first_byte_timeout_s": 0.5, "total_timeout_s": 1.5,
+                "health_check": {"interval_s": 0.2, "timeout_s": 0.2, "jitter": 0.1,
+                                 "unhealthy_threshold": 2, "healthy_threshold": 1},
                 "backends": [{"url": workers[0]}]}  # fmt: skip
         config.write_text(json.dumps({"pools": [pool]}))
         with gateway(["--config", str(config)]) as (url, _):
@@ -71,3 +73,25 @@ def test_a_stream_past_the_total_timeout_ends_with_an_error_event(fleet: tuple[s
         read_all()
     assert tokens  # it streamed, then ended with the gateway's error, not silently
     assert "total timeout" in str(info.value)
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
+
+
+def test_active_checks_take_a_hanging_backend_out_and_bring_it_back(
+    fleet: tuple[str, str],
+) -> None:
+    url, worker = fleet
+    backend = worker[7:]
+    set_faults(worker, hang=True)
+    try:
+        wait_until(lambda: metric(url, "fleetgate_backend_healthy", backend=backend) == 0)
+        assert get(url + "/readyz")[0] == 503
+    finally:
+        set_faults(worker, hang=False)
+    wait_until(lambda: metric(url, "fleetgate_backend_healthy", backend=backend) == 1)
+    assert get(url + "/readyz")[0] == 200

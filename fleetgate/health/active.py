@@ -1,0 +1,120 @@
+"""Active health checking: each backend probed on an interval with jitter (no thundering herd),
+with thresholds so that one bad probe does not flip it.
+
+A backend is marked unhealthy (ACTIVE_CHECK_FAILED) after `unhealthy_threshold` failed probes
+in a row and healthy again after `healthy_threshold` good ones. Probe kinds: `http` (GET the
+path, 2xx is good) and `inference` (a one-token completion, which proves the model answers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.health import HealthFlag
+from fleetgate.fleet.pool import Pool
+from fleetgate.http.client import HttpClient, UpstreamError
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveCheckSettings:
+    enabled: bool = True
+    kind: Literal["http", "inference"] = "http"
+    path: str = "/health"  # for kind http
+    interval_s: float = 5.0  # between probes of one backend
+    jitter: float = 0.2  # each interval is drawn from interval_s * (1 +- jitter)
+    timeout_s: float = 2.0  # a probe slower than this failed
+    unhealthy_threshold: int = 3  # failed probes in a row that mark a backend unhealthy
+    healthy_threshold: int = 2  # good probes in a row that mark it healthy again
+
+
+class ProbeTracker:
+    """Turns one backend's probe results into its ACTIVE_CHECK_FAILED flag."""
+
+    __slots__ = ("_settings", "_state", "failures", "successes")
+
+    def __init__(self, settings: ActiveCheckSettings, state: BackendState) -> None:
+        self._settings = settings
+        self._state = state
+        self.failures = 0
+        self.successes = 0
+
+    def record(self, ok: bool) -> bool:
+        """Count a probe; True when the flag changed."""
+        state, s = self._state, self._settings
+        failing = bool(state.flags & HealthFlag.ACTIVE_CHECK_FAILED)
+        if ok:
+            self.successes, self.failures = self.successes + 1, 0
+            if failing and self.successes >= s.healthy_threshold:
+                state.flags &= ~HealthFlag.ACTIVE_CHECK_FAILED
+                return True
+        else:
+            self.failures, self.successes = self.failures + 1, 0
+            if not failing and self.failures >= s.unhealthy_threshold:
+                state.flags |= HealthFlag.ACTIVE_CHECK_FAILED
+                return True
+        return False
+
+
+class ActiveChecker:
+    """Probes every backend of some pools until stopped."""
+
+    def __init__(
+        self,
+        client: HttpClient,
+        clock: Callable[[], float],
+        rng: random.Random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._client = client
+        self._clock = clock
+        self._rng = rng
+        self._sleep = sleep
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, pool: Pool, settings: ActiveCheckSettings) -> None:
+        if not settings.enabled:
+            return
+        loop = asyncio.get_running_loop()
+        for state in pool.states:
+            tracker = ProbeTracker(settings, state)
+            self._tasks.append(loop.create_task(self._watch(pool, state, tracker, settings)))
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+
+    async def _watch(
+        self, pool: Pool, state: BackendState, tracker: ProbeTracker, s: ActiveCheckSettings
+    ) -> None:
+        while True:
+            await self._sleep(s.interval_s * self._rng.uniform(1 - s.jitter, 1 + s.jitter))
+            ok = await self.probe(pool.model, state, s)
+            if tracker.record(ok):
+                pool.refresh(self._clock())
+
+    async def probe(self, model: str, state: BackendState, s: ActiveCheckSettings) -> bool:
+        """One probe: True when the backend answered well within the timeout."""
+        origin = state.backend.origin
+        if s.kind == "inference":
+            method, path = b"POST", b"/v1/completions"
+            body = msgspec.json.encode({"model": model, "prompt": "ping", "max_tokens": 1})
+            headers = [(b"content-type", b"application/json")]
+        else:
+            method, path, body, headers = b"GET", s.path.encode(), b"", []
+        try:
+            response = await self._client.request(
+                origin, method, path, headers, body, timeout_s=s.timeout_s
+            )
+            response.expire_in(s.timeout_s, "health probe timed out")
+            await response.read()
+        except UpstreamError:
+            return False
+        return 200 <= response.status < 300
