@@ -14,12 +14,14 @@ from fleetgate.http.client import (
     ConnectError,
     HttpClient,
     ProtocolError,
+    ReadError,
     UpstreamError,
     UpstreamResponse,
     UpstreamTimeout,
 )
 from fleetgate.http.server import ResponseWriter
 from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
+from fleetgate.resilience.continuation import Splicer, StreamProgress, continuation_body
 from fleetgate.resilience.retry import RETRYABLE_STATUSES, backoff_s
 from fleetgate.routing.base import RoutingRequest
 
@@ -108,7 +110,7 @@ class Proxy:
                 last = attempt + 1 == pool.retries.max_attempts
                 failed = await self._attempt(
                     pool, state, routing, path, upstream_headers, body, request_id, writer,
-                    started, last,
+                    started, last, tried,
                 )  # fmt: skip
                 if failed is None:
                     status = writer.status
@@ -145,6 +147,7 @@ class Proxy:
         writer: ResponseWriter,
         started: float,
         last: bool,
+        tried: list[BackendState],
     ) -> _Failed | None:
         """One try on one backend: None when the client has its answer (or part of a stream);
         a `_Failed` when nothing was sent and another backend may be tried."""
@@ -153,6 +156,7 @@ class Proxy:
         # Timeouts are deadlines on the upstream exchange itself (http/deadlines.py).
         deadline = started + timeouts.total_s
         pool.begin(state)
+        released = False
         try:
             response = await self._client.request(
                 backend.origin, b"POST", path, upstream_headers, body,
@@ -165,11 +169,17 @@ class Proxy:
             status = response.status
             if routing.stream and status == 200:
                 writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
+                progress = StreamProgress()
                 try:
-                    await self._relay_stream(routing, response, writer, started)
+                    await self._relay_stream(routing, response, writer, started, progress, None)
                 except UpstreamError as exc:
                     self._report_error(pool, state, routing, exc)
-                    writer.end(error_event(502, f"Backend {backend.id} failed: {exc}", _code(exc)))
+                    pool.end(state)
+                    released = True  # what follows is other backends' work
+                    await self._continue(
+                        pool, tried, routing, path, upstream_headers, body, writer,
+                        started, progress, exc,
+                    )  # fmt: skip
                     return None
                 pool.succeeded(state, self._clock())
                 return None
@@ -183,7 +193,8 @@ class Proxy:
                 [(b"content-type", _JSON)], backend.id,
             )  # fmt: skip
         finally:
-            pool.end(state)
+            if not released:
+                pool.end(state)
         reply = [(b"content-type", response.header(b"content-type") or _JSON)]
         retry_after = response.header(b"retry-after")  # an engine's backpressure
         if retry_after is not None:
@@ -212,14 +223,68 @@ class Proxy:
         response: UpstreamResponse,
         writer: ResponseWriter,
         started: float,
+        progress: StreamProgress,
+        rewrite: Callable[[bytes], bytes] | None,
     ) -> None:
-        relay = _Relay(writer, response, self._clock)
+        """Relay a stream's events; raise `UpstreamError` if it breaks off before [DONE]."""
+        relay = _Relay(writer, response, self._clock, progress, rewrite)
         try:
             await response.relay(relay)
         finally:
-            if relay.first_at is not None:
+            if relay.first_at is not None and rewrite is None:
                 self._metrics.first_token(routing.model, relay.first_at - started)
-        writer.end()
+        if not progress.done:
+            raise ReadError("the stream ended without [DONE]")
+
+    async def _continue(
+        self,
+        pool: Pool,
+        tried: list[BackendState],
+        routing: RoutingRequest,
+        path: bytes,
+        upstream_headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        writer: ResponseWriter,
+        started: float,
+        progress: StreamProgress,
+        exc: UpstreamError,
+    ) -> None:
+        """Finish a broken stream on other backends (resilience/continuation.py), or end it
+        with an error event: never silently."""
+        chat = routing.endpoint == "chat"
+        deadline = started + pool.timeouts.total_s
+        for _ in range(pool.retries.max_attempts - 1):
+            if progress.finished:  # only [DONE] was missing: nothing left to generate
+                writer.end(b"data: [DONE]\n\n")
+                return
+            rest = continuation_body(body, chat, progress)
+            state = pool.pick_other(routing, self._clock(), tried)
+            if rest is None or state is None:
+                break
+            tried.append(state)
+            self._metrics.continuation(routing.model)
+            pool.begin(state)
+            try:
+                response = await self._client.request(
+                    state.backend.origin, b"POST", path, upstream_headers, rest,
+                    timeout_s=max(0.0, min(pool.timeouts.first_byte_s, deadline - self._clock())),
+                )  # fmt: skip
+                response.expire_in(max(0.0, deadline - self._clock()), "total timeout")
+                if response.status != 200:
+                    await response.read()
+                    raise ReadError(f"the continuation was answered {response.status}")
+                splicer = Splicer(progress)
+                await self._relay_stream(
+                    routing, response, writer, started, progress, splicer.rewrite
+                )
+                pool.succeeded(state, self._clock())
+                return
+            except UpstreamError as again:
+                self._report_error(pool, state, routing, again)
+                exc = again
+            finally:
+                pool.end(state)
+        writer.end(error_event(502, f"The stream broke off and could not go on: {exc}", _code(exc)))
 
 
 def _code(exc: UpstreamError) -> str:
@@ -235,22 +300,34 @@ def _seconds(retry_after: bytes | None) -> float:
 
 
 class _Relay:
-    """Passes upstream chunks straight to the client, from the socket callback: the chunks of
+    """Passes upstream events straight to the client, from the socket callback: the events of
     one read leave in one write (when the gateway is busy, reads bring several).
 
-    When the client falls behind, the upstream socket is paused until it catches up, so a slow
-    reader never makes the gateway buffer a whole answer.
+    Only whole SSE events are passed on (a partial one waits for its end), so a continuation
+    can follow cleanly; each is recorded in the stream's progress. When the client falls
+    behind, the upstream socket is paused until it catches up.
     """
 
-    __slots__ = ("_clock", "_pending", "_response", "_writer", "first_at")
+    __slots__ = (
+        "_clock", "_held", "_pending", "_progress", "_response", "_rewrite", "_writer",
+        "first_at",
+    )  # fmt: skip
 
     def __init__(
-        self, writer: ResponseWriter, response: UpstreamResponse, clock: Callable[[], float]
+        self,
+        writer: ResponseWriter,
+        response: UpstreamResponse,
+        clock: Callable[[], float],
+        progress: StreamProgress,
+        rewrite: Callable[[bytes], bytes] | None,
     ) -> None:
         self._writer = writer
         self._response = response
         self._clock = clock
+        self._progress = progress
+        self._rewrite = rewrite
         self._pending: list[bytes] = []
+        self._held = b""  # the start of an event whose end has not come yet
         self.first_at: float | None = None
 
     def chunk(self, data: bytes) -> None:
@@ -261,13 +338,30 @@ class _Relay:
         if not pending:
             return
         self._pending = []
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        if self._held:
+            data = self._held + data
+        cut = max(data.rfind(b"\n\n") + 2, data.rfind(b"\r\n\r\n") + 4, 0)
+        if cut < len(data):
+            self._held = data[cut:]
+            data = data[:cut]
+        else:
+            self._held = b""
+        if not data:
+            return
+        if self._rewrite is not None:
+            data = self._rewrite(data)
+            if not data:
+                return
         if self.first_at is None:
             self.first_at = self._clock()
+        progress = self._progress
+        progress.feed(data)
         writer = self._writer
-        if pending[-1].endswith(_DONE):  # the stream's last event: end it in the same write
-            writer.end_with(pending)
+        if progress.done:  # the stream's last event: end it in the same write
+            writer.end(data)
             return
-        writer.write_chunks(pending)
+        writer.write(data)
         if writer.paused:
             self._response.pause_reading()
             writer.when_drained(self._response.resume_reading)

@@ -45,6 +45,11 @@ class GatewayMetrics(Collector):
             "Attempts sent to another backend after one failed before the first byte.",
             ["model"],
         )
+        self._continuations = CounterSeries(
+            "fleetgate_stream_continuations",
+            "Streams whose backend failed mid-answer, continued on another backend.",
+            ["model"],
+        )
         self._ttft = HistogramSeries(
             "fleetgate_time_to_first_token_seconds",
             "From the request's arrival to the first streamed chunk relayed.",
@@ -71,6 +76,9 @@ class GatewayMetrics(Collector):
     def first_token(self, model: str, seconds: float) -> None:
         self._ttft.observe((model,), seconds)
 
+    def continuation(self, model: str) -> None:
+        self._continuations.inc((model,))
+
     def retry(self, model: str) -> None:
         self._retries.inc((model,))
 
@@ -78,7 +86,10 @@ class GatewayMetrics(Collector):
         self._errors.inc((model, backend, kind))
 
     def collect(self) -> Iterator[Metric]:
-        for series in (self._requests, self._errors, self._retries, self._ttft, self._e2e):
+        for series in (
+            self._requests, self._errors, self._retries, self._continuations, self._ttft,
+            self._e2e,
+        ):  # fmt: skip
             yield series.family()
         gauge = GaugeMetricFamily(
             "fleetgate_backend_in_flight_requests",

@@ -105,3 +105,45 @@ def test_a_failing_worker_is_ejected_and_client_errors_never_eject(
     assert [ask(client) for _ in range(40)] == [20] * 40  # retried elsewhere, then ejected
     assert metric(url, "fleetgate_backend_healthy", backend=bad[7:]) == 0
     assert metric(url, "fleetgate_retries_total") >= 1
+
+
+def stream_tokens(client: openai.OpenAI, max_tokens: int = 60) -> tuple[int, set[str], int]:
+    """(text chunks, ids seen, usage.completion_tokens) of one streamed answer."""
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "tell me"}], max_tokens=max_tokens,
+        stream=True, stream_options={"include_usage": True},
+    )  # fmt: skip
+    pieces, ids, usage = 0, set(), -1
+    for chunk in stream:
+        ids.add(chunk.id)
+        if chunk.choices and chunk.choices[0].delta.content:
+            pieces += 1
+        if chunk.usage is not None:
+            usage = chunk.usage.completion_tokens
+    return pieces, ids, usage
+
+
+def test_a_stream_cut_mid_answer_is_continued_on_another_worker_as_one_stream(
+    fleet: tuple[str, list[tuple[str, Proc]]],
+) -> None:
+    url, workers = fleet
+    set_faults(workers[0][0], close_after_tokens=7)
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    for _ in range(8):  # round robin: two of these start on the cutting worker
+        pieces, ids, usage = stream_tokens(client)
+        assert (pieces, len(ids), usage) == (60, 1, 60)
+    assert metric(url, "fleetgate_stream_continuations_total") >= 2
+
+
+def test_kill_9_during_streaming_load_breaks_no_stream(
+    fleet: tuple[str, list[tuple[str, Proc]]],
+) -> None:
+    url, workers = fleet
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    with ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(stream_tokens, client, 200) for _ in range(24)]
+        time.sleep(0.5)  # streams are mid-answer on every worker
+        workers[1][1].popen.send_signal(signal.SIGKILL)
+        results = [f.result(timeout=60) for f in futures]
+    assert all(pieces == 200 and len(ids) == 1 for pieces, ids, _ in results), results
+    assert metric(url, "fleetgate_stream_continuations_total") >= 1

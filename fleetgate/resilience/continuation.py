@@ -1,0 +1,158 @@
+"""Continuing a stream on another backend after its backend failed mid-answer.
+
+The relay keeps a `StreamProgress` of what the client has been sent (the text, how many
+tokens, the stream's id). When the backend breaks off, `continuation_body` asks another
+backend for the rest: the prompt plus the text already streamed, with `max_tokens` reduced by
+what was sent; for chat the partial answer goes in as an assistant message to continue
+(vLLM's `continue_final_message`, `add_generation_prompt: false`), for completions it is
+appended to the prompt. `Splicer` rewrites the new backend's events so that the client sees
+one stream: the same id and creation time, no second role chunk, usage counting every token.
+
+Requests that cannot be resumed this way (n > 1, prompts given as token ids or batches) get
+None, and the client an error event instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from fleetgate.http.sse import SseDecoder
+
+_DONE = b"[DONE]"
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    text: str | None = None
+    finish_reason: str | None = None
+
+
+class _Chunk(msgspec.Struct):
+    id: str = ""
+    created: int = 0
+    choices: list[_Choice] = []
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class StreamProgress:
+    """What one stream has delivered to its client so far."""
+
+    __slots__ = ("_decoder", "created", "done", "finished", "id", "parts", "tokens")
+
+    def __init__(self) -> None:
+        self._decoder = SseDecoder()
+        self.id = ""
+        self.created = 0
+        self.parts: list[str] = []
+        self.tokens = 0  # events that carried text: one token each from a streaming engine
+        self.finished = False  # a finish_reason was sent: the answer is complete
+        self.done = False  # [DONE] was sent
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def feed(self, events: bytes) -> None:
+        """Record complete SSE events as sent to the client."""
+        for payload in self._decoder.feed(events):
+            if payload == _DONE:
+                self.done = True
+                continue
+            try:
+                chunk = _decode_chunk(payload)
+            except msgspec.DecodeError:
+                continue  # not ours to judge; the client got it as the backend sent it
+            if not self.id:
+                self.id, self.created = chunk.id, chunk.created
+            for choice in chunk.choices:
+                piece = choice.delta.content if choice.delta is not None else choice.text
+                if piece:
+                    self.parts.append(piece)
+                    self.tokens += 1
+                if choice.finish_reason is not None:
+                    self.finished = True
+
+
+def continuation_body(original: bytes, chat: bool, progress: StreamProgress) -> bytes | None:
+    """The request that asks another backend for the rest of the answer, or None."""
+    try:
+        body: dict[str, Any] = msgspec.json.decode(original)
+    except msgspec.DecodeError:
+        return None
+    if body.get("n", 1) not in (1, None):
+        return None
+    for key in ("max_completion_tokens", "max_tokens"):
+        limit = body.get(key)
+        if isinstance(limit, int):
+            if limit - progress.tokens < 1:
+                return None
+            body[key] = limit - progress.tokens
+    min_tokens = body.get("min_tokens")
+    if isinstance(min_tokens, int):
+        body["min_tokens"] = max(0, min_tokens - progress.tokens)
+    text = progress.text
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list):
+            return None
+        body["messages"] = [*messages, {"role": "assistant", "content": text}]
+        body["continue_final_message"] = True
+        body["add_generation_prompt"] = False
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+            prompt = prompt[0]
+        if not isinstance(prompt, str):
+            return None
+        body["prompt"] = prompt + text
+    body["stream"] = True
+    return msgspec.json.encode(body)
+
+
+class Splicer:
+    """Rewrites a continuation's SSE events into the stream the client already has."""
+
+    __slots__ = ("_decoder", "_progress", "_streamed")
+
+    def __init__(self, progress: StreamProgress) -> None:
+        self._decoder = SseDecoder()
+        self._progress = progress
+        self._streamed = progress.tokens  # tokens sent before this continuation
+
+    def rewrite(self, events: bytes) -> bytes:
+        out: list[bytes] = []
+        for payload in self._decoder.feed(events):
+            if payload == _DONE:
+                out.append(b"data: [DONE]\n\n")
+                continue
+            try:
+                chunk: dict[str, Any] = msgspec.json.decode(payload)
+            except msgspec.DecodeError:
+                continue
+            choices = chunk.get("choices") or []
+            if chunk.get("usage") is None and all(_role_only(c) for c in choices):
+                continue  # the new backend's opening role chunk: the client has one
+            chunk["id"], chunk["created"] = self._progress.id, self._progress.created
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                usage["completion_tokens"] = usage.get("completion_tokens", 0) + self._streamed
+                usage["prompt_tokens"] = max(0, usage.get("prompt_tokens", 0) - self._streamed)
+            out.append(b"data: " + msgspec.json.encode(chunk) + b"\n\n")
+        return b"".join(out)
+
+
+def _role_only(choice: Any) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    delta = choice.get("delta")
+    return (
+        isinstance(delta, dict) and not delta.get("content") and choice.get("finish_reason") is None
+    )
