@@ -254,6 +254,7 @@ class Proxy:
         chat = routing.endpoint == "chat"
         deadline = started + pool.timeouts.total_s
         for _ in range(pool.retries.max_attempts - 1):
+            progress.settle()
             if progress.finished:  # only [DONE] was missing: nothing left to generate
                 writer.end(b"data: [DONE]\n\n")
                 return

@@ -40,15 +40,22 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_batch = msgspec.json.Decoder(list[_Chunk]).decode
+_BATCH = 64  # events recorded before they are decoded
 
 
 class StreamProgress:
-    """What one stream has delivered to its client so far."""
+    """What one stream has delivered to its client so far.
 
-    __slots__ = ("_decoder", "created", "done", "finished", "id", "parts", "tokens")
+    Recording is cheap because it is lazy: events are kept as the bytes that were sent and
+    decoded in batches (one msgspec call per batch, when 64 have gathered or when a
+    continuation needs the text), not one by one on the relay's hot path.
+    """
+
+    __slots__ = ("_raw", "created", "done", "finished", "id", "parts", "tokens")
 
     def __init__(self) -> None:
-        self._decoder = SseDecoder()
+        self._raw: list[bytes] = []  # whole SSE events as sent, not decoded yet
         self.id = ""
         self.created = 0
         self.parts: list[str] = []
@@ -58,18 +65,36 @@ class StreamProgress:
 
     @property
     def text(self) -> str:
+        self.settle()
         return "".join(self.parts)
 
     def feed(self, events: bytes) -> None:
         """Record complete SSE events as sent to the client."""
-        for payload in self._decoder.feed(events):
-            if payload == _DONE:
-                self.done = True
-                continue
-            try:
-                chunk = _decode_chunk(payload)
-            except msgspec.DecodeError:
-                continue  # not ours to judge; the client got it as the backend sent it
+        if events.endswith((b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")):
+            self.done = True
+        self._raw.append(events)
+        if len(self._raw) >= _BATCH:
+            self.settle()
+
+    def settle(self) -> None:
+        """Decode what has been recorded so far (`text`, `tokens`, `id` need it)."""
+        if not self._raw:
+            return
+        raw = b"".join(self._raw).replace(b"\r\n", b"\n")
+        self._raw = []
+        payloads = [e[6:] for e in raw.split(b"\n\n") if e.startswith(b"data: ") and e[6:] != _DONE]
+        if not payloads:
+            return
+        try:
+            chunks = _decode_batch(b"[" + b",".join(payloads) + b"]")
+        except msgspec.DecodeError:  # one bad event: decode them one by one, skip it
+            chunks = []
+            for payload in payloads:
+                try:
+                    chunks.append(_decode_chunk(payload))
+                except msgspec.DecodeError:
+                    continue
+        for chunk in chunks:
             if not self.id:
                 self.id, self.created = chunk.id, chunk.created
             for choice in chunk.choices:
@@ -83,6 +108,7 @@ class StreamProgress:
 
 def continuation_body(original: bytes, chat: bool, progress: StreamProgress) -> bytes | None:
     """The request that asks another backend for the rest of the answer, or None."""
+    progress.settle()
     try:
         body: dict[str, Any] = msgspec.json.decode(original)
     except msgspec.DecodeError:
@@ -123,6 +149,7 @@ class Splicer:
     __slots__ = ("_decoder", "_progress", "_streamed")
 
     def __init__(self, progress: StreamProgress) -> None:
+        progress.settle()
         self._decoder = SseDecoder()
         self._progress = progress
         self._streamed = progress.tokens  # tokens sent before this continuation
