@@ -1,0 +1,150 @@
+"""A worker dies under steady streaming load and comes back: does any client notice?
+
+    .venv/bin/python benchmarks/chaos.py [--seconds 60] [--rate 12] [--output-len 120]
+
+Four sim workers (each its own process) behind the gateway; `fleetgate bench` sends open-loop
+streaming requests for the whole run. At 1/3 of the run one worker is killed with SIGKILL, at
+2/3 it is restarted on the same port. Printed: requests sent, succeeded, failed, broken
+streams (an error, or fewer tokens than asked), stream continuations and retries (from the
+gateway's metrics), how long the killed worker stayed in rotation, and TTFT p99 before, during
+and after the outage (the "before" figure is the reference measured in the same run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+PY = sys.executable
+MODEL = "sim-8b"
+
+
+def _start_worker(port: int) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [PY, "-m", "fleetgate", "worker", "sim", "--port", str(port), "--model", MODEL],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        match = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
+        if match:
+            return proc, int(match.group(1))
+    raise RuntimeError("the sim worker did not start")
+
+
+def _metric(url: str, name: str, **labels: str) -> float:
+    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
+        text = response.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _p99(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--rate", type=float, default=12.0, help="requests per second")
+    parser.add_argument("--output-len", type=int, default=120)
+    args = parser.parse_args()
+    workers = [_start_worker(0) for _ in range(4)]
+    out = Path(tempfile.mkdtemp(prefix="chaos-"))
+    config = out / "gw.yaml"
+    backends = [{"url": f"http://127.0.0.1:{port}"} for _, port in workers]
+    config.write_text(json.dumps({"pools": [{"model": MODEL, "backends": backends}]}))
+    gateway = subprocess.Popen(
+        [PY, "-m", "fleetgate", "serve", "--config", str(config), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    assert gateway.stdout is not None
+    url = ""
+    for line in gateway.stdout:
+        match = re.search(r"listening on (http://\S+)", line)
+        if match:
+            url = match.group(1)
+            break
+    threading.Thread(target=gateway.stdout.read, daemon=True).start()
+    victim_port = workers[1][1]
+    victim_id = f"127.0.0.1:{victim_port}"
+    events: dict[str, float] = {}
+    try:
+        bench = subprocess.Popen(
+            [PY, "-m", "fleetgate", "bench", "--target", url, "--workload", "synthetic",
+             "--input-len", "256", "--output-len", str(args.output_len), "--rate", str(args.rate),
+             "--duration", str(args.seconds), "--quiet", "--out", str(out), "--save-requests"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        start = time.monotonic()
+        time.sleep(args.seconds / 3)
+        workers[1][0].send_signal(signal.SIGKILL)
+        events["kill"] = time.monotonic() - start
+        while _metric(url, "fleetgate_backend_healthy", backend=victim_id) != 0:
+            time.sleep(0.02)
+        events["out"] = time.monotonic() - start
+        time.sleep(max(0.0, 2 * args.seconds / 3 - (time.monotonic() - start)))
+        workers[1] = _start_worker(victim_port)
+        events["restart"] = time.monotonic() - start
+        bench.wait(timeout=args.seconds + 120)
+        continuations = _metric(url, "fleetgate_stream_continuations_total")
+        retries = _metric(url, "fleetgate_retries_total")
+        back = _metric(url, "fleetgate_backend_healthy", backend=victim_id)
+        served_after = _metric(f"http://127.0.0.1:{victim_port}", "vllm:request_success_total")
+    finally:
+        for proc, _ in workers:
+            proc.terminate()
+        gateway.terminate()
+    report(out, events, args, continuations, retries, back, served_after)
+    return 0
+
+
+def report(
+    out: Path, events: dict[str, float], args: argparse.Namespace, continuations: float,
+    retries: float, back: float, served_after: float,
+) -> None:  # fmt: skip
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    failed = [r for r in records if r["error"]]
+    broken = [r for r in records if r["error"] or r["output_tokens"] < args.output_len]
+    phases: dict[str, list[float]] = {"before": [], "during": [], "after": []}
+    for r in records:
+        if r["ttft_s"] is None:
+            continue
+        phase = "before" if r["sent_s"] < events["kill"] else (
+            "during" if r["sent_s"] < events["restart"] else "after")  # fmt: skip
+        phases[phase].append(r["ttft_s"] * 1e3)
+    print(f"chaos run: {args.seconds:.0f} s at {args.rate:g} req/s, 4 workers, "
+          f"SIGKILL at {events['kill']:.1f} s, restart at {events['restart']:.1f} s")  # fmt: skip
+    print(f"requests sent          {len(records)}")
+    print(f"succeeded              {len(records) - len(failed)}")
+    print(f"failed                 {len(failed)}   target 0")
+    print(f"broken streams         {len(broken)}   target 0")
+    print(f"stream continuations   {continuations:.0f}")
+    print(f"retries                {retries:.0f}")
+    print(f"time to eject          {events['out'] - events['kill']:.3f} s   target < 1 s")
+    print(f"back in rotation       {'yes' if back == 1 else 'no'} "
+          f"(served {served_after:.0f} requests after its restart)")  # fmt: skip
+    before = _p99(phases["before"])
+    for phase, values in phases.items():
+        print(f"TTFT p99 {phase:7}       {_p99(values):8.1f} ms  ({len(values)} requests, "
+              f"{_p99(values) / before:.2f}x before)")  # fmt: skip
+    print(f"records: {out}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
