@@ -71,6 +71,7 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     # How long to wait on a backend; the defaults live with fleetgate/fleet/pool.py, Timeouts.
     first_byte_timeout_s: float = _TIMEOUTS.first_byte_s  # until the answer's head, or 504
     total_timeout_s: float = _TIMEOUTS.total_s  # the whole answer, stream included, or 504
+    idle_timeout_s: float = _TIMEOUTS.idle_s  # longest silence between stream chunks
     health_check: HealthCheckConfig = HealthCheckConfig()
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
@@ -97,6 +98,7 @@ def check_config(config: Config) -> Config:
         for at, value in (
             (f"{where}.first_byte_timeout_s", pool.first_byte_timeout_s),
             (f"{where}.total_timeout_s", pool.total_timeout_s),
+            (f"{where}.idle_timeout_s", pool.idle_timeout_s),
             (f"{where}.health_check.interval_s", check.interval_s),
             (f"{where}.health_check.timeout_s", check.timeout_s),
         ):

@@ -16,6 +16,7 @@ from fleetgate.gateway.requests import (
     parse_chat,
     parse_completion,
     parse_embedding,
+    request_timeouts,
 )
 from fleetgate.http.server import Request, ResponseWriter
 from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
@@ -130,6 +131,7 @@ class Gateway:
                         f"The model {routing.model!r} does not exist here; known models: "
                         f"{self._known}.", "model", 404, "model_not_found",
                     )  # fmt: skip
+                timeouts = request_timeouts(pool.timeouts, request.headers)
             except BadRequest as exc:
                 self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code)
                 # Counted without the model name: a client may send any string there.
@@ -137,7 +139,7 @@ class Gateway:
                 return
             await self._proxy.forward(
                 pool, routing, request.path, request.headers, request.body, request_id,
-                writer, started,
+                writer, started, timeouts,
             )  # fmt: skip
 
         return handle

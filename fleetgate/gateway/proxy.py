@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fleetgate.fleet.backend import BackendState
-from fleetgate.fleet.pool import Pool
+from fleetgate.fleet.pool import Pool, Timeouts
 from fleetgate.gateway.errors import error_body, error_event
 from fleetgate.http.client import (
     ConnectError,
@@ -80,6 +80,7 @@ class Proxy:
         request_id: bytes,
         writer: ResponseWriter,
         started: float,
+        timeouts: Timeouts,
     ) -> None:
         upstream_headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
         for name in _FORWARDED:
@@ -110,7 +111,7 @@ class Proxy:
                 last = attempt + 1 == pool.retries.max_attempts
                 failed = await self._attempt(
                     pool, state, routing, path, upstream_headers, body, request_id, writer,
-                    started, last, tried,
+                    started, last, tried, timeouts,
                 )  # fmt: skip
                 if failed is None:
                     status = writer.status
@@ -148,11 +149,11 @@ class Proxy:
         started: float,
         last: bool,
         tried: list[BackendState],
+        timeouts: Timeouts,
     ) -> _Failed | None:
         """One try on one backend: None when the client has its answer (or part of a stream);
         a `_Failed` when nothing was sent and another backend may be tried."""
         backend = state.backend
-        timeouts = pool.timeouts
         # Timeouts are deadlines on the upstream exchange itself (http/deadlines.py).
         deadline = started + timeouts.total_s
         pool.begin(state)
@@ -162,10 +163,7 @@ class Proxy:
                 backend.origin, b"POST", path, upstream_headers, body,
                 timeout_s=max(0.0, min(timeouts.first_byte_s, deadline - self._clock())),
             )  # fmt: skip
-            response.expire_in(
-                max(0.0, deadline - self._clock()),
-                f"the answer took longer than the pool's total timeout of {timeouts.total_s:g} s",
-            )
+            _set_body_deadlines(response, deadline - self._clock(), timeouts)
             status = response.status
             if routing.stream and status == 200:
                 writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
@@ -178,7 +176,7 @@ class Proxy:
                     released = True  # what follows is other backends' work
                     await self._continue(
                         pool, tried, routing, path, upstream_headers, body, writer,
-                        started, progress, exc,
+                        started, progress, exc, timeouts,
                     )  # fmt: skip
                     return None
                 pool.succeeded(state, self._clock())
@@ -248,11 +246,12 @@ class Proxy:
         started: float,
         progress: StreamProgress,
         exc: UpstreamError,
+        timeouts: Timeouts,
     ) -> None:
         """Finish a broken stream on other backends (resilience/continuation.py), or end it
         with an error event: never silently."""
         chat = routing.endpoint == "chat"
-        deadline = started + pool.timeouts.total_s
+        deadline = started + timeouts.total_s
         for _ in range(pool.retries.max_attempts - 1):
             progress.settle()
             if progress.finished:  # only [DONE] was missing: nothing left to generate
@@ -268,9 +267,9 @@ class Proxy:
             try:
                 response = await self._client.request(
                     state.backend.origin, b"POST", path, upstream_headers, rest,
-                    timeout_s=max(0.0, min(pool.timeouts.first_byte_s, deadline - self._clock())),
+                    timeout_s=max(0.0, min(timeouts.first_byte_s, deadline - self._clock())),
                 )  # fmt: skip
-                response.expire_in(max(0.0, deadline - self._clock()), "total timeout")
+                _set_body_deadlines(response, deadline - self._clock(), timeouts)
                 if response.status != 200:
                     await response.read()
                     raise ReadError(f"the continuation was answered {response.status}")
@@ -286,6 +285,15 @@ class Proxy:
             finally:
                 pool.end(state)
         writer.end(error_event(502, f"The stream broke off and could not go on: {exc}", _code(exc)))
+
+
+def _set_body_deadlines(response: UpstreamResponse, left_s: float, t: Timeouts) -> None:
+    response.expire_in(
+        max(0.0, left_s),
+        f"the answer took longer than the total timeout of {t.total_s:g} s",
+        t.idle_s,
+        f"the backend sent nothing for the idle timeout of {t.idle_s:g} s",
+    )
 
 
 def _code(exc: UpstreamError) -> str:

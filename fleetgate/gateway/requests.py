@@ -6,8 +6,12 @@ Fields are typed as the OpenAI API types them; a wrong type or a missing field b
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import msgspec
 
+from fleetgate.fleet.pool import Timeouts
 from fleetgate.routing.base import RoutingRequest
 
 
@@ -110,3 +114,29 @@ def parse_embedding(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     if parsed.input is None or parsed.input == []:
         raise BadRequest("`input` is required: send a string or a non-empty array.", "input")
     return RoutingRequest(parsed.model, "embeddings", False, None, parsed.user)
+
+
+# Per-request overrides of the pool's timeouts, in seconds.
+TIMEOUT_HEADERS = (
+    (b"x-fleetgate-first-byte-timeout-s", "first_byte_s"),
+    (b"x-fleetgate-idle-timeout-s", "idle_s"),
+    (b"x-fleetgate-total-timeout-s", "total_s"),
+)
+
+
+def request_timeouts(pool: Timeouts, headers: dict[bytes, bytes]) -> Timeouts:
+    """The pool's timeouts, with any the request overrides by header."""
+    changes: dict[str, float] = {}
+    for name, field in TIMEOUT_HEADERS:
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            seconds = float(value)
+        except ValueError:
+            seconds = math.nan
+        if not 0 < seconds < math.inf:
+            header = name.decode()
+            raise BadRequest(f"The {header} header must be a number of seconds > 0.", header)
+        changes[field] = seconds
+    return dataclasses.replace(pool, **changes) if changes else pool

@@ -176,10 +176,14 @@ class UpstreamResponse:
         if not self._done and self._error is None:
             self._conn.resume_reading()
 
-    def expire_in(self, delay_s: float, message: str) -> None:
-        """Fail with `UpstreamTimeout(message)` and abort, unless the body ends within delay_s."""
+    def expire_in(
+        self, delay_s: float, message: str, idle_s: float | None = None, idle_message: str = ""
+    ) -> None:
+        """Fail with `UpstreamTimeout(message)` and abort unless the body ends within delay_s,
+        or with `UpstreamTimeout(idle_message)` if `idle_s` pass without a byte of it (time
+        spent paused because the gateway's own client is slow does not count)."""
         if not self._done and self._error is None:
-            self._conn.set_deadline(delay_s, message)
+            self._conn.set_body_deadlines(delay_s, message, idle_s, idle_message)
 
     def close(self) -> None:
         """Stop reading; an unfinished response aborts its connection (that cancels upstream)."""
@@ -235,6 +239,9 @@ class _Connection(asyncio.Protocol):
         self._busy = busy  # connections carrying a request: the client's sweeper checks them
         self.deadline = NEVER  # loop time by which the head (or the body) must have come
         self._deadline_message = ""
+        self._total_at = NEVER  # the whole answer's deadline, when an idle one is also set
+        self._idle_s: float | None = None  # longest silence allowed inside a body
+        self._idle_message = ""
         self._reading_paused = False
         self.closed = False
         self.received = False  # any byte of the current request's answer has arrived
@@ -262,6 +269,8 @@ class _Connection(asyncio.Protocol):
             self._parser.feed_data(data)
             if response is not None and response._sink is not None:
                 response._sink.flush()
+            if self._idle_s is not None:
+                self._rearm_idle()
         except httptools.HttpParserError as exc:
             error = ProtocolError(f"invalid HTTP from upstream: {exc}")
             if self._head is not None and not self._head.done():
@@ -305,6 +314,7 @@ class _Connection(asyncio.Protocol):
             return
         response._finish()
         self.deadline = NEVER
+        self._idle_s = None
         self._busy.discard(self)
         # A reader that fell behind may have paused this socket at the very end; the next
         # request on it must not inherit that.
@@ -334,11 +344,26 @@ class _Connection(asyncio.Protocol):
     def set_deadline(self, delay_s: float, message: str) -> None:
         self.deadline = self.loop.time() + delay_s
         self._deadline_message = message
+        self._idle_s = None
+
+    def set_body_deadlines(
+        self, delay_s: float, message: str, idle_s: float | None, idle_message: str
+    ) -> None:
+        self.set_deadline(delay_s, message)
+        self._total_at = self.deadline
+        self._idle_s, self._idle_message = idle_s, idle_message
+        self._rearm_idle()
+
+    def _rearm_idle(self) -> None:
+        if self._idle_s is not None and not self._reading_paused:
+            self.deadline = min(self._total_at, self.loop.time() + self._idle_s)
 
     def expire(self) -> None:
         """Called by the client's sweeper once `deadline` has passed."""
+        idle = self._idle_s is not None and self.deadline < self._total_at
         self.deadline = NEVER
-        error = UpstreamTimeout(self._deadline_message)
+        self._idle_s = None
+        error = UpstreamTimeout(self._idle_message if idle else self._deadline_message)
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
         if self._response is not None:
@@ -350,11 +375,14 @@ class _Connection(asyncio.Protocol):
         if not self._reading_paused and self._transport is not None:
             self._reading_paused = True
             self._transport.pause_reading()
+            if self._idle_s is not None:
+                self.deadline = self._total_at  # a slow reader is not a silent upstream
 
     def resume_reading(self) -> None:
         if self._reading_paused and self._transport is not None and not self.closed:
             self._reading_paused = False
             self._transport.resume_reading()
+            self._rearm_idle()
 
     def abort(self) -> None:
         self.closed = True

@@ -95,3 +95,40 @@ def test_active_checks_take_a_hanging_backend_out_and_bring_it_back(
         set_faults(worker, hang=False)
     wait_until(lambda: metric(url, "fleetgate_backend_healthy", backend=backend) == 1)
     assert get(url + "/readyz")[0] == 200
+
+
+def test_a_stream_gone_quiet_ends_after_the_idle_timeout_set_by_header(
+    fleet: tuple[str, str],
+) -> None:
+    url, worker = fleet
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=400, stream=True,
+        extra_headers={"x-fleetgate-idle-timeout-s": "0.3", "x-fleetgate-total-timeout-s": "30"},
+    )  # fmt: skip
+    tokens: list[str] = []
+
+    def read_all() -> None:
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                tokens.append(chunk.choices[0].delta.content)
+                if len(tokens) == 3:
+                    set_faults(worker, slowdown=2000.0)  # the next step takes seconds
+
+    try:
+        with pytest.raises(openai.APIError) as info:
+            read_all()
+    finally:
+        set_faults(worker, slowdown=1.0)
+    assert len(tokens) >= 3
+    assert "idle timeout" in str(info.value)
+
+
+def test_a_bad_timeout_header_is_a_400_naming_it(fleet: tuple[str, str]) -> None:
+    client = openai.OpenAI(base_url=fleet[0] + "/v1", api_key="unused", max_retries=0)
+    with pytest.raises(openai.BadRequestError) as info:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2,
+            extra_headers={"x-fleetgate-total-timeout-s": "soon"},
+        )  # fmt: skip
+    assert "x-fleetgate-total-timeout-s" in str(info.value)
