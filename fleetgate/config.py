@@ -46,6 +46,7 @@ class BackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     sim: str | None = None  # or: an embedded simulated worker with this engine profile
     weight: float = 1.0  # relative share for weight-aware policies
     labels: dict[str, str] = {}  # free-form: region, zone, accelerator, tier
+    max_in_flight: int | None = None  # at this many requests in flight routing skips it
 
 
 class HealthCheckConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -116,6 +117,8 @@ def check_config(config: Config) -> Config:
                 raise ConfigError(f"{at}: give exactly one of `url` or `sim`")
             if not 0 < backend.weight < math.inf:  # also rejects NaN
                 raise ConfigError(f"{at}.weight must be a finite number > 0, got {backend.weight}")
+            if backend.max_in_flight is not None and backend.max_in_flight < 1:
+                raise ConfigError(f"{at}.max_in_flight must be >= 1 (or absent: no limit)")
             if backend.url is not None:
                 try:
                     Origin.parse(backend.url)

@@ -135,7 +135,11 @@ async def start_gateway(
         backends = []
         for b in pool.backends:
             url = b.url if b.url is not None else next(urls)
-            backends.append(Backend(_backend_id(url), url, (pool.model,), b.weight, dict(b.labels)))
+            backends.append(
+                Backend(
+                    _backend_id(url), url, (pool.model,), b.weight, dict(b.labels), b.max_in_flight
+                )
+            )
         resolved.append(ResolvedPool(pool, tuple(backends)))
     try:
         pools = build_pools(resolved, registry or default_registry(), rng)

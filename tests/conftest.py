@@ -48,11 +48,11 @@ def run_traffic(
     in_flight_sum: Counter[str] = Counter()
     for tick in range(ticks):
         for state in finishing.pop(tick, ()):
-            pool.end(state)
+            pool.end(state, 0.0)
         for _ in range(arrivals_per_tick):
             state = pool.pick(request, now=float(tick))
             assert state is not None
-            pool.begin(state)
+            pool.begin(state, 0.0)
             picks[state.backend.id] += 1
             finishing[tick + service_ticks[state.backend.id]].append(state)
         for state in pool.states:

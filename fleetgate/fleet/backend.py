@@ -30,6 +30,7 @@ class Backend:
     labels: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({})
     )  # region, zone, accelerator, ...
+    max_in_flight: int | None = None  # at this many requests routing skips it; None: no limit
     origin: Origin = field(init=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -35,8 +35,8 @@ class Pool:
     """
 
     __slots__ = (
-        "_health", "_next_check", "_outliers", "_pipeline", "budget", "candidates", "in_flight",
-        "model", "retries", "states", "timeouts",
+        "_full", "_health", "_next_check", "_outliers", "_pipeline", "budget", "candidates",
+        "in_flight", "model", "retries", "states", "timeouts",
     )  # fmt: skip
 
     def __init__(
@@ -59,21 +59,24 @@ class Pool:
         self._health = health or HealthSettings()
         self._outliers = OutlierDetector(outliers or OutlierSettings(), len(self.states))
         self._next_check = math.inf
+        self._full: set[BackendState] = set()  # at their max_in_flight
         self.candidates: tuple[BackendState, ...] = ()
         self.refresh(0.0)
 
     def refresh(self, now: float) -> None:
         """Recompute the candidates after a health change.
 
-        Candidates are the healthy backends not backing off. When fewer than the panic
-        threshold's share is healthy, all backends not draining or gone are candidates.
+        Candidates are the healthy backends below their concurrency limit and not backing off
+        (if all are backing off, those below their limit). When fewer than the panic
+        threshold's share is healthy, all backends not draining or gone count as healthy.
         """
         routable = [s for s in self.states if not s.flags & NEVER_ROUTE]
         healthy = [s for s in routable if not s.flags]
         if len(healthy) < self._health.panic_threshold * len(routable):
             healthy = routable  # panic: spread over all rather than crush the few
-        available = [s for s in healthy if s.backoff_until <= now]
-        self.candidates = tuple(available or healthy)
+        open_ = [s for s in healthy if s not in self._full] if self._full else healthy
+        available = [s for s in open_ if s.backoff_until <= now]
+        self.candidates = tuple(available or open_)
         backoffs = [s.backoff_until for s in healthy if s.backoff_until > now]
         ramps = [now + self._health.slow_start_s / SLOW_START_STEPS] if self._ramping() else []
         self._next_check = min([*backoffs, *ramps, self._outliers.next_return()], default=math.inf)
@@ -121,17 +124,24 @@ class Pool:
             self._pipeline.picker.load_changed(state)
         self.refresh(now)
 
-    def begin(self, state: BackendState) -> None:
+    def begin(self, state: BackendState, now: float) -> None:
         """A request was sent to `state`."""
         state.in_flight += 1
         self.in_flight += 1
         self._pipeline.picker.load_changed(state)
+        limit = state.backend.max_in_flight
+        if limit is not None and state.in_flight >= limit:
+            self._full.add(state)
+            self.refresh(now)
 
-    def end(self, state: BackendState) -> None:
+    def end(self, state: BackendState, now: float) -> None:
         """A request to `state` finished, whatever its outcome."""
         state.in_flight -= 1
         self.in_flight -= 1
         self._pipeline.picker.load_changed(state)
+        if state in self._full and state.in_flight < (state.backend.max_in_flight or 0):
+            self._full.discard(state)
+            self.refresh(now)
 
     # -- what the proxy learnt ----------------------------------------------------------------
 

@@ -156,7 +156,7 @@ class Proxy:
         backend = state.backend
         # Timeouts are deadlines on the upstream exchange itself (http/deadlines.py).
         deadline = started + timeouts.total_s
-        pool.begin(state)
+        pool.begin(state, self._clock())
         released = False
         try:
             response = await self._client.request(
@@ -172,7 +172,7 @@ class Proxy:
                     await self._relay_stream(routing, response, writer, started, progress, None)
                 except UpstreamError as exc:
                     self._report_error(pool, state, routing, exc)
-                    pool.end(state)
+                    pool.end(state, self._clock())
                     released = True  # what follows is other backends' work
                     await self._continue(
                         pool, tried, routing, path, upstream_headers, body, writer,
@@ -192,7 +192,7 @@ class Proxy:
             )  # fmt: skip
         finally:
             if not released:
-                pool.end(state)
+                pool.end(state, self._clock())
         reply = [(b"content-type", response.header(b"content-type") or _JSON)]
         retry_after = response.header(b"retry-after")  # an engine's backpressure
         if retry_after is not None:
@@ -263,7 +263,7 @@ class Proxy:
                 break
             tried.append(state)
             self._metrics.continuation(routing.model)
-            pool.begin(state)
+            pool.begin(state, self._clock())
             try:
                 response = await self._client.request(
                     state.backend.origin, b"POST", path, upstream_headers, rest,
@@ -283,7 +283,7 @@ class Proxy:
                 self._report_error(pool, state, routing, again)
                 exc = again
             finally:
-                pool.end(state)
+                pool.end(state, self._clock())
         writer.end(error_event(502, f"The stream broke off and could not go on: {exc}", _code(exc)))
 
 

@@ -25,7 +25,7 @@ def test_candidates_are_the_healthy_states_and_keep_their_identity(make_pool: Ma
     assert pool.candidates == pool.states
     assert pool.ready
     before = pool.candidates
-    pool.begin(pool.states[0])  # load changes leave the tuple alone: indexes stay valid
+    pool.begin(pool.states[0], 0.0)  # load changes leave the tuple alone: indexes stay valid
     assert pool.candidates is before
     pool.states[1].flags = HealthFlag.ACTIVE_CHECK_FAILED
     assert pool.candidates is before  # only refresh() recomputes them
@@ -50,9 +50,9 @@ def test_begin_and_end_count_requests() -> None:
     state = BackendState(Backend("b0", "http://127.0.0.1:8100", ("m",), 2.0))
     pool = Pool("m", [state], default_registry().build_pipeline("random", {}, CTX))
     assert (state.in_flight, state.weight) == (0, 2.0)
-    pool.begin(state)
-    pool.begin(state)
-    pool.end(state)
+    pool.begin(state, 0.0)
+    pool.begin(state, 0.0)
+    pool.end(state, 0.0)
     assert state.in_flight == 1
 
 
@@ -69,11 +69,11 @@ def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
         for t in range(count):
             chosen = pool.pick(REQUEST, start + t)
             assert chosen is not None
-            pool.begin(chosen)
+            pool.begin(chosen, 0.0)
             in_flight.append(chosen)
             picks[chosen] += 1
             if len(in_flight) > 6:  # requests finish out of order, removed backend included
-                pool.end(in_flight.pop(rng.randrange(len(in_flight))))
+                pool.end(in_flight.pop(rng.randrange(len(in_flight))), 0.0)
         return picks
 
     assert set(serve(200, 0.0)) == set(pool.states)
@@ -87,5 +87,5 @@ def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
     pool.refresh(0.0)
     assert gone in serve(200, 600.0)
     for state in in_flight:
-        pool.end(state)
+        pool.end(state, 0.0)
     assert all(state.in_flight == 0 for state in pool.states)

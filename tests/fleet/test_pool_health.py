@@ -87,3 +87,22 @@ def test_a_retry_avoids_the_backends_already_tried() -> None:
     assert second is not None
     assert second is not first
     assert pool.pick_other(REQUEST, 0.0, pool.states) is None
+
+
+def test_a_backend_at_its_concurrency_limit_is_skipped_until_one_finishes() -> None:
+    states = [
+        BackendState(Backend(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m",), max_in_flight=2))
+        for i in range(2)
+    ]
+    pipeline = default_registry().build_pipeline("round_robin", {}, PluginContext(random.Random(0)))
+    pool = Pool("m", states, pipeline)
+    picked = []
+    for _ in range(4):
+        state = pool.pick(REQUEST, 0.0)
+        assert state is not None
+        pool.begin(state, 0.0)
+        picked.append(state)
+    assert sorted(s.in_flight for s in states) == [2, 2]
+    assert pool.pick(REQUEST, 0.0) is None  # every backend full: the gateway answers 503
+    pool.end(states[0], 1.0)
+    assert pool.pick(REQUEST, 1.0) is states[0]

@@ -51,6 +51,6 @@ def test_in_a_pool_load_does_not_change_the_turns(make_pool: MakePool) -> None:
     pool = make_pool("round_robin", [1.0, 1.0, 1.0])
     busy = pool.states[0]
     for _ in range(10):
-        pool.begin(busy)  # a loaded backend still gets its turn
+        pool.begin(busy, 0.0)  # a loaded backend still gets its turn
     counts = Counter(pool.pick(REQUEST, float(t)) for t in range(30))
     assert counts == dict.fromkeys(pool.states, 10)
