@@ -39,6 +39,8 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     keep_alive_timeout_s: float = _LIMITS.keep_alive_timeout_s  # idle client connections close
     request_timeout_s: float = _LIMITS.request_timeout_s  # a request must arrive within this
     connect_timeout_s: float = 5.0  # opening a connection to a backend
+    drain_timeout_s: float = 30.0  # on SIGTERM/Ctrl-C, requests in progress get this long
+    admin: bool = False  # serve /admin/* (draining backends); keep off on exposed ports
 
 
 class BackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -132,7 +134,8 @@ def check_config(config: Config) -> Config:
     if config.server.max_body_bytes <= 0:
         raise ConfigError("$.server.max_body_bytes must be > 0")
     server = config.server
-    for name in ("connect_timeout_s", "keep_alive_timeout_s", "request_timeout_s"):
+    for name in ("connect_timeout_s", "keep_alive_timeout_s", "request_timeout_s",
+                 "drain_timeout_s"):  # fmt: skip
         if not 0 < getattr(server, name) < math.inf:
             raise ConfigError(f"$.server.{name} must be a finite number of seconds > 0")
     if server.max_header_bytes <= 0:

@@ -21,6 +21,7 @@ from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Pool, Timeouts
+from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.app import Gateway, RequestIds
 from fleetgate.gateway.errors import send_error
 from fleetgate.gateway.proxy import Proxy
@@ -100,6 +101,13 @@ class RunningGateway:
     def port(self) -> int:
         return self.server.port
 
+    async def drain(self, timeout_s: float) -> int:
+        """Finish the requests in progress (up to `timeout_s`), then stop everything."""
+        self._checker.stop()
+        left = await self.server.drain(timeout_s)
+        await self.close()
+        return left
+
     async def close(self) -> None:
         self._checker.stop()
         await self.server.close()
@@ -145,7 +153,8 @@ async def start_gateway(
         pools = build_pools(resolved, registry or default_registry(), rng)
         metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
         proxy = Proxy(client, metrics, clock, random.Random(rng.getrandbits(64)))
-        gateway = Gateway(pools, proxy, metrics, clock, RequestIds(), int(time.time()))
+        admin = Admin(pools, clock) if config.server.admin else None
+        gateway = Gateway(pools, proxy, metrics, clock, RequestIds(), int(time.time()), admin)
         s = config.server
         limits = ServerLimits(
             max_body_bytes=s.max_body_bytes,
@@ -209,13 +218,22 @@ async def serve_forever(config: Config, backend_urls: list[str], policy: str | N
         )
     running = await start_gateway(config)
     settle_heap()
-    stop = asyncio.Event()
+    signals = asyncio.Queue[int]()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
     print(banner(running, config.server.host), flush=True)
-    try:
-        await stop.wait()
-    finally:
-        print("fleetgate: stopping", file=sys.stderr, flush=True)
+    await signals.get()
+    timeout_s = config.server.drain_timeout_s
+    print(
+        f"fleetgate: draining (up to {timeout_s:g} s; signal again to stop now)",
+        file=sys.stderr, flush=True,
+    )  # fmt: skip
+    drain = loop.create_task(running.drain(timeout_s))
+    second = loop.create_task(signals.get())
+    await asyncio.wait((drain, second), return_when=asyncio.FIRST_COMPLETED)
+    if not drain.done():
+        drain.cancel()
         await running.close()
+    second.cancel()
+    print("fleetgate: stopped", file=sys.stderr, flush=True)

@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import msgspec
 
 from fleetgate.fleet.pool import Pool
+from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.errors import error_body
 from fleetgate.gateway.proxy import Proxy
 from fleetgate.gateway.requests import (
@@ -49,6 +50,7 @@ class Gateway:
         clock: Callable[[], float],
         ids: RequestIds,
         created: int,
+        admin: Admin | None = None,
     ) -> None:
         self._pools = dict(pools)
         self._proxy = proxy
@@ -76,6 +78,9 @@ class Gateway:
             b"/readyz": self._readyz,
             b"/metrics": self._scrape,
         }
+        if admin is not None:
+            post[b"/admin/drain"] = admin.drain
+            get[b"/admin/backends"] = admin.backends
         self._routes: dict[bytes, dict[bytes, _Handler]] = {}
         for method, table in ((b"POST", post), (b"GET", get)):
             for path, handler in table.items():

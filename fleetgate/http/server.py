@@ -473,6 +473,23 @@ class HttpServer:
                 conn.abort()
         await self.server.wait_closed()
 
+    async def drain(self, timeout_s: float) -> int:
+        """Stop listening and let the requests in progress finish, for up to `timeout_s`;
+        then cut what is left. Returns how many requests were still running at the end."""
+        self.server.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            for conn in list(self._live):
+                if conn.idle:
+                    conn.abort()  # between requests: nothing is lost by closing it
+            if not self._live or loop.time() >= deadline:
+                break
+            await asyncio.sleep(0.05)
+        left = len(self._live)
+        self.abort()
+        return left
+
     def abort(self) -> None:
         """Stop listening and cut every connection, as a crash would."""
         self._sweeper.stop()
