@@ -147,3 +147,23 @@ def test_kill_9_during_streaming_load_breaks_no_stream(
         results = [f.result(timeout=60) for f in futures]
     assert all(pieces == 200 and len(ids) == 1 for pieces, ids, _ in results), results
     assert metric(url, "fleetgate_stream_continuations_total") >= 1
+
+
+def test_a_hanging_worker_costs_a_client_at_most_the_first_byte_timeout_and_a_retry(
+    tmp_path: Path,
+) -> None:
+    with ExitStack() as stack:
+        workers = start_workers(stack, 2)
+        config = tmp_path / "gw.yaml"
+        pool = {"model": MODEL, "policy": "round_robin", "first_byte_timeout_s": 0.5,
+                "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
+        config.write_text(json.dumps({"pools": [pool]}))
+        url, _ = stack.enter_context(gateway(["--config", str(config)]))
+        set_faults(workers[0][0], hang=True)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        for _ in range(4):  # round robin: two of them are sent to the hanging worker first
+            started = time.monotonic()
+            assert ask(client) == 20
+            assert time.monotonic() - started < 0.5 + 0.1 + 1.0  # timeout, a tick, a retry
+        assert metric(url, "fleetgate_retries_total") >= 1
+        assert metric(url, "fleetgate_upstream_errors_total", kind="timeout") >= 1
