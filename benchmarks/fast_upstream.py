@@ -15,7 +15,8 @@ import asyncio
 import uvloop
 
 from fleetgate.gateway.errors import send_error
-from fleetgate.http.server import Handler, Request, ResponseWriter, start_server
+from fleetgate.http.server import Handler, Request, start_server
+from fleetgate.http.writer import ResponseWriter
 
 BODY = (
     b'{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"fast",'

@@ -24,14 +24,8 @@ import msgspec
 from fleetgate.bench.payload import DONE, PATHS, encode_request, parse_chunk
 from fleetgate.bench.stats import RequestRecord
 from fleetgate.bench.workloads import RequestSpec
-from fleetgate.http.client import (
-    ConnectError,
-    HttpClient,
-    Origin,
-    ProtocolError,
-    ReadError,
-    UpstreamError,
-)
+from fleetgate.http.client import HttpClient, Origin
+from fleetgate.http.errors import ConnectError, ProtocolError, ReadError, UpstreamError
 from fleetgate.http.sse import SseDecoder
 from fleetgate.tokens import count_tokens
 

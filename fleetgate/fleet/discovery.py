@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from fleetgate.http.client import HttpClient, Origin, UpstreamError
+from fleetgate.http.client import HttpClient, Origin
+from fleetgate.http.errors import UpstreamError
 
 
 class DiscoveryError(ValueError):

@@ -14,7 +14,8 @@ import msgspec
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.gateway.errors import error_body
-from fleetgate.http.server import Request, ResponseWriter
+from fleetgate.http.server import Request
+from fleetgate.http.writer import ResponseWriter
 
 _JSON = b"application/json"
 

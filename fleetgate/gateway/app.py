@@ -19,7 +19,8 @@ from fleetgate.gateway.requests import (
     parse_embedding,
     request_timeouts,
 )
-from fleetgate.http.server import Request, ResponseWriter
+from fleetgate.http.server import Request
+from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
 from fleetgate.routing.base import RoutingRequest
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from fleetgate.http.server import ResponseWriter
+from fleetgate.http.writer import ResponseWriter
 
 
 class _Detail(msgspec.Struct, omit_defaults=False):

@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.pool import Pool, Timeouts
 from fleetgate.gateway.errors import error_body, error_event
-from fleetgate.http.client import (
+from fleetgate.http.client import HttpClient
+from fleetgate.http.errors import (
     ConnectError,
-    HttpClient,
     ProtocolError,
     ReadError,
     UpstreamError,
-    UpstreamResponse,
     UpstreamTimeout,
 )
-from fleetgate.http.server import ResponseWriter
+from fleetgate.http.response import UpstreamResponse
+from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
 from fleetgate.resilience.continuation import Splicer, StreamProgress, continuation_body
 from fleetgate.resilience.retry import RETRYABLE_STATUSES, backoff_s

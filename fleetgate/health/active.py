@@ -19,7 +19,8 @@ import msgspec
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
-from fleetgate.http.client import HttpClient, UpstreamError
+from fleetgate.http.client import HttpClient
+from fleetgate.http.errors import UpstreamError
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,56 +4,28 @@ Connections to each origin are kept alive and reused (last used first, so the wa
 serves). A response's body is delivered chunk by chunk as it arrives, which is what lets the
 gateway relay a stream without buffering it; a consumer that stops reading pauses the socket.
 
-Errors raised (all `UpstreamError`, translated here once from the socket and parser errors):
-    UpstreamError
-     +-- ConnectError   the connection could not be opened (refused, unreachable, timed out)
-     +-- ReadError      the connection closed or reset before the response ended
-     +-- ProtocolError  the upstream sent something that is not HTTP/1.1
-     +-- UpstreamTimeout  no answer head, or no end of the answer, in the time given
+Errors raised are those of fleetgate/http/errors.py, translated here from socket and parser
+errors; responses are fleetgate/http/response.py's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ssl
-from collections import deque
 from dataclasses import dataclass, field
-from typing import Protocol, cast
+from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
 
 from fleetgate.http.deadlines import NEVER, DeadlineSweeper
-
-
-class UpstreamError(Exception):
-    """Talking to an upstream failed."""
-
-
-class ConnectError(UpstreamError):
-    """The connection could not be opened."""
-
-
-class ReadError(UpstreamError):
-    """The connection ended before the whole response arrived."""
-
-
-class ProtocolError(UpstreamError):
-    """The upstream's bytes are not a valid HTTP/1.1 response."""
-
-
-class UpstreamTimeout(UpstreamError):
-    """The upstream did not answer, or finish answering, in the time it was given."""
-
-
-class RelaySink(Protocol):
-    """Where `UpstreamResponse.relay` hands a body, from the socket's own callback."""
-
-    def chunk(self, data: bytes) -> None:
-        """One piece of the body."""
-
-    def flush(self) -> None:
-        """The end of one read from the socket: pass on what `chunk` was given, in one go."""
+from fleetgate.http.errors import (
+    ConnectError,
+    ProtocolError,
+    ReadError,
+    UpstreamTimeout,
+)
+from fleetgate.http.response import UpstreamResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,144 +50,6 @@ class Origin:
 
     def __str__(self) -> str:
         return f"{self.scheme}://{self.host_header.decode()}{self.base_path.decode()}"
-
-
-_READ_HIGH_WATER = 1024 * 1024  # pause the socket when this much body is unread
-
-
-class UpstreamResponse:
-    """A response whose headers have arrived; its body arrives through `chunks()` or `read()`."""
-
-    __slots__ = (
-        "_buffered", "_chunks", "_conn", "_done", "_error", "_sink", "_waiter", "headers",
-        "status",
-    )  # fmt: skip
-
-    def __init__(self, conn: _Connection) -> None:
-        self._conn = conn
-        self.status = 0
-        self.headers: list[tuple[bytes, bytes]] = []
-        self._chunks: deque[bytes] = deque()
-        self._buffered = 0
-        self._done = False
-        self._error: UpstreamError | None = None
-        self._waiter: asyncio.Future[None] | None = None
-        self._sink: RelaySink | None = None
-
-    def header(self, name: bytes) -> bytes | None:
-        """The value of a header (lower-case name), or None."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
-
-    async def read(self) -> bytes:
-        """The whole body."""
-        parts = [chunk async for chunk in self.chunks()]
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def chunks(self) -> UpstreamResponse:
-        return self
-
-    def __aiter__(self) -> UpstreamResponse:
-        return self
-
-    async def __anext__(self) -> bytes:
-        while True:
-            if self._chunks:
-                chunk = self._chunks.popleft()
-                self._buffered -= len(chunk)
-                if self._buffered < _READ_HIGH_WATER:
-                    self.resume_reading()
-                return chunk
-            if self._error is not None:
-                raise self._error
-            if self._done:
-                raise StopAsyncIteration
-            await self._wait()
-
-    async def _wait(self) -> None:
-        """Until the connection feeds, finishes or fails this response; cancelling aborts it."""
-        waiter = self._conn.loop.create_future()
-        self._waiter = waiter
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            self.close()
-            raise
-
-    async def relay(self, sink: RelaySink) -> None:
-        """Hand every body chunk to `sink` as it arrives, from the socket's own callback (no task
-        switch per chunk), with a flush after each read; return when the body has ended, raise
-        `UpstreamError` if it broke.
-
-        The fastest way to pass a stream on: when one read brings several chunks (a busy
-        gateway), the sink can pass them on in one write. A sink that cannot keep up calls
-        `pause_reading()` and later `resume_reading()`.
-        """
-        if self._chunks:
-            while self._chunks:
-                chunk = self._chunks.popleft()
-                self._buffered -= len(chunk)
-                sink.chunk(chunk)
-            sink.flush()
-        self._sink = sink
-        try:
-            while not self._done and self._error is None:
-                await self._wait()
-        finally:
-            self._sink = None
-        if self._error is not None:
-            raise self._error
-
-    def pause_reading(self) -> None:
-        if not self._done and self._error is None:  # once done, the connection is not ours
-            self._conn.pause_reading()
-
-    def resume_reading(self) -> None:
-        if not self._done and self._error is None:
-            self._conn.resume_reading()
-
-    def expire_in(
-        self, delay_s: float, message: str, idle_s: float | None = None, idle_message: str = ""
-    ) -> None:
-        """Fail with `UpstreamTimeout(message)` and abort unless the body ends within delay_s,
-        or with `UpstreamTimeout(idle_message)` if `idle_s` pass without a byte of it (time
-        spent paused because the gateway's own client is slow does not count)."""
-        if not self._done and self._error is None:
-            self._conn.set_body_deadlines(delay_s, message, idle_s, idle_message)
-
-    def close(self) -> None:
-        """Stop reading; an unfinished response aborts its connection (that cancels upstream)."""
-        if not self._done and self._error is None:
-            self._fail(ReadError("response abandoned by the gateway"))
-            self._conn.abort()
-
-    # -- fed by the connection --------------------------------------------------------------
-
-    def _feed(self, chunk: bytes) -> None:
-        if self._sink is not None:
-            self._sink.chunk(chunk)
-            return
-        self._chunks.append(chunk)
-        self._buffered += len(chunk)
-        if self._buffered >= _READ_HIGH_WATER:
-            self._conn.pause_reading()
-        self._wake()
-
-    def _finish(self) -> None:
-        self._done = True
-        self._wake()
-
-    def _fail(self, error: UpstreamError) -> None:
-        if not self._done and self._error is None:  # the first cause is the one to report
-            self._error = error
-            self._wake()
-
-    def _wake(self) -> None:
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
 
 
 class _Connection(asyncio.Protocol):

@@ -12,17 +12,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from fleetgate.gateway.errors import send_error
-from fleetgate.http.client import (
+from fleetgate.http.client import HttpClient, Origin
+from fleetgate.http.errors import (
     ConnectError,
-    HttpClient,
-    Origin,
     ProtocolError,
     ReadError,
     UpstreamError,
-    UpstreamResponse,
     UpstreamTimeout,
 )
-from fleetgate.http.server import HttpConnection, HttpServer, Request, ResponseWriter, start_server
+from fleetgate.http.response import UpstreamResponse
+from fleetgate.http.server import HttpConnection, HttpServer, Request, start_server
+from fleetgate.http.writer import ResponseWriter
 
 GUARD_S = 5.0
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]

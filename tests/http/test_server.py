@@ -12,13 +12,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from fleetgate.gateway.errors import send_error
-from fleetgate.http.server import (
-    HttpServer,
-    Request,
-    ResponseWriter,
-    ServerLimits,
-    start_server,
-)
+from fleetgate.http.server import HttpServer, Request, ServerLimits, start_server
+from fleetgate.http.writer import ResponseWriter
 
 GUARD_S = 5.0
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]

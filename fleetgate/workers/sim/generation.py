@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from fleetgate.http.server import ResponseWriter
+from fleetgate.http.writer import ResponseWriter
 from fleetgate.tokens import count_tokens, filler_token
 from fleetgate.workers.sim.driver import WallClockDriver
 from fleetgate.workers.sim.engine import EngineRequest, FinishedRequest

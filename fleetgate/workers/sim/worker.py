@@ -17,7 +17,8 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from fleetgate.gateway.errors import error_body, send_error
-from fleetgate.http.server import HttpServer, Request, ResponseWriter, start_server
+from fleetgate.http.server import HttpServer, Request, start_server
+from fleetgate.http.writer import ResponseWriter
 from fleetgate.workers.sim.driver import WallClockDriver
 from fleetgate.workers.sim.engine import Engine
 from fleetgate.workers.sim.faults import Faults, FaultState

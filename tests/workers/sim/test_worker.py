@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from fleetgate.http.client import ConnectError, HttpClient, Origin, ReadError, UpstreamError
+from fleetgate.http.client import HttpClient, Origin
+from fleetgate.http.errors import ConnectError, ReadError, UpstreamError
 from fleetgate.http.sse import SseDecoder
 from fleetgate.workers.sim.fleet_process import SimSpec
 from fleetgate.workers.sim.worker import SimWorker

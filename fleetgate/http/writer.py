@@ -1,0 +1,131 @@
+"""The server side of one response: a whole body, or a chunked stream written piece by piece."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fleetgate.http.status import reason_phrase
+
+if TYPE_CHECKING:
+    from fleetgate.http.server import HttpConnection
+
+_CRLF = b"\r\n"
+
+
+class ClientDisconnected(Exception):
+    """The client closed its connection while the handler was still answering."""
+
+
+class ResponseWriter:
+    """Writes one response: either `send` a whole body, or `start`, `write`*, `end` a stream.
+
+    Streams use chunked transfer encoding. `write` never blocks; a streaming handler calls
+    `drain()` now and then so a slow client pauses it instead of growing the buffer.
+    """
+
+    __slots__ = ("_conn", "_head", "_head_only", "_keep_alive", "finished", "started", "status")
+
+    def __init__(self, conn: HttpConnection, keep_alive: bool, head_only: bool = False) -> None:
+        self._conn = conn
+        self._keep_alive = keep_alive
+        self._head_only = head_only  # a HEAD request: the same head, never a body
+        self._head = b""  # a streamed response's head, sent with its first chunk
+        self.started = False
+        self.finished = False
+        self.status = 0  # the status sent, once started
+
+    @property
+    def disconnected(self) -> bool:
+        return self._conn.closed
+
+    @property
+    def paused(self) -> bool:
+        """True when the client is not keeping up: call `drain()` before writing more."""
+        return self._conn.paused
+
+    def _render_head(
+        self, status: int, headers: list[tuple[bytes, bytes]], framing: bytes
+    ) -> bytes:
+        parts = [b"HTTP/1.1 ", reason_phrase(status), _CRLF]
+        for name, value in headers:
+            parts += (name, b": ", value, _CRLF)
+        parts.append(framing)
+        if not self._keep_alive:
+            parts.append(b"connection: close\r\n")
+        parts.append(_CRLF)
+        return b"".join(parts)
+
+    def send(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
+        """Send a complete response with a content-length."""
+        if self.started:
+            raise RuntimeError("response already started")
+        self.started = True
+        self.finished = True
+        self.status = status
+        framing = b"content-length: %d\r\n" % len(body)
+        head = self._render_head(status, headers, framing)
+        self._conn.writelines((head, b"" if self._head_only else body))
+
+    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        """Send the status line and headers of a chunked (streamed) response."""
+        if self.started:
+            raise RuntimeError("response already started")
+        self.started = True
+        self.status = status
+        # Held back until the first chunk so both leave in one packet (one syscall fewer).
+        self._head = self._render_head(status, headers, b"transfer-encoding: chunked\r\n")
+
+    def write(self, chunk: bytes) -> None:
+        """Send one chunk of a streamed response; an empty chunk is skipped (it would end it)."""
+        if chunk and not self.finished:
+            self._conn.write(b"%b%x\r\n%b\r\n" % (self._head, len(chunk), chunk))
+            self._head = b""
+
+    async def drain(self) -> None:
+        """Wait while the client is slower than the handler; raise if the client went away."""
+        await self._conn.drain()
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once the client has caught up (at once if it has); for relays that
+        pause their source instead of awaiting `drain()`."""
+        self._conn.when_drained(callback)
+
+    def write_chunks(self, chunks: list[bytes]) -> None:
+        """Send several chunks in one write (each framed as its own chunk)."""
+        if len(chunks) == 1:
+            self.write(chunks[0])
+        elif not self.finished:
+            self._conn.write(self._framed(chunks, b""))
+
+    def end_with(self, chunks: list[bytes]) -> None:
+        """Send the last chunks and end the response, in one write."""
+        if len(chunks) == 1:
+            self.end(chunks[0])
+        elif not self.finished:
+            self.finished = True
+            self._conn.write(self._framed(chunks, b"0\r\n\r\n"))
+
+    def _framed(self, chunks: list[bytes], tail: bytes) -> bytes:
+        """The head (if not sent yet), then each chunk framed, then `tail`, as one bytes."""
+        framed = [self._head]
+        for c in chunks:
+            if c:
+                framed += (b"%x\r\n" % len(c), c, b"\r\n")  # no copy of the chunk itself
+        framed.append(tail)
+        self._head = b""
+        return b"".join(framed)
+
+    def end(self, last: bytes = b"") -> None:
+        """Finish a streamed response, sending `last` as its final chunk in the same write."""
+        if not self.finished:
+            self.finished = True
+            if last:
+                self._conn.write(b"%b%x\r\n%b\r\n0\r\n\r\n" % (self._head, len(last), last))
+            else:
+                self._conn.write(self._head + b"0\r\n\r\n")
+            self._head = b""
+
+    def abort(self) -> None:
+        """Cut the connection at once, mid-response: what a crashed server looks like."""
+        self._conn.abort()
