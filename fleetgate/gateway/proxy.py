@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.pool import Pool, Timeouts
 from fleetgate.gateway.errors import error_body, error_event
+from fleetgate.gateway.relay import StreamRelay
 from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import (
     ConnectError,
@@ -225,7 +226,7 @@ class Proxy:
         rewrite: Callable[[bytes], bytes] | None,
     ) -> None:
         """Relay a stream's events; raise `UpstreamError` if it breaks off before [DONE]."""
-        relay = _Relay(writer, response, self._clock, progress, rewrite)
+        relay = StreamRelay(writer, response, self._clock, progress, rewrite)
         try:
             await response.relay(relay)
         finally:
@@ -306,71 +307,3 @@ def _seconds(retry_after: bytes | None) -> float:
         return max(0.0, float(retry_after or b"1"))
     except ValueError:
         return 1.0
-
-
-class _Relay:
-    """Passes upstream events straight to the client, from the socket callback: the events of
-    one read leave in one write (when the gateway is busy, reads bring several).
-
-    Only whole SSE events are passed on (a partial one waits for its end), so a continuation
-    can follow cleanly; each is recorded in the stream's progress. When the client falls
-    behind, the upstream socket is paused until it catches up.
-    """
-
-    __slots__ = (
-        "_clock", "_held", "_pending", "_progress", "_response", "_rewrite", "_writer",
-        "first_at",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        writer: ResponseWriter,
-        response: UpstreamResponse,
-        clock: Callable[[], float],
-        progress: StreamProgress,
-        rewrite: Callable[[bytes], bytes] | None,
-    ) -> None:
-        self._writer = writer
-        self._response = response
-        self._clock = clock
-        self._progress = progress
-        self._rewrite = rewrite
-        self._pending: list[bytes] = []
-        self._held = b""  # the start of an event whose end has not come yet
-        self.first_at: float | None = None
-
-    def chunk(self, data: bytes) -> None:
-        self._pending.append(data)
-
-    def flush(self) -> None:
-        pending = self._pending
-        if not pending:
-            return
-        self._pending = []
-        data = pending[0] if len(pending) == 1 else b"".join(pending)
-        if self._held:
-            data = self._held + data
-        cut = max(data.rfind(b"\n\n") + 2, data.rfind(b"\r\n\r\n") + 4, 0)
-        if cut < len(data):
-            self._held = data[cut:]
-            data = data[:cut]
-        else:
-            self._held = b""
-        if not data:
-            return
-        if self._rewrite is not None:
-            data = self._rewrite(data)
-            if not data:
-                return
-        if self.first_at is None:
-            self.first_at = self._clock()
-        progress = self._progress
-        progress.feed(data)
-        writer = self._writer
-        if progress.done:  # the stream's last event: end it in the same write
-            writer.end(data)
-            return
-        writer.write(data)
-        if writer.paused:
-            self._response.pause_reading()
-            writer.when_drained(self._response.resume_reading)
