@@ -27,7 +27,6 @@ from fleetgate.resilience.retry import RETRYABLE_STATUSES, backoff_s
 from fleetgate.routing.base import RoutingRequest
 
 _JSON = b"application/json"
-_DONE = b"data: [DONE]\n\n"
 _SSE_HEADERS = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"))
 # Request headers passed on to the backend; all others stay at the gateway.
 _FORWARDED = (b"authorization", b"traceparent", b"tracestate")
