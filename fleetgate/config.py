@@ -18,12 +18,14 @@ from fleetgate.fleet.pool import Timeouts
 from fleetgate.health.active import ActiveCheckSettings
 from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
+from fleetgate.resilience.hedge import HedgeSettings
 from fleetgate.workers.sim.profiles import PROFILES
 
 _LIMITS = ServerLimits()
 _TIMEOUTS = Timeouts()
 _CHECKS = ActiveCheckSettings()
 _HEALTH = HealthSettings()
+_HEDGE = HedgeSettings()
 
 
 class ConfigError(ValueError):
@@ -66,6 +68,18 @@ class HealthCheckConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True,
         return ActiveCheckSettings(**msgspec.structs.asdict(self))
 
 
+class HedgeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # Defaults live with hedging (fleetgate/resilience/hedge.py, HedgeSettings).
+    enabled: bool = _HEDGE.enabled  # opt-in: a hedge costs a second backend's work
+    percentile: float = _HEDGE.percentile  # hedge when the first token is later than this
+    min_delay_s: float = _HEDGE.min_delay_s  # never hedge sooner
+    max_delay_s: float = _HEDGE.max_delay_s  # never wait longer; the delay before there is data
+    window: int = _HEDGE.window  # recent TTFTs the percentile is taken over
+
+    def settings(self) -> HedgeSettings:
+        return HedgeSettings(**msgspec.structs.asdict(self))
+
+
 class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model: str  # the `model` clients send
     backends: list[BackendConfig]
@@ -76,6 +90,7 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     total_timeout_s: float = _TIMEOUTS.total_s  # the whole answer, stream included, or 504
     idle_timeout_s: float = _TIMEOUTS.idle_s  # longest silence between stream chunks
     health_check: HealthCheckConfig = HealthCheckConfig()
+    hedge: HedgeConfig = HedgeConfig()  # hedged streams (off unless enabled)
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
@@ -107,6 +122,11 @@ def check_config(config: Config) -> Config:
         ):
             if not 0 < value < math.inf:
                 raise ConfigError(f"{at} must be a finite number of seconds > 0")
+        hedge = pool.hedge
+        if not (0 < hedge.percentile <= 1 and 0 < hedge.min_delay_s <= hedge.max_delay_s
+                and hedge.window >= 1):  # fmt: skip
+            raise ConfigError(f"{where}.hedge: need 0 < percentile <= 1, "
+                              "0 < min_delay_s <= max_delay_s and window >= 1")  # fmt: skip
         if not 0 <= check.jitter < 1 or not 0 <= pool.panic_threshold <= 1:
             raise ConfigError(f"{where}: jitter must be in [0, 1) and panic_threshold in [0, 1]")
         if min(check.unhealthy_threshold, check.healthy_threshold) < 1 or pool.slow_start_s < 0:

@@ -79,7 +79,7 @@ def build_pools(
         c = item.config
         timeouts = Timeouts(c.first_byte_timeout_s, c.total_timeout_s, c.idle_timeout_s)
         health = HealthSettings(c.panic_threshold, c.slow_start_s)
-        pools[c.model] = Pool(c.model, states, pipeline, timeouts, health)
+        pools[c.model] = Pool(c.model, states, pipeline, timeouts, health, hedge=c.hedge.settings())
     return pools
 
 

@@ -209,12 +209,19 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
 
     import msgspec
 
-    from fleetgate.config import BackendConfig, HealthCheckConfig, PoolConfig, ServerConfig
+    from fleetgate.config import (
+        BackendConfig,
+        HealthCheckConfig,
+        HedgeConfig,
+        PoolConfig,
+        ServerConfig,
+    )
 
     doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     for prefix, struct in (("server.", ServerConfig), ("pools[].", PoolConfig),
                            ("backends[].", BackendConfig),
-                           ("pools[].health_check.", HealthCheckConfig)):  # fmt: skip
+                           ("pools[].health_check.", HealthCheckConfig),
+                           ("pools[].hedge.", HedgeConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

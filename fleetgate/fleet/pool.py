@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import NEVER_ROUTE, HealthSettings
 from fleetgate.health.outlier import OutlierDetector, OutlierSettings
+from fleetgate.resilience.hedge import HedgeSettings, TtftWindow
 from fleetgate.resilience.retry import RetryBudget, RetrySettings
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.pipeline import RoutingPipeline
@@ -36,7 +37,7 @@ class Pool:
 
     __slots__ = (
         "_full", "_health", "_next_check", "_outliers", "_pipeline", "budget", "candidates",
-        "in_flight", "model", "retries", "states", "timeouts",
+        "hedge", "in_flight", "model", "retries", "states", "timeouts", "ttft",
     )  # fmt: skip
 
     def __init__(
@@ -48,8 +49,11 @@ class Pool:
         health: HealthSettings | None = None,
         outliers: OutlierSettings | None = None,
         retries: RetrySettings | None = None,
+        hedge: HedgeSettings | None = None,
     ) -> None:
         self.model = model
+        self.hedge = hedge or HedgeSettings()
+        self.ttft = TtftWindow(self.hedge)  # recent times to first token, for hedging
         self.retries = retries or RetrySettings()
         self.budget = RetryBudget(self.retries)
         self.in_flight = 0  # requests in flight to any backend of the pool

@@ -23,6 +23,7 @@ from fleetgate.http.response import UpstreamResponse
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
 from fleetgate.resilience.continuation import Splicer, StreamProgress, continuation_body
+from fleetgate.resilience.hedge import Race
 from fleetgate.resilience.retry import RETRYABLE_STATUSES, backoff_s
 from fleetgate.routing.base import RoutingRequest
 
@@ -40,6 +41,22 @@ def _error_kind(exc: UpstreamError) -> str:
     if isinstance(exc, ProtocolError):
         return "protocol"
     return "read"
+
+
+@dataclass(slots=True)
+class _Exchange:
+    """One client request as it is tried on the backends of its pool."""
+
+    pool: Pool
+    routing: RoutingRequest
+    path: bytes
+    headers: list[tuple[bytes, bytes]]  # what goes upstream
+    body: bytes
+    request_id: bytes
+    writer: ResponseWriter
+    started: float
+    timeouts: Timeouts
+    tried: list[BackendState]
 
 
 @dataclass(slots=True)
@@ -88,6 +105,10 @@ class Proxy:
             if value is not None:
                 upstream_headers.append((name, value))
         tried: list[BackendState] = []
+        exchange = _Exchange(
+            pool, routing, path, upstream_headers, body, request_id, writer, started, timeouts,
+            tried,
+        )  # fmt: skip
         failed: _Failed | None = None
         status = 499  # nginx's "client closed request", if the client leaves first
         backend_id = NO_BACKEND
@@ -109,16 +130,44 @@ class Proxy:
                 tried.append(state)
                 backend_id = state.backend.id
                 last = attempt + 1 == pool.retries.max_attempts
-                failed = await self._attempt(
-                    pool, state, routing, path, upstream_headers, body, request_id, writer,
-                    started, last, tried, timeouts,
-                )  # fmt: skip
+                if attempt == 0 and routing.stream and pool.hedge.enabled:
+                    failed = await self._hedged(exchange, state, last)
+                else:
+                    failed = await self._attempt(exchange, state, last)
                 if failed is None:
                     status = writer.status
                     return
             status = self._answer_failure(routing, failed, writer, request_id)
         finally:
             self._metrics.request_done(routing.model, backend_id, status, self._clock() - started)
+
+    async def _hedged(self, ex: _Exchange, state: BackendState, last: bool) -> _Failed | None:
+        """The first attempt, with a second on another backend if its first token is late
+        (resilience/hedge.py); the first to produce a token keeps the client."""
+        loop = asyncio.get_running_loop()
+        pool = ex.pool
+        race = Race()
+        first = loop.create_task(self._attempt(ex, state, last, race.claimer(0)))
+        race.tasks.append(first)
+        try:
+            done, _ = await asyncio.wait({first}, timeout=pool.hedge.delay_s(pool.ttft))
+            other = None
+            if not done and race.winner is None and pool.budget.allows(pool.in_flight):
+                other = pool.pick_other(ex.routing, self._clock(), ex.tried)
+            if other is None:
+                return await first
+            ex.tried.append(other)
+            self._metrics.hedge(ex.routing.model)
+            pool.budget.retrying += 1
+            try:
+                second = loop.create_task(self._attempt(ex, other, last, race.claimer(1)))
+                race.tasks.append(second)
+                return await _first_answer({first, second})
+            finally:
+                pool.budget.retrying -= 1
+        finally:
+            for task in race.tasks:
+                task.cancel()
 
     def _answer_failure(
         self,
@@ -138,21 +187,15 @@ class Proxy:
 
     async def _attempt(
         self,
-        pool: Pool,
+        ex: _Exchange,
         state: BackendState,
-        routing: RoutingRequest,
-        path: bytes,
-        upstream_headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        request_id: bytes,
-        writer: ResponseWriter,
-        started: float,
         last: bool,
-        tried: list[BackendState],
-        timeouts: Timeouts,
+        claim: Callable[[], bool] | None = None,
     ) -> _Failed | None:
         """One try on one backend: None when the client has its answer (or part of a stream);
         a `_Failed` when nothing was sent and another backend may be tried."""
+        pool, routing, writer, timeouts = ex.pool, ex.routing, ex.writer, ex.timeouts
+        request_id, started = ex.request_id, ex.started
         backend = state.backend
         # Timeouts are deadlines on the upstream exchange itself (http/deadlines.py).
         deadline = started + timeouts.total_s
@@ -160,24 +203,29 @@ class Proxy:
         released = False
         try:
             response = await self._client.request(
-                backend.origin, b"POST", path, upstream_headers, body,
+                backend.origin, b"POST", ex.path, ex.headers, ex.body,
                 timeout_s=max(0.0, min(timeouts.first_byte_s, deadline - self._clock())),
             )  # fmt: skip
             _set_body_deadlines(response, deadline - self._clock(), timeouts)
             status = response.status
             if routing.stream and status == 200:
-                writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
                 progress = StreamProgress()
+
+                def start() -> bool:
+                    if claim is not None and not claim():
+                        return False
+                    writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
+                    return True
+
                 try:
-                    await self._relay_stream(routing, response, writer, started, progress, None)
+                    await self._relay_stream(ex, response, progress, None, start)
                 except UpstreamError as exc:
+                    if not writer.started:  # nothing reached the client: an ordinary retry
+                        raise
                     self._report_error(pool, state, routing, exc)
                     pool.end(state, self._clock())
                     released = True  # what follows is other backends' work
-                    await self._continue(
-                        pool, tried, routing, path, upstream_headers, body, writer,
-                        started, progress, exc, timeouts,
-                    )  # fmt: skip
+                    await self._continue(ex, progress, exc)
                     return None
                 pool.succeeded(state, self._clock())
                 return None
@@ -206,7 +254,8 @@ class Proxy:
             pool.succeeded(state, now)  # a 4xx is the request's fault, not the backend's
         if status in RETRYABLE_STATUSES and not last:
             return _Failed(status, data, reply, backend.id)
-        writer.send(status, [*reply, (b"x-request-id", request_id)], data)
+        if claim is None or claim():
+            writer.send(status, [*reply, (b"x-request-id", request_id)], data)
         return None
 
     def _report_error(
@@ -217,56 +266,45 @@ class Proxy:
 
     async def _relay_stream(
         self,
-        routing: RoutingRequest,
+        ex: _Exchange,
         response: UpstreamResponse,
-        writer: ResponseWriter,
-        started: float,
         progress: StreamProgress,
         rewrite: Callable[[bytes], bytes] | None,
+        start: Callable[[], bool],
     ) -> None:
         """Relay a stream's events; raise `UpstreamError` if it breaks off before [DONE]."""
-        relay = StreamRelay(writer, response, self._clock, progress, rewrite)
+        relay = StreamRelay(ex.writer, response, self._clock, progress, rewrite, start)
         try:
             await response.relay(relay)
         finally:
             if relay.first_at is not None and rewrite is None:
-                self._metrics.first_token(routing.model, relay.first_at - started)
+                ttft = relay.first_at - ex.started
+                self._metrics.first_token(ex.routing.model, ttft)
+                ex.pool.ttft.add(ttft)
         if not progress.done:
             raise ReadError("the stream ended without [DONE]")
 
-    async def _continue(
-        self,
-        pool: Pool,
-        tried: list[BackendState],
-        routing: RoutingRequest,
-        path: bytes,
-        upstream_headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        writer: ResponseWriter,
-        started: float,
-        progress: StreamProgress,
-        exc: UpstreamError,
-        timeouts: Timeouts,
-    ) -> None:
+    async def _continue(self, ex: _Exchange, progress: StreamProgress, exc: UpstreamError) -> None:
         """Finish a broken stream on other backends (resilience/continuation.py), or end it
         with an error event: never silently."""
+        pool, routing, writer, timeouts = ex.pool, ex.routing, ex.writer, ex.timeouts
         chat = routing.endpoint == "chat"
-        deadline = started + timeouts.total_s
+        deadline = ex.started + timeouts.total_s
         for _ in range(pool.retries.max_attempts - 1):
             progress.settle()
             if progress.finished:  # only [DONE] was missing: nothing left to generate
                 writer.end(b"data: [DONE]\n\n")
                 return
-            rest = continuation_body(body, chat, progress)
-            state = pool.pick_other(routing, self._clock(), tried)
+            rest = continuation_body(ex.body, chat, progress)
+            state = pool.pick_other(routing, self._clock(), ex.tried)
             if rest is None or state is None:
                 break
-            tried.append(state)
+            ex.tried.append(state)
             self._metrics.continuation(routing.model)
             pool.begin(state, self._clock())
             try:
                 response = await self._client.request(
-                    state.backend.origin, b"POST", path, upstream_headers, rest,
+                    state.backend.origin, b"POST", ex.path, ex.headers, rest,
                     timeout_s=max(0.0, min(timeouts.first_byte_s, deadline - self._clock())),
                 )  # fmt: skip
                 _set_body_deadlines(response, deadline - self._clock(), timeouts)
@@ -274,9 +312,7 @@ class Proxy:
                     await response.read()
                     raise ReadError(f"the continuation was answered {response.status}")
                 splicer = Splicer(progress)
-                await self._relay_stream(
-                    routing, response, writer, started, progress, splicer.rewrite
-                )
+                await self._relay_stream(ex, response, progress, splicer.rewrite, _started)
                 pool.succeeded(state, self._clock())
                 return
             except UpstreamError as again:
@@ -294,6 +330,26 @@ def _set_body_deadlines(response: UpstreamResponse, left_s: float, t: Timeouts) 
         t.idle_s,
         f"the backend sent nothing for the idle timeout of {t.idle_s:g} s",
     )
+
+
+async def _first_answer(tasks: set[asyncio.Task[_Failed | None]]) -> _Failed | None:
+    """None as soon as one attempt has answered the client; else the last failure."""
+    failed: _Failed | None = None
+    pending = tasks
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task.cancelled():
+                continue  # lost the race: the winner cancelled it
+            result = task.result()
+            if result is None:
+                return None
+            failed = result
+    return failed
+
+
+def _started() -> bool:
+    return True  # a continuation's client has had its head already
 
 
 def _code(exc: UpstreamError) -> str:

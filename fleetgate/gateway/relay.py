@@ -14,13 +14,15 @@ class StreamRelay:
     one read leave in one write (when the gateway is busy, reads bring several).
 
     Only whole SSE events are passed on (a partial one waits for its end), so a continuation
-    can follow cleanly; each is recorded in the stream's progress. When the client falls
-    behind, the upstream socket is paused until it catches up.
+    can follow cleanly; each is recorded in the stream's progress. Before the first event goes
+    out, `start` is called: it claims the client (hedging) and sends the response head; if it
+    says no, another attempt has the client and this relay passes nothing on. When the client
+    falls behind, the upstream socket is paused until it catches up.
     """
 
     __slots__ = (
-        "_clock", "_held", "_pending", "_progress", "_response", "_rewrite", "_writer",
-        "first_at",
+        "_clock", "_held", "_lost", "_pending", "_progress", "_response", "_rewrite", "_start",
+        "_writer", "first_at",
     )  # fmt: skip
 
     def __init__(
@@ -30,8 +32,11 @@ class StreamRelay:
         clock: Callable[[], float],
         progress: StreamProgress,
         rewrite: Callable[[bytes], bytes] | None,
+        start: Callable[[], bool],
     ) -> None:
         self._writer = writer
+        self._start = start
+        self._lost = False
         self._response = response
         self._clock = clock
         self._progress = progress
@@ -45,7 +50,7 @@ class StreamRelay:
 
     def flush(self) -> None:
         pending = self._pending
-        if not pending:
+        if not pending or self._lost:
             return
         self._pending = []
         data = pending[0] if len(pending) == 1 else b"".join(pending)
@@ -64,6 +69,9 @@ class StreamRelay:
             if not data:
                 return
         if self.first_at is None:
+            if not self._start():
+                self._lost = True  # another attempt answers this client
+                return
             self.first_at = self._clock()
         progress = self._progress
         progress.feed(data)

@@ -45,6 +45,11 @@ class GatewayMetrics(Collector):
             "Attempts sent to another backend after one failed before the first byte.",
             ["model"],
         )
+        self._hedges = CounterSeries(
+            "fleetgate_hedges",
+            "Second attempts sent because a stream's first token was late.",
+            ["model"],
+        )
         self._continuations = CounterSeries(
             "fleetgate_stream_continuations",
             "Streams whose backend failed mid-answer, continued on another backend.",
@@ -76,6 +81,9 @@ class GatewayMetrics(Collector):
     def first_token(self, model: str, seconds: float) -> None:
         self._ttft.observe((model,), seconds)
 
+    def hedge(self, model: str) -> None:
+        self._hedges.inc((model,))
+
     def continuation(self, model: str) -> None:
         self._continuations.inc((model,))
 
@@ -87,8 +95,8 @@ class GatewayMetrics(Collector):
 
     def collect(self) -> Iterator[Metric]:
         for series in (
-            self._requests, self._errors, self._retries, self._continuations, self._ttft,
-            self._e2e,
+            self._requests, self._errors, self._retries, self._hedges, self._continuations,
+            self._ttft, self._e2e,
         ):  # fmt: skip
             yield series.family()
         gauge = GaugeMetricFamily(

@@ -167,3 +167,22 @@ def test_a_hanging_worker_costs_a_client_at_most_the_first_byte_timeout_and_a_re
             assert time.monotonic() - started < 0.5 + 0.1 + 1.0  # timeout, a tick, a retry
         assert metric(url, "fleetgate_retries_total") >= 1
         assert metric(url, "fleetgate_upstream_errors_total", kind="timeout") >= 1
+
+
+def test_a_late_first_token_is_hedged_to_another_worker(tmp_path: Path) -> None:
+    with ExitStack() as stack:
+        workers = start_workers(stack, 2)
+        config = tmp_path / "gw.yaml"
+        pool = {"model": MODEL, "policy": "round_robin",
+                "hedge": {"enabled": True, "max_delay_s": 0.2},
+                "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
+        config.write_text(json.dumps({"pools": [pool]}))
+        url, _ = stack.enter_context(gateway(["--config", str(config)]))
+        set_faults(workers[0][0], added_latency_s=1.5)  # its first token is always late
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        for _ in range(4):  # round robin: two of them start on the slow worker
+            started = time.monotonic()
+            pieces, ids, usage = stream_tokens(client, 30)
+            assert (pieces, len(ids), usage) == (30, 1, 30)
+            assert time.monotonic() - started < 1.2  # never waited for the slow worker
+        assert metric(url, "fleetgate_hedges_total") >= 2

@@ -1,0 +1,89 @@
+"""Hedged requests (opt-in per pool): when a stream's first token is late, ask a second backend
+and keep whichever answers first.
+
+Late means later than a percentile of the pool's recent TTFTs:
+    delay = clamp(percentile_p(last `window` TTFTs), min_delay_s, max_delay_s)
+(max_delay_s until 20 TTFTs have been seen). The first backend to produce a token wins the
+client; the other attempt is cancelled at that moment, which aborts its upstream request. A
+hedge counts against the pool's retry budget while it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+
+MIN_SAMPLES = 20  # TTFTs needed before the percentile is trusted
+_RECOMPUTE_EVERY = 32  # new samples between two sorts of the window
+
+
+@dataclass(frozen=True, slots=True)
+class HedgeSettings:
+    enabled: bool = False  # opt-in: a hedge costs a second backend's work
+    percentile: float = 0.95  # hedge once the first token is later than this share of TTFTs
+    min_delay_s: float = 0.05  # never hedge sooner
+    max_delay_s: float = 5.0  # never wait longer (and the delay before there is data)
+    window: int = 256  # recent TTFTs the percentile is taken over
+
+    def delay_s(self, ttfts: TtftWindow) -> float:
+        """How long the first attempt may go without a token before the hedge is sent."""
+        return ttfts.value_s
+
+
+class TtftWindow:
+    """The last `window` TTFTs of a pool and the hedge delay they give; O(1) per sample."""
+
+    __slots__ = ("_added", "_delay", "_next", "_samples", "_settings")
+
+    def __init__(self, settings: HedgeSettings) -> None:
+        self._settings = settings
+        self._samples: list[float] = []
+        self._next = 0
+        self._added = 0
+        self._delay = settings.max_delay_s
+
+    def add(self, seconds: float) -> None:
+        if len(self._samples) < self._settings.window:
+            self._samples.append(seconds)
+        else:
+            self._samples[self._next] = seconds
+            self._next = (self._next + 1) % self._settings.window
+        self._added += 1
+        if self._added % _RECOMPUTE_EVERY == 0 or len(self._samples) == MIN_SAMPLES:
+            self._recompute()
+
+    def _recompute(self) -> None:
+        s = self._settings
+        if len(self._samples) < MIN_SAMPLES:
+            return
+        ordered = sorted(self._samples)
+        value = ordered[min(len(ordered) - 1, int(s.percentile * len(ordered)))]
+        self._delay = min(s.max_delay_s, max(s.min_delay_s, value))
+
+    @property
+    def value_s(self) -> float:
+        return self._delay
+
+
+class Race:
+    """Attempts competing for one client: the first to claim it wins, the others are cancelled."""
+
+    __slots__ = ("tasks", "winner")
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[object]] = []
+        self.winner: int | None = None
+
+    def claimer(self, index: int) -> Callable[[], bool]:
+        """The claim function of attempt `index`: True if the client is (now) its own."""
+
+        def claim() -> bool:
+            if self.winner is None:
+                self.winner = index
+                for i, task in enumerate(self.tasks):
+                    if i != index:
+                        task.cancel()
+            return self.winner == index
+
+        return claim
