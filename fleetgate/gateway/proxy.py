@@ -324,12 +324,7 @@ class Proxy:
 
 
 def _set_body_deadlines(response: UpstreamResponse, left_s: float, t: Timeouts) -> None:
-    response.expire_in(
-        max(0.0, left_s),
-        f"the answer took longer than the total timeout of {t.total_s:g} s",
-        t.idle_s,
-        f"the backend sent nothing for the idle timeout of {t.idle_s:g} s",
-    )
+    response.expire_in(max(0.0, left_s), t.total_message, t.idle_s, t.idle_message)
 
 
 async def _first_answer(tasks: set[asyncio.Task[_Failed | None]]) -> _Failed | None:

@@ -6,7 +6,6 @@ Fields are typed as the OpenAI API types them; a wrong type or a missing field b
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import msgspec
@@ -139,4 +138,10 @@ def request_timeouts(pool: Timeouts, headers: dict[bytes, bytes]) -> Timeouts:
             header = name.decode()
             raise BadRequest(f"The {header} header must be a number of seconds > 0.", header)
         changes[field] = seconds
-    return dataclasses.replace(pool, **changes) if changes else pool
+    if not changes:
+        return pool
+    return Timeouts(
+        changes.get("first_byte_s", pool.first_byte_s),
+        changes.get("total_s", pool.total_s),
+        changes.get("idle_s", pool.idle_s),
+    )

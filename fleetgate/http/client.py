@@ -76,6 +76,7 @@ class _Connection(asyncio.Protocol):
         self._total_at = NEVER  # the whole answer's deadline, when an idle one is also set
         self._idle_s: float | None = None  # longest silence allowed inside a body
         self._idle_message = ""
+        self._first_byte_s = 0.0
         self._reading_paused = False
         self.closed = False
         self.received = False  # any byte of the current request's answer has arrived
@@ -170,8 +171,8 @@ class _Connection(asyncio.Protocol):
         self._head = head
         self._busy.add(self)
         if timeout_s is not None:
-            message = f"no answer within {timeout_s:g} s (the first-byte timeout)"
-            self.set_deadline(timeout_s, message)
+            self.set_deadline(timeout_s, "")  # the message is made only if it expires
+            self._first_byte_s = timeout_s
         self._transport.write(data)
         return head
 
@@ -197,7 +198,10 @@ class _Connection(asyncio.Protocol):
         idle = self._idle_s is not None and self.deadline < self._total_at
         self.deadline = NEVER
         self._idle_s = None
-        error = UpstreamTimeout(self._idle_message if idle else self._deadline_message)
+        message = self._idle_message if idle else self._deadline_message
+        if not message:
+            message = f"no answer within {self._first_byte_s:g} s (the first-byte timeout)"
+        error = UpstreamTimeout(message)
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
         if self._response is not None:
