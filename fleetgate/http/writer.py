@@ -65,7 +65,12 @@ class ResponseWriter:
         self.status = status
         framing = b"content-length: %d\r\n" % len(body)
         head = self._render_head(status, headers, framing)
-        self._conn.writelines((head, b"" if self._head_only else body))
+        if self._head_only or not body:
+            self._conn.write(head)
+        elif len(body) < 65536:
+            self._conn.write(head + body)  # one copy of a small body beats a second syscall
+        else:
+            self._conn.writelines((head, body))
 
     def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         """Send the status line and headers of a chunked (streamed) response."""
