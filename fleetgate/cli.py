@@ -53,7 +53,8 @@ def _worker_sim(args: argparse.Namespace) -> int:
     faults = faults_from_args(args)
     specs = [
         SimSpec(model=args.model, profile=args.profile, port=args.port + i if args.port else 0,
-                faults=faults)
+                faults=faults, heartbeat_url=args.heartbeat,
+                heartbeat_interval_s=args.heartbeat_interval)
         for i in range(args.replicas)
     ]  # fmt: skip
     return _run(serve_specs(specs, args.host, announce=True))
@@ -89,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--model", default="llama-3.1-8b-instruct", help="model name it serves")
     sim.add_argument("--profile", default="h100-llama3-8b", help="engine profile")
     sim.add_argument("--replicas", type=int, default=1, help="workers in this process")
+    sim.add_argument(
+        "--heartbeat", metavar="GATEWAY_URL",
+        help="push heartbeats to this gateway (for pools whose health check kind is heartbeat)",
+    )  # fmt: skip
+    sim.add_argument("--heartbeat-interval", type=float, default=1.0, metavar="S")
     from fleetgate.workers.sim.faults import add_fault_arguments
 
     add_fault_arguments(sim)

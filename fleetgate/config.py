@@ -56,7 +56,8 @@ class BackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
 class HealthCheckConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     # Defaults live with the checker (fleetgate/health/active.py, ActiveCheckSettings).
     enabled: bool = _CHECKS.enabled  # probe every backend of the pool
-    kind: Literal["http", "inference"] = _CHECKS.kind  # GET `path`, or a one-token completion
+    # GET `path`; a one-token completion; or workers push POST /fleet/heartbeat
+    kind: Literal["http", "inference", "heartbeat"] = _CHECKS.kind
     path: str = _CHECKS.path  # for kind http
     interval_s: float = _CHECKS.interval_s  # between two probes of one backend
     jitter: float = _CHECKS.jitter  # intervals drawn from interval_s * (1 +- jitter)

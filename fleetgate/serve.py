@@ -24,6 +24,7 @@ from fleetgate.fleet.pool import Pool, Timeouts
 from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.app import Gateway, RequestIds
 from fleetgate.gateway.errors import send_error
+from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.proxy import Proxy
 from fleetgate.health.active import ActiveChecker
 from fleetgate.http.client import HttpClient
@@ -149,12 +150,18 @@ async def start_gateway(
                 )
             )
         resolved.append(ResolvedPool(pool, tuple(backends)))
+    checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     try:
         pools = build_pools(resolved, registry or default_registry(), rng)
         metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
         proxy = Proxy(client, metrics, clock, random.Random(rng.getrandbits(64)))
         admin = Admin(pools, clock) if config.server.admin else None
-        gateway = Gateway(pools, proxy, metrics, clock, RequestIds(), int(time.time()), admin)
+        for pool_config in config.pools:
+            checker.start(pools[pool_config.model], pool_config.health_check.settings())
+        heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
+        gateway = Gateway(
+            pools, proxy, metrics, clock, RequestIds(), int(time.time()), admin, heartbeats
+        )
         s = config.server
         limits = ServerLimits(
             max_body_bytes=s.max_body_bytes,
@@ -166,13 +173,11 @@ async def start_gateway(
             gateway.handle, send_error, config.server.host, config.server.port, limits
         )
     except BaseException:
+        checker.stop()
         await client.close()
         if sims is not None:
             sims.stop()
         raise
-    checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
-    for pool_config in config.pools:
-        checker.start(pools[pool_config.model], pool_config.health_check.settings())
     return RunningGateway(server, client, sims, gateway, pools, checker)
 
 

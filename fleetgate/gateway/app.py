@@ -11,6 +11,7 @@ import msgspec
 from fleetgate.fleet.pool import Pool
 from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.errors import error_body
+from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.proxy import Proxy
 from fleetgate.gateway.requests import (
     BadRequest,
@@ -52,6 +53,7 @@ class Gateway:
         ids: RequestIds,
         created: int,
         admin: Admin | None = None,
+        heartbeats: HeartbeatEndpoint | None = None,
     ) -> None:
         self._pools = dict(pools)
         self._proxy = proxy
@@ -82,6 +84,8 @@ class Gateway:
         if admin is not None:
             post[b"/admin/drain"] = admin.drain
             get[b"/admin/backends"] = admin.backends
+        if heartbeats is not None:
+            post[b"/fleet/heartbeat"] = heartbeats.beat
         self._routes: dict[bytes, dict[bytes, _Handler]] = {}
         for method, table in ((b"POST", post), (b"GET", get)):
             for path, handler in table.items():

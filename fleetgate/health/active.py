@@ -3,7 +3,9 @@ with thresholds so that one bad probe does not flip it.
 
 A backend is marked unhealthy (ACTIVE_CHECK_FAILED) after `unhealthy_threshold` failed probes
 in a row and healthy again after `healthy_threshold` good ones. Probe kinds: `http` (GET the
-path, 2xx is good) and `inference` (a one-token completion, which proves the model answers).
+path, 2xx is good), `inference` (a one-token completion, which proves the model answers), and
+`heartbeat`, for workers that push instead of being polled: each interval with a heartbeat
+(POST /fleet/heartbeat {"backend": ID}) counts as a good probe, each without as a failed one.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from fleetgate.http.errors import UpstreamError
 @dataclass(frozen=True, slots=True)
 class ActiveCheckSettings:
     enabled: bool = True
-    kind: Literal["http", "inference"] = "http"
+    kind: Literal["http", "inference", "heartbeat"] = "http"
     path: str = "/health"  # for kind http
     interval_s: float = 5.0  # between probes of one backend
     jitter: float = 0.2  # each interval is drawn from interval_s * (1 +- jitter)
@@ -78,6 +80,7 @@ class ActiveChecker:
         self._rng = rng
         self._sleep = sleep
         self._tasks: list[asyncio.Task[None]] = []
+        self._beats: dict[str, int] = {}  # heartbeats received per backend id, for kind heartbeat
 
     def start(self, pool: Pool, settings: ActiveCheckSettings) -> None:
         if not settings.enabled:
@@ -85,7 +88,20 @@ class ActiveChecker:
         loop = asyncio.get_running_loop()
         for state in pool.states:
             tracker = ProbeTracker(settings, state)
+            if settings.kind == "heartbeat":
+                self._beats.setdefault(state.backend.id, 0)
             self._tasks.append(loop.create_task(self._watch(pool, state, tracker, settings)))
+
+    def beat(self, backend_id: str) -> bool:
+        """A worker's heartbeat; False if no pool expects heartbeats from that backend."""
+        if backend_id not in self._beats:
+            return False
+        self._beats[backend_id] += 1
+        return True
+
+    @property
+    def expects_heartbeats(self) -> bool:
+        return bool(self._beats)
 
     def stop(self) -> None:
         for task in self._tasks:
@@ -95,9 +111,14 @@ class ActiveChecker:
     async def _watch(
         self, pool: Pool, state: BackendState, tracker: ProbeTracker, s: ActiveCheckSettings
     ) -> None:
+        seen = 0
         while True:
             await self._sleep(s.interval_s * self._rng.uniform(1 - s.jitter, 1 + s.jitter))
-            ok = await self.probe(pool.model, state, s)
+            if s.kind == "heartbeat":
+                beats = self._beats[state.backend.id]
+                ok, seen = beats > seen, beats
+            else:
+                ok = await self.probe(pool.model, state, s)
             if tracker.record(ok):
                 pool.refresh(self._clock())
 

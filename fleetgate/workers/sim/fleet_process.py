@@ -23,6 +23,8 @@ class SimSpec:
     profile: str
     port: int = 0  # 0: any free port
     faults: Faults = field(default_factory=Faults)
+    heartbeat_url: str | None = None  # a gateway to push heartbeats to (its base URL)
+    heartbeat_interval_s: float = 1.0
     seed: int | None = None
 
 

@@ -17,6 +17,8 @@ from collections.abc import Awaitable, Callable
 import msgspec
 
 from fleetgate.gateway.errors import error_body, send_error
+from fleetgate.http.client import HttpClient, Origin
+from fleetgate.http.errors import UpstreamError
 from fleetgate.http.server import HttpServer, Request, start_server
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.workers.sim.driver import WallClockDriver
@@ -49,6 +51,7 @@ class SimWorker:
         )  # fmt: skip
         self._server: HttpServer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._heartbeat: asyncio.Task[None] | None = None
         self._ids = itertools.count(1)
         self._routes: dict[tuple[bytes, bytes], _Route] = {
             (b"POST", b"/v1/chat/completions"): self._generate,
@@ -71,13 +74,40 @@ class SimWorker:
         return self.faults.faults.slowdown
 
     async def start(self, host: str, port: int) -> HttpServer:
-        self._task = asyncio.get_running_loop().create_task(self.driver.run())
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self.driver.run())
         self._server = await start_server(self.handle, send_error, host, port)
+        if self.spec.heartbeat_url is not None:
+            backend = f"{host}:{self._server.port}"
+            self._heartbeat = loop.create_task(self._push_heartbeats(backend))
         return self._server
+
+    async def _push_heartbeats(self, backend: str) -> None:
+        """Tell the gateway we are alive, every interval, while we are (and not while hung)."""
+        assert self.spec.heartbeat_url is not None
+        client = HttpClient(connect_timeout_s=self.spec.heartbeat_interval_s)
+        origin = Origin.parse(self.spec.heartbeat_url)
+        body = msgspec.json.encode({"backend": backend})
+        try:
+            while True:
+                if not self.faults.faults.hang and not self.faults.crashed:
+                    try:
+                        response = await client.request(
+                            origin, b"POST", b"/fleet/heartbeat", _JSON, body,
+                            timeout_s=self.spec.heartbeat_interval_s,
+                        )  # fmt: skip
+                        await response.read()
+                    except UpstreamError:
+                        pass  # the gateway is away: keep trying
+                await asyncio.sleep(self.spec.heartbeat_interval_s)
+        finally:
+            await client.close()
 
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
 
     async def handle(self, request: Request, writer: ResponseWriter) -> None:
         if self.faults.faults.hang and request.path != b"/admin/faults":
