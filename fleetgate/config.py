@@ -16,9 +16,11 @@ import yaml
 from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Timeouts
 from fleetgate.health.active import ActiveCheckSettings
+from fleetgate.health.outlier import OutlierSettings
 from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
 from fleetgate.resilience.hedge import HedgeSettings
+from fleetgate.resilience.retry import RetrySettings
 from fleetgate.workers.sim.profiles import PROFILES
 
 _LIMITS = ServerLimits()
@@ -26,6 +28,8 @@ _TIMEOUTS = Timeouts()
 _CHECKS = ActiveCheckSettings()
 _HEALTH = HealthSettings()
 _HEDGE = HedgeSettings()
+_OUTLIER = OutlierSettings()
+_RETRY = RetrySettings()
 
 
 class ConfigError(ValueError):
@@ -81,6 +85,32 @@ class HedgeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         return HedgeSettings(**msgspec.structs.asdict(self))
 
 
+class OutlierConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # Defaults live with the detector (fleetgate/health/outlier.py, OutlierSettings).
+    consecutive_failures: int = _OUTLIER.consecutive_failures  # in a row: eject
+    failure_rate: float = _OUTLIER.failure_rate  # or this share failing in an interval
+    min_requests: int = _OUTLIER.min_requests  # before the failure rate counts
+    interval_s: float = _OUTLIER.interval_s  # the failure rate's window
+    base_ejection_s: float = _OUTLIER.base_ejection_s  # the n-th ejection lasts n times this
+    max_ejection_s: float = _OUTLIER.max_ejection_s  # cap on one ejection
+    max_ejected_share: float = _OUTLIER.max_ejected_share  # of a pool, at once
+
+    def settings(self) -> OutlierSettings:
+        return OutlierSettings(**msgspec.structs.asdict(self))
+
+
+class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # Defaults live with the policy (fleetgate/resilience/retry.py, RetrySettings).
+    max_attempts: int = _RETRY.max_attempts  # the first try included; 1: no retries
+    backoff_base_s: float = _RETRY.backoff_base_s  # the first retry waits up to this
+    backoff_max_s: float = _RETRY.backoff_max_s  # no retry waits longer
+    budget_ratio: float = _RETRY.budget_ratio  # retries in flight <= this x requests in flight
+    budget_min: int = _RETRY.budget_min  # ...but this many are always allowed
+
+    def settings(self) -> RetrySettings:
+        return RetrySettings(**msgspec.structs.asdict(self))
+
+
 class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model: str  # the `model` clients send
     backends: list[BackendConfig]
@@ -92,6 +122,8 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     idle_timeout_s: float = _TIMEOUTS.idle_s  # longest silence between stream chunks
     health_check: HealthCheckConfig = HealthCheckConfig()
     hedge: HedgeConfig = HedgeConfig()  # hedged streams (off unless enabled)
+    outlier: OutlierConfig = OutlierConfig()  # ejection on failures seen in traffic
+    retries: RetryConfig = RetryConfig()  # trying another backend before the first byte
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
@@ -128,6 +160,17 @@ def check_config(config: Config) -> Config:
                 and hedge.window >= 1):  # fmt: skip
             raise ConfigError(f"{where}.hedge: need 0 < percentile <= 1, "
                               "0 < min_delay_s <= max_delay_s and window >= 1")  # fmt: skip
+        o, r = pool.outlier, pool.retries
+        if min(o.consecutive_failures, o.min_requests, r.max_attempts) < 1 or not (
+            0 < o.failure_rate <= 1 and o.interval_s > 0
+            and 0 < o.base_ejection_s <= o.max_ejection_s
+            and 0 <= o.max_ejected_share <= 1 and 0 <= r.backoff_base_s <= r.backoff_max_s
+            and r.budget_ratio >= 0 and r.budget_min >= 0
+        ):  # fmt: skip
+            raise ConfigError(
+                f"{where}.outlier/retries: counts must be >= 1, shares in [0, 1], "
+                "times > 0 with base <= max (see docs/configuration.md)"
+            )
         if not 0 <= check.jitter < 1 or not 0 <= pool.panic_threshold <= 1:
             raise ConfigError(f"{where}: jitter must be in [0, 1) and panic_threshold in [0, 1]")
         if min(check.unhealthy_threshold, check.healthy_threshold) < 1 or pool.slow_start_s < 0:

@@ -80,7 +80,10 @@ def build_pools(
         c = item.config
         timeouts = Timeouts(c.first_byte_timeout_s, c.total_timeout_s, c.idle_timeout_s)
         health = HealthSettings(c.panic_threshold, c.slow_start_s)
-        pools[c.model] = Pool(c.model, states, pipeline, timeouts, health, hedge=c.hedge.settings())
+        pools[c.model] = Pool(
+            c.model, states, pipeline, timeouts, health,
+            outliers=c.outlier.settings(), retries=c.retries.settings(), hedge=c.hedge.settings(),
+        )  # fmt: skip
     return pools
 
 

@@ -213,7 +213,9 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
         BackendConfig,
         HealthCheckConfig,
         HedgeConfig,
+        OutlierConfig,
         PoolConfig,
+        RetryConfig,
         ServerConfig,
     )
 
@@ -221,7 +223,9 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     for prefix, struct in (("server.", ServerConfig), ("pools[].", PoolConfig),
                            ("backends[].", BackendConfig),
                            ("pools[].health_check.", HealthCheckConfig),
-                           ("pools[].hedge.", HedgeConfig)):  # fmt: skip
+                           ("pools[].hedge.", HedgeConfig),
+                           ("pools[].outlier.", OutlierConfig),
+                           ("pools[].retries.", RetryConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from fleetgate.fleet.health import HealthFlag
+from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.http.client import Origin
 
 
@@ -53,6 +53,15 @@ class BackendState:
     @property
     def healthy(self) -> bool:
         return not self.flags
+
+    def verdict(self, now: float) -> Verdict:
+        """The one word for routing and operators: flags make it unhealthy; backing off or
+        ramping up after a return, degraded."""
+        if self.flags:
+            return Verdict.UNHEALTHY
+        if self.backoff_until > now or self.ramp_from is not None:
+            return Verdict.DEGRADED
+        return Verdict.HEALTHY
 
     def __repr__(self) -> str:
         return f"BackendState({self.backend.id}, in_flight={self.in_flight})"

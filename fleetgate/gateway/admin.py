@@ -31,12 +31,14 @@ class Admin:
         self._clock = clock
 
     def _listing(self) -> bytes:
+        now = self._clock()
         return msgspec.json.encode(
             [
                 {
                     "model": model,
                     "backend": s.backend.id,
                     "url": s.backend.url,
+                    "verdict": s.verdict(now).value,
                     "flags": [f.name for f in HealthFlag if f in s.flags],
                     "in_flight": s.in_flight,
                     "weight": s.weight,

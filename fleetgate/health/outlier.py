@@ -1,4 +1,7 @@
-"""Passive outlier detection, fed by the proxy path: consecutive failures eject a backend.
+"""Passive outlier detection, fed by the proxy path: a backend is ejected after
+`consecutive_failures` failures in a row, or when at least `failure_rate` of its requests in
+an interval failed (once it had `min_requests` there): the second catches a backend failing
+30% of the time, which rarely fails five times running.
 
 Ejection time grows with each ejection of the same backend and is capped:
     ejected for min(base_ejection_s * n, max_ejection_s)   where n counts its ejections,
@@ -22,15 +25,24 @@ from fleetgate.fleet.health import HealthFlag
 @dataclass(frozen=True, slots=True)
 class OutlierSettings:
     consecutive_failures: int = 5  # failures in a row that eject a backend
+    failure_rate: float = 0.2  # ...or this share of its requests failing within an interval
+    min_requests: int = 20  # requests in the interval before the failure rate counts
+    interval_s: float = 10.0  # the failure rate's window
     base_ejection_s: float = 10.0  # first ejection; the n-th lasts n times as long
     max_ejection_s: float = 300.0  # cap on one ejection
     max_ejected_share: float = 0.5  # at most this share of a pool is ejected at once
 
 
 class _Record:
-    __slots__ = ("ejected_until", "ejections", "failures", "half_open", "returned_at")
+    __slots__ = (
+        "ejected_until", "ejections", "failures", "half_open", "returned_at", "window_failures",
+        "window_requests", "window_start",
+    )  # fmt: skip
 
     def __init__(self) -> None:
+        self.window_start = 0.0
+        self.window_requests = 0
+        self.window_failures = 0
         self.failures = 0
         self.ejections = 0
         self.ejected_until = 0.0
@@ -53,10 +65,15 @@ class OutlierDetector:
             record = self._records[state] = _Record()
         return record
 
+    def _count(self, record: _Record, now: float, failed: bool) -> None:
+        if now - record.window_start >= self._settings.interval_s:
+            record.window_start, record.window_requests, record.window_failures = now, 0, 0
+        record.window_requests += 1
+        record.window_failures += failed
+
     def success(self, state: BackendState, now: float) -> None:
-        record = self._records.get(state)
-        if record is None:
-            return
+        record = self._record(state)
+        self._count(record, now, False)
         record.failures = 0
         if record.half_open:
             record.half_open = False
@@ -69,9 +86,15 @@ class OutlierDetector:
         """Count a failure; True when it ejected the backend."""
         record = self._record(state)
         record.failures += 1
+        self._count(record, now, True)
         if state in self._ejected:
             return False
-        if not record.half_open and record.failures < self._settings.consecutive_failures:
+        s = self._settings
+        rate_too_high = (
+            record.window_requests >= s.min_requests
+            and record.window_failures >= s.failure_rate * record.window_requests
+        )
+        if not (record.half_open or record.failures >= s.consecutive_failures or rate_too_high):
             return False
         if len(self._ejected) + 1 > self._settings.max_ejected_share * self._pool_size:
             return False  # too many out already: keep serving rather than shrink further
@@ -81,6 +104,7 @@ class OutlierDetector:
         )
         record.ejected_until = now + duration
         record.failures = 0
+        record.window_start, record.window_requests, record.window_failures = now, 0, 0
         record.half_open = False
         self._ejected.add(state)
         state.flags |= HealthFlag.EJECTED

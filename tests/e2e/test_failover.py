@@ -186,3 +186,32 @@ def test_a_late_first_token_is_hedged_to_another_worker(tmp_path: Path) -> None:
             assert (pieces, len(ids), usage) == (30, 1, 30)
             assert time.monotonic() - started < 1.2  # never waited for the slow worker
         assert metric(url, "fleetgate_hedges_total") >= 2
+
+
+def test_a_worker_failing_30_percent_is_ejected_and_returns_through_slow_start(
+    tmp_path: Path,
+) -> None:
+    with ExitStack() as stack:
+        workers = start_workers(stack, 4)
+        config = tmp_path / "gw.yaml"
+        pool = {"model": MODEL, "policy": "round_robin", "slow_start_s": 3.0,
+                "outlier": {"min_requests": 10, "base_ejection_s": 1.0},
+                "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
+        config.write_text(json.dumps({"server": {"admin": True}, "pools": [pool]}))
+        url, _ = stack.enter_context(gateway(["--config", str(config)]))
+        flaky = workers[0][0]
+        set_faults(flaky, error_rate=0.3, error_status=500)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        for _ in range(80):
+            assert ask(client) == 20  # the 500s were retried elsewhere
+            if metric(url, "fleetgate_backend_healthy", backend=flaky[7:]) == 0:
+                break
+        assert metric(url, "fleetgate_backend_healthy", backend=flaky[7:]) == 0
+        set_faults(flaky, error_rate=0.0)
+        time.sleep(1.1)  # the first ejection lasts base_ejection_s
+        ask(client)  # routing notices the ejection is over
+        with urllib.request.urlopen(url + "/admin/backends", timeout=5) as response:
+            listing = json.loads(response.read())
+        back = next(b for b in listing if b["backend"] == flaky[7:])
+        assert back["flags"] == []
+        assert back["weight"] < 0.5  # slow start: it ramps up from a tenth of its weight
