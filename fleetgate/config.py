@@ -44,7 +44,7 @@ class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_o
     max_header_bytes: int = _LIMITS.max_header_bytes  # a larger request head gets 431
     keep_alive_timeout_s: float = _LIMITS.keep_alive_timeout_s  # idle client connections close
     request_timeout_s: float = _LIMITS.request_timeout_s  # a request must arrive within this
-    connect_timeout_s: float = 5.0  # opening a connection to a backend
+    connect_timeout_s: float = 5.0  # discovery and health probes connecting to a backend
     drain_timeout_s: float = 30.0  # on SIGTERM/Ctrl-C, requests in progress get this long
     admin: bool = False  # serve /admin/* (draining backends); keep off on exposed ports
 
@@ -120,6 +120,7 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     first_byte_timeout_s: float = _TIMEOUTS.first_byte_s  # until the answer's head, or 504
     total_timeout_s: float = _TIMEOUTS.total_s  # the whole answer, stream included, or 504
     idle_timeout_s: float = _TIMEOUTS.idle_s  # longest silence between stream chunks
+    connect_timeout_s: float = _TIMEOUTS.connect_s  # opening a connection for a request
     health_check: HealthCheckConfig = HealthCheckConfig()
     hedge: HedgeConfig = HedgeConfig()  # hedged streams (off unless enabled)
     outlier: OutlierConfig = OutlierConfig()  # ejection on failures seen in traffic
@@ -150,6 +151,7 @@ def check_config(config: Config) -> Config:
             (f"{where}.first_byte_timeout_s", pool.first_byte_timeout_s),
             (f"{where}.total_timeout_s", pool.total_timeout_s),
             (f"{where}.idle_timeout_s", pool.idle_timeout_s),
+            (f"{where}.connect_timeout_s", pool.connect_timeout_s),
             (f"{where}.health_check.interval_s", check.interval_s),
             (f"{where}.health_check.timeout_s", check.timeout_s),
         ):

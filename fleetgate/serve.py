@@ -78,7 +78,9 @@ def build_pools(
             raise ConfigError(f"pool {item.config.model!r}: {exc}") from None
         states = [BackendState(b) for b in item.backends]
         c = item.config
-        timeouts = Timeouts(c.first_byte_timeout_s, c.total_timeout_s, c.idle_timeout_s)
+        timeouts = Timeouts(
+            c.first_byte_timeout_s, c.total_timeout_s, c.idle_timeout_s, c.connect_timeout_s
+        )
         health = HealthSettings(c.panic_threshold, c.slow_start_s)
         pools[c.model] = Pool(
             c.model, states, pipeline, timeouts, health,

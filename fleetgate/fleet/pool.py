@@ -25,6 +25,7 @@ class Timeouts:
     first_byte_s: float = 180.0  # from sending the request to the answer's head; then 504
     total_s: float = 1800.0  # the whole exchange, a stream's last chunk included; then 504
     idle_s: float = 60.0  # longest silence inside an answer (between stream chunks)
+    connect_s: float = 5.0  # opening a new connection to a backend; then the next one
     # What each timeout says when it fires, made once rather than per request.
     total_message: str = field(init=False, repr=False, compare=False)
     idle_message: str = field(init=False, repr=False, compare=False)

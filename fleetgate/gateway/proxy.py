@@ -205,6 +205,7 @@ class Proxy:
             response = await self._client.request(
                 backend.origin, b"POST", ex.path, ex.headers, ex.body,
                 timeout_s=max(0.0, min(timeouts.first_byte_s, deadline - self._clock())),
+                connect_timeout_s=timeouts.connect_s,
             )  # fmt: skip
             _set_body_deadlines(response, deadline - self._clock(), timeouts)
             status = response.status
@@ -306,6 +307,7 @@ class Proxy:
                 response = await self._client.request(
                     state.backend.origin, b"POST", ex.path, ex.headers, rest,
                     timeout_s=max(0.0, min(timeouts.first_byte_s, deadline - self._clock())),
+                    connect_timeout_s=timeouts.connect_s,
                 )  # fmt: skip
                 _set_body_deadlines(response, deadline - self._clock(), timeouts)
                 if response.status != 200:

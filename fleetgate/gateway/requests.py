@@ -144,4 +144,5 @@ def request_timeouts(pool: Timeouts, headers: dict[bytes, bytes]) -> Timeouts:
         changes.get("first_byte_s", pool.first_byte_s),
         changes.get("total_s", pool.total_s),
         changes.get("idle_s", pool.idle_s),
+        pool.connect_s,
     )

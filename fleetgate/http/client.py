@@ -254,6 +254,7 @@ class HttpClient:
         body: bytes = b"",
         *,
         timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
     ) -> UpstreamResponse:
         """Send a request and return once the response's headers have arrived.
 
@@ -280,7 +281,7 @@ class HttpClient:
                 # one fresh connection may carry it; otherwise the failure is the request's.
                 if conn.received:
                     raise
-        conn = await self._connect(origin, pool)
+        conn = await self._connect(origin, pool, connect_timeout_s or self._connect_timeout_s)
         return await self._send(conn, data, timeout_s)
 
     async def _send(
@@ -293,7 +294,9 @@ class HttpClient:
             conn.abort()
             raise
 
-    async def _connect(self, origin: Origin, pool: list[_Connection]) -> _Connection:
+    async def _connect(
+        self, origin: Origin, pool: list[_Connection], timeout_s: float
+    ) -> _Connection:
         loop = asyncio.get_running_loop()
         if self._sweeper is None:
             self._sweeper = DeadlineSweeper(loop, self._busy)
@@ -304,7 +307,7 @@ class HttpClient:
                 self._ssl_context = ssl.create_default_context()
             ctx = self._ssl_context
         try:
-            async with asyncio.timeout(self._connect_timeout_s):
+            async with asyncio.timeout(timeout_s):
                 _, conn = await loop.create_connection(
                     lambda: _Connection(pool, self._max_idle, loop, self._busy),
                     origin.host,
