@@ -56,12 +56,12 @@ class StreamRelay:
         data = pending[0] if len(pending) == 1 else b"".join(pending)
         if self._held:
             data = self._held + data
-        cut = max(data.rfind(b"\n\n") + 2, data.rfind(b"\r\n\r\n") + 4, 0)
-        if cut < len(data):
+        if data.endswith(b"\n\n"):  # the usual case: whole events only
+            self._held = b""
+        else:
+            cut = max(data.rfind(b"\n\n") + 2, data.rfind(b"\r\n\r\n") + 4, 0)
             self._held = data[cut:]
             data = data[:cut]
-        else:
-            self._held = b""
         if not data:
             return
         if self._rewrite is not None:
