@@ -29,6 +29,24 @@ def start_workers(stack: ExitStack, n: int) -> list[tuple[str, Proc]]:
     return workers
 
 
+def start_fleet(
+    stack: ExitStack,
+    tmp_path: Path,
+    n: int,
+    server: dict[str, object] | None = None,
+    **pool: object,
+) -> tuple[str, list[tuple[str, Proc]]]:
+    """`n` workers in their own processes behind a gateway whose one pool has `pool`'s keys
+    (round robin unless given); returns the gateway's URL and the workers."""
+    workers = start_workers(stack, n)
+    config = tmp_path / "gw.yaml"
+    pool = {"model": MODEL, "policy": "round_robin", **pool,
+            "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
+    config.write_text(json.dumps({"server": server or {}, "pools": [pool]}))
+    url, _ = stack.enter_context(gateway(["--config", str(config)]))
+    return url, workers
+
+
 def set_faults(worker: str, **faults: object) -> None:
     request = urllib.request.Request(
         worker + "/admin/faults", data=json.dumps(faults).encode(), method="POST"
@@ -40,13 +58,7 @@ def set_faults(worker: str, **faults: object) -> None:
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[tuple[str, list[tuple[str, Proc]]]]:
     with ExitStack() as stack:
-        workers = start_workers(stack, 4)
-        config = tmp_path / "gw.yaml"
-        pool = {"model": MODEL, "policy": "round_robin",
-                "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
-        config.write_text(json.dumps({"pools": [pool]}))
-        url, _ = stack.enter_context(gateway(["--config", str(config)]))
-        yield url, workers
+        yield start_fleet(stack, tmp_path, 4)
 
 
 def ask(client: openai.OpenAI) -> int:
@@ -153,12 +165,7 @@ def test_a_hanging_worker_costs_a_client_at_most_the_first_byte_timeout_and_a_re
     tmp_path: Path,
 ) -> None:
     with ExitStack() as stack:
-        workers = start_workers(stack, 2)
-        config = tmp_path / "gw.yaml"
-        pool = {"model": MODEL, "policy": "round_robin", "first_byte_timeout_s": 0.5,
-                "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
-        config.write_text(json.dumps({"pools": [pool]}))
-        url, _ = stack.enter_context(gateway(["--config", str(config)]))
+        url, workers = start_fleet(stack, tmp_path, 2, first_byte_timeout_s=0.5)
         set_faults(workers[0][0], hang=True)
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         for _ in range(4):  # round robin: two of them are sent to the hanging worker first
@@ -171,13 +178,8 @@ def test_a_hanging_worker_costs_a_client_at_most_the_first_byte_timeout_and_a_re
 
 def test_a_late_first_token_is_hedged_to_another_worker(tmp_path: Path) -> None:
     with ExitStack() as stack:
-        workers = start_workers(stack, 2)
-        config = tmp_path / "gw.yaml"
-        pool = {"model": MODEL, "policy": "round_robin",
-                "hedge": {"enabled": True, "max_delay_s": 0.2},
-                "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
-        config.write_text(json.dumps({"pools": [pool]}))
-        url, _ = stack.enter_context(gateway(["--config", str(config)]))
+        hedge = {"enabled": True, "max_delay_s": 0.2}
+        url, workers = start_fleet(stack, tmp_path, 2, hedge=hedge)
         set_faults(workers[0][0], added_latency_s=1.5)  # its first token is always late
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
         for _ in range(4):  # round robin: two of them start on the slow worker
@@ -192,13 +194,10 @@ def test_a_worker_failing_30_percent_is_ejected_and_returns_through_slow_start(
     tmp_path: Path,
 ) -> None:
     with ExitStack() as stack:
-        workers = start_workers(stack, 4)
-        config = tmp_path / "gw.yaml"
-        pool = {"model": MODEL, "policy": "round_robin", "slow_start_s": 3.0,
-                "outlier": {"min_requests": 10, "base_ejection_s": 1.0},
-                "backends": [{"url": url} for url, _ in workers]}  # fmt: skip
-        config.write_text(json.dumps({"server": {"admin": True}, "pools": [pool]}))
-        url, _ = stack.enter_context(gateway(["--config", str(config)]))
+        url, workers = start_fleet(
+            stack, tmp_path, 4, {"admin": True},
+            slow_start_s=3.0, outlier={"min_requests": 10, "base_ejection_s": 1.0},
+        )  # fmt: skip
         flaky = workers[0][0]
         set_faults(flaky, error_rate=0.3, error_status=500)
         client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
