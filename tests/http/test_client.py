@@ -53,6 +53,23 @@ class Upstream:
 StartUpstream = Callable[[Handler], Awaitable[Upstream]]
 
 
+def endless_stream(cancelled: asyncio.Event) -> Handler:
+    """A handler that streams one token and then never ends; `cancelled` is set when the
+    client's going away cancels it."""
+    never = asyncio.Event()
+
+    async def generating(request: Request, writer: ResponseWriter) -> None:
+        writer.start(200, [])
+        writer.write(b"token")
+        try:
+            await never.wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    return generating
+
+
 class Sink:
     """A relay sink that hands each chunk to a function and counts the flushes."""
 
@@ -299,18 +316,7 @@ async def test_cancelling_a_relay_aborts_the_upstream_request(
     client: HttpClient, upstream: StartUpstream
 ) -> None:
     cancelled = asyncio.Event()
-    never = asyncio.Event()
-
-    async def generating(request: Request, writer: ResponseWriter) -> None:
-        writer.start(200, [])
-        writer.write(b"token")
-        try:
-            await never.wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    up = await upstream(generating)
+    up = await upstream(endless_stream(cancelled))
     response = await get(client, up, b"/")
     got_token = asyncio.Event()
     relaying = asyncio.create_task(response.relay(Sink(lambda chunk: got_token.set())))
@@ -436,18 +442,7 @@ async def test_closing_a_response_mid_stream_cancels_the_upstream_handler(
     client: HttpClient, upstream: StartUpstream
 ) -> None:
     cancelled = asyncio.Event()
-    never = asyncio.Event()
-
-    async def generating(request: Request, writer: ResponseWriter) -> None:
-        writer.start(200, [])
-        writer.write(b"token")
-        try:
-            await never.wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    up = await upstream(generating)
+    up = await upstream(endless_stream(cancelled))
     response = await get(client, up, b"/")
     assert await asyncio.wait_for(anext(response.chunks()), GUARD_S) == b"token"
     response.close()  # the gateway's own client went away
