@@ -23,7 +23,6 @@ from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Pool, Timeouts
 from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.app import Gateway, RequestIds
-from fleetgate.gateway.errors import send_error
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.proxy import Proxy
 from fleetgate.health.active import ActiveChecker
@@ -175,7 +174,7 @@ async def start_gateway(
             request_timeout_s=s.request_timeout_s,
         )
         server = await start_server(
-            gateway.handle, send_error, config.server.host, config.server.port, limits
+            gateway.handle, gateway.send_error, config.server.host, config.server.port, limits
         )
     except BaseException:
         checker.stop()

@@ -112,6 +112,11 @@ class Gateway:
             return
         await handler(request, writer, request_id)
 
+    def send_error(self, writer: ResponseWriter, status: int, message: str) -> None:
+        """The server's answer to what never became a request (bad HTTP, a head too large, a
+        request too slow to arrive, a handler crash): OpenAI-shaped, with a request id."""
+        self._error(writer, self._ids.next(), status, message)
+
     def _error(
         self,
         writer: ResponseWriter,

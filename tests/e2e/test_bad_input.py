@@ -99,6 +99,7 @@ def test_garbage_http_gets_400_and_the_connection_closed(fleet: tuple[str, str])
             data += chunk
     assert data.startswith(b"HTTP/1.1 400")
     assert b'"error"' in data
+    assert b"x-request-id: " in data  # even what never became a request gets an id
 
 
 def test_client_disconnect_mid_stream_cancels_the_upstream(fleet: tuple[str, str]) -> None:
