@@ -15,6 +15,7 @@ import yaml
 
 from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Timeouts
+from fleetgate.fleet.scraper import ScrapeSettings
 from fleetgate.health.active import ActiveCheckSettings
 from fleetgate.health.outlier import OutlierSettings
 from fleetgate.http.client import Origin
@@ -30,6 +31,7 @@ _HEALTH = HealthSettings()
 _HEDGE = HedgeSettings()
 _OUTLIER = OutlierSettings()
 _RETRY = RetrySettings()
+_SCRAPE = ScrapeSettings()
 
 
 class ConfigError(ValueError):
@@ -111,6 +113,19 @@ class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_on
         return RetrySettings(**msgspec.structs.asdict(self))
 
 
+class EngineMetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # Defaults live with the scraper (fleetgate/fleet/scraper.py, ScrapeSettings).
+    enabled: bool = _SCRAPE.enabled  # read each backend's engine metrics
+    path: str = _SCRAPE.path  # where the engine serves them (Prometheus text)
+    interval_s: float = _SCRAPE.interval_s  # between two scrapes of one backend
+    jitter: float = _SCRAPE.jitter  # intervals drawn from interval_s * (1 +- jitter)
+    timeout_s: float = _SCRAPE.timeout_s  # a slower scrape is abandoned
+    stale_after_s: float = _SCRAPE.stale_after_s  # older readings are not trusted
+
+    def settings(self) -> ScrapeSettings:
+        return ScrapeSettings(**msgspec.structs.asdict(self))
+
+
 class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model: str  # the `model` clients send
     backends: list[BackendConfig]
@@ -125,6 +140,7 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     hedge: HedgeConfig = HedgeConfig()  # hedged streams (off unless enabled)
     outlier: OutlierConfig = OutlierConfig()  # ejection on failures seen in traffic
     retries: RetryConfig = RetryConfig()  # trying another backend before the first byte
+    engine_metrics: EngineMetricsConfig = EngineMetricsConfig()  # backends' own load
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
@@ -162,6 +178,10 @@ def check_config(config: Config) -> Config:
                 and hedge.window >= 1):  # fmt: skip
             raise ConfigError(f"{where}.hedge: need 0 < percentile <= 1, "
                               "0 < min_delay_s <= max_delay_s and window >= 1")  # fmt: skip
+        m = pool.engine_metrics
+        if not (0 < m.interval_s < math.inf and m.timeout_s > 0 and m.stale_after_s > 0
+                and 0 <= m.jitter < 1):  # fmt: skip
+            raise ConfigError(f"{where}.engine_metrics: times must be > 0, jitter in [0, 1)")
         o, r = pool.outlier, pool.retries
         if min(o.consecutive_failures, o.min_requests, r.max_attempts) < 1 or not (
             0 < o.failure_rate <= 1 and o.interval_s > 0

@@ -21,6 +21,7 @@ from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Pool, Timeouts
+from fleetgate.fleet.scraper import MetricsScraper
 from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.app import Gateway, RequestIds
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
@@ -94,9 +95,11 @@ class RunningGateway:
     def __init__(
         self, server: HttpServer, client: HttpClient, sims: SimFleetProcess | None,
         gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
+        scraper: MetricsScraper,
     ) -> None:  # fmt: skip
         self.server = server
         self._checker = checker
+        self._scraper = scraper
         self.gateway = gateway
         self.pools = pools
         self._client = client
@@ -109,12 +112,14 @@ class RunningGateway:
     async def drain(self, timeout_s: float) -> int:
         """Finish the requests in progress (up to `timeout_s`), then stop everything."""
         self._checker.stop()
+        self._scraper.stop()
         left = await self.server.drain(timeout_s)
         await self.close()
         return left
 
     async def close(self) -> None:
         self._checker.stop()
+        self._scraper.stop()
         await self.server.close()
         await self._client.close()
         if self._sims is not None:
@@ -155,6 +160,7 @@ async def start_gateway(
             )
         resolved.append(ResolvedPool(pool, tuple(backends)))
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
+    scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
     try:
         pools = build_pools(resolved, registry or default_registry(), rng)
         metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
@@ -162,6 +168,7 @@ async def start_gateway(
         admin = Admin(pools, clock) if config.server.admin else None
         for pool_config in config.pools:
             checker.start(pools[pool_config.model], pool_config.health_check.settings())
+            scraper.start(pools[pool_config.model], pool_config.engine_metrics.settings())
         heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
         gateway = Gateway(
             pools, proxy, metrics, clock, RequestIds(), int(time.time()), admin, heartbeats
@@ -178,11 +185,12 @@ async def start_gateway(
         )
     except BaseException:
         checker.stop()
+        scraper.stop()
         await client.close()
         if sims is not None:
             sims.stop()
         raise
-    return RunningGateway(server, client, sims, gateway, pools, checker)
+    return RunningGateway(server, client, sims, gateway, pools, checker, scraper)
 
 
 def banner(running: RunningGateway, host: str) -> str:

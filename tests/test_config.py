@@ -211,6 +211,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
 
     from fleetgate.config import (
         BackendConfig,
+        EngineMetricsConfig,
         HealthCheckConfig,
         HedgeConfig,
         OutlierConfig,
@@ -225,7 +226,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].health_check.", HealthCheckConfig),
                            ("pools[].hedge.", HedgeConfig),
                            ("pools[].outlier.", OutlierConfig),
-                           ("pools[].retries.", RetryConfig)):  # fmt: skip
+                           ("pools[].retries.", RetryConfig),
+                           ("pools[].engine_metrics.", EngineMetricsConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

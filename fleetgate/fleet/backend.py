@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.http.client import Origin
 
@@ -40,7 +41,9 @@ class Backend:
 class BackendState:
     """How a backend is doing now, as the gateway sees it; routing reads, the proxy writes."""
 
-    __slots__ = ("backend", "backoff_until", "flags", "in_flight", "ramp_from", "weight")
+    __slots__ = (
+        "backend", "backoff_until", "engine", "flags", "in_flight", "ramp_from", "weight",
+    )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
@@ -49,6 +52,7 @@ class BackendState:
         self.flags = HealthFlag(0)  # set by the health detectors; none set means healthy
         self.backoff_until = 0.0  # an engine asked for no traffic until then (Retry-After)
         self.ramp_from: float | None = None  # when its slow start began; None: full weight
+        self.engine: EngineLoad | None = None  # the engine's last reported load (scraped)
 
     @property
     def healthy(self) -> bool:

@@ -41,6 +41,7 @@ class Admin:
                     "verdict": s.verdict(now).value,
                     "flags": [f.name for f in HealthFlag if f in s.flags],
                     "in_flight": s.in_flight,
+                    "engine": s.engine,
                     "weight": s.weight,
                 }
                 for model, pool in self._pools.items()

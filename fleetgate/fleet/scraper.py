@@ -1,0 +1,81 @@
+"""Reads each backend's engine metrics (GET /metrics) on an interval into its live state.
+
+One task per backend, jittered like the health checks; a failed or unparseable scrape leaves
+the last reading to go stale rather than inventing one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
+from fleetgate.fleet.pool import Pool
+from fleetgate.http.client import HttpClient
+from fleetgate.http.errors import UpstreamError
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeSettings:
+    enabled: bool = True
+    path: str = "/metrics"
+    interval_s: float = 1.0  # between two scrapes of one backend
+    jitter: float = 0.2  # intervals drawn from interval_s * (1 +- jitter)
+    timeout_s: float = 1.0  # a slower scrape is abandoned
+    stale_after_s: float = 5.0  # a reading older than this is not trusted by routing
+
+
+class MetricsScraper:
+    def __init__(
+        self,
+        client: HttpClient,
+        clock: Callable[[], float],
+        rng: random.Random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._client = client
+        self._clock = clock
+        self._rng = rng
+        self._sleep = sleep
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self, pool: Pool, settings: ScrapeSettings) -> None:
+        if not settings.enabled:
+            return
+        loop = asyncio.get_running_loop()
+        for state in pool.states:
+            self._tasks.append(loop.create_task(self._watch(state, settings)))
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._tasks.clear()
+
+    async def _watch(self, state: BackendState, s: ScrapeSettings) -> None:
+        while True:
+            await self.scrape(state, s)
+            await self._sleep(s.interval_s * self._rng.uniform(1 - s.jitter, 1 + s.jitter))
+
+    async def scrape(self, state: BackendState, s: ScrapeSettings) -> bool:
+        """One scrape into `state.engine`; True when it gave a reading."""
+        try:
+            response = await self._client.request(
+                state.backend.origin, b"GET", s.path.encode(), [], timeout_s=s.timeout_s
+            )
+            response.expire_in(s.timeout_s, "metrics scrape timed out")
+            body = await response.read()
+        except UpstreamError:
+            return False
+        if response.status != 200:
+            return False
+        try:
+            load = parse_engine_load(body.decode("utf-8", "replace"), self._clock())
+        except MetricsFormatError:
+            return False
+        if load is None:
+            return False
+        state.engine = load
+        return True
