@@ -79,7 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", action="append", metavar="URL",
         help="an OpenAI-compatible server to front (repeat); its models come from /v1/models",
     )  # fmt: skip
-    serve.add_argument("--policy", help="routing policy for every pool (e.g. round_robin)")
+    from fleetgate.routing.registry import default_registry
+
+    policies = ", ".join(default_registry().policy_names)
+    serve.add_argument("--policy", help=f"routing policy for every pool: one of {policies}")
     serve.set_defaults(func=_serve)
 
     worker = commands.add_parser("worker", help="run a built-in model server")

@@ -90,3 +90,14 @@ def test_unknown_policy_lists_the_known_ones(tmp_path: Path) -> None:
         assert proc.popen.wait(30) == 2
     output = "\n".join(proc.lines)
     assert "fastest" in output and "least_requests" in output
+
+
+def test_the_least_loaded_profile_serves_through_scraped_engine_load() -> None:
+    with sim_workers("model-a", 2) as workers:
+        args = ["--backend", workers[0], "--backend", workers[1], "--policy", "least_loaded"]
+        with gateway(args) as (url, _):
+            client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+            for _ in range(6):
+                reply = client.completions.create(model="model-a", prompt="x", max_tokens=2)
+                assert reply.usage is not None and reply.usage.completion_tokens == 2
+            assert sum(metric(w, "vllm:request_success_total") for w in workers) == 6

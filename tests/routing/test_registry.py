@@ -11,6 +11,7 @@ import pytest
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.routing.base import Picker, RoutingRequest
 from fleetgate.routing.least_requests import LeastRequests
+from fleetgate.routing.max_score import MaxScore
 from fleetgate.routing.pipeline import RoutingPipeline
 from fleetgate.routing.power_of_two import PowerOfTwo
 from fleetgate.routing.random_pick import RandomPick
@@ -26,6 +27,7 @@ from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
 CTX = PluginContext(random.Random(0))
 SHIPPED = {
     "least_requests": LeastRequests,
+    "max_score": MaxScore,
     "power_of_two": PowerOfTwo,
     "random": RandomPick,
     "round_robin": RoundRobin,
@@ -47,7 +49,7 @@ def test_an_unknown_policy_names_itself_and_lists_the_known_ones() -> None:
         default_registry().build_pipeline("least_request", {}, CTX)
     message = str(info.value)
     assert "'least_request'" in message
-    assert "known policies: " + ", ".join(sorted(SHIPPED)) in message
+    assert "known policies: " + ", ".join(sorted([*SHIPPED, "least_loaded"])) in message
     assert isinstance(info.value, ValueError)  # what the composition root turns into ConfigError
 
 
