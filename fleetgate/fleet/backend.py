@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.health import HealthFlag, Verdict
+from fleetgate.fleet.latency import LatencyStats
 from fleetgate.http.client import Origin
 
 
@@ -42,7 +43,8 @@ class BackendState:
     """How a backend is doing now, as the gateway sees it; routing reads, the proxy writes."""
 
     __slots__ = (
-        "backend", "backoff_until", "engine", "flags", "in_flight", "ramp_from", "weight",
+        "backend", "backoff_until", "engine", "flags", "in_flight", "latency", "ramp_from",
+        "weight",
     )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
@@ -53,6 +55,7 @@ class BackendState:
         self.backoff_until = 0.0  # an engine asked for no traffic until then (Retry-After)
         self.ramp_from: float | None = None  # when its slow start began; None: full weight
         self.engine: EngineLoad | None = None  # the engine's last reported load (scraped)
+        self.latency = LatencyStats()  # what the gateway measured of its recent answers
 
     @property
     def healthy(self) -> bool:

@@ -42,6 +42,9 @@ class Admin:
                     "flags": [f.name for f in HealthFlag if f in s.flags],
                     "in_flight": s.in_flight,
                     "engine": s.engine,
+                    "ewma_ttft_s": s.latency.ttft_s,
+                    "ewma_tpot_s": s.latency.tpot_s,
+                    "ewma_e2e_s": s.latency.e2e_s,
                     "weight": s.weight,
                 }
                 for model, pool in self._pools.items()

@@ -197,6 +197,7 @@ class Proxy:
         pool, routing, writer, timeouts = ex.pool, ex.routing, ex.writer, ex.timeouts
         request_id, started = ex.request_id, ex.started
         backend = state.backend
+        sent = self._clock()
         # Timeouts are deadlines on the upstream exchange itself (http/deadlines.py).
         deadline = started + timeouts.total_s
         pool.begin(state, self._clock())
@@ -219,7 +220,7 @@ class Proxy:
                     return True
 
                 try:
-                    await self._relay_stream(ex, response, progress, None, start)
+                    first_at = await self._relay_stream(ex, response, progress, None, start)
                 except UpstreamError as exc:
                     if not writer.started:  # nothing reached the client: an ordinary retry
                         raise
@@ -228,7 +229,11 @@ class Proxy:
                     released = True  # what follows is other backends' work
                     await self._continue(ex, progress, exc)
                     return None
-                pool.succeeded(state, self._clock())
+                now = self._clock()
+                pool.succeeded(state, now)
+                if first_at is not None:
+                    progress.settle()
+                    state.latency.record_stream(first_at - sent, now - sent, progress.tokens)
                 return None
             data = await response.read()
         except UpstreamError as exc:
@@ -253,6 +258,8 @@ class Proxy:
             pool.failed(state, now)
         else:
             pool.succeeded(state, now)  # a 4xx is the request's fault, not the backend's
+            if status < 400:
+                state.latency.record_response(now - sent)
         if status in RETRYABLE_STATUSES and not last:
             return _Failed(status, data, reply, backend.id)
         if claim is None or claim():
@@ -272,8 +279,9 @@ class Proxy:
         progress: StreamProgress,
         rewrite: Callable[[bytes], bytes] | None,
         start: Callable[[], bool],
-    ) -> None:
-        """Relay a stream's events; raise `UpstreamError` if it breaks off before [DONE]."""
+    ) -> float | None:
+        """Relay a stream's events; raise `UpstreamError` if it breaks off before [DONE].
+        Returns when its first event went out (None if none did)."""
         relay = StreamRelay(ex.writer, response, self._clock, progress, rewrite, start)
         try:
             await response.relay(relay)
@@ -284,6 +292,7 @@ class Proxy:
                 ex.pool.ttft.add(ttft)
         if not progress.done:
             raise ReadError("the stream ended without [DONE]")
+        return relay.first_at
 
     async def _continue(self, ex: _Exchange, progress: StreamProgress, exc: UpstreamError) -> None:
         """Finish a broken stream on other backends (resilience/continuation.py), or end it

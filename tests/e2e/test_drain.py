@@ -57,6 +57,9 @@ def test_a_drained_backend_gets_no_new_requests_until_undrained(
         client.completions.create(model=MODEL, prompt="x", max_tokens=1)
     assert metric(workers[0], "vllm:request_success_total") >= 2
     assert post(url + "/admin/drain", {"backend": "nope:1"})[0] == 404
+    with urllib.request.urlopen(url + "/admin/backends", timeout=5) as response:
+        listing = json.loads(response.read())
+    assert all(b["ewma_e2e_s"] is not None and b["verdict"] == "healthy" for b in listing)
 
 
 def test_sigterm_lets_streams_in_progress_finish_then_exits(
