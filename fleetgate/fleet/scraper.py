@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
+from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
 from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import UpstreamError
@@ -38,26 +39,20 @@ class MetricsScraper:
     ) -> None:
         self._client = client
         self._clock = clock
-        self._rng = rng
-        self._sleep = sleep
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = PeriodicTasks(rng, sleep)
 
     def start(self, pool: Pool, settings: ScrapeSettings) -> None:
         if not settings.enabled:
             return
-        loop = asyncio.get_running_loop()
         for state in pool.states:
-            self._tasks.append(loop.create_task(self._watch(state, settings)))
+
+            async def scrape(state: BackendState = state) -> None:
+                await self.scrape(state, settings)
+
+            self._tasks.every(settings.interval_s, settings.jitter, scrape, wait_first=False)
 
     def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        self._tasks.clear()
-
-    async def _watch(self, state: BackendState, s: ScrapeSettings) -> None:
-        while True:
-            await self.scrape(state, s)
-            await self._sleep(s.interval_s * self._rng.uniform(1 - s.jitter, 1 + s.jitter))
+        self._tasks.stop()
 
     async def scrape(self, state: BackendState, s: ScrapeSettings) -> bool:
         """One scrape into `state.engine`; True when it gave a reading."""

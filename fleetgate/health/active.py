@@ -20,6 +20,7 @@ import msgspec
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import HealthFlag
+from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
 from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import UpstreamError
@@ -77,20 +78,17 @@ class ActiveChecker:
     ) -> None:
         self._client = client
         self._clock = clock
-        self._rng = rng
-        self._sleep = sleep
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks = PeriodicTasks(rng, sleep)
         self._beats: dict[str, int] = {}  # heartbeats received per backend id, for kind heartbeat
 
     def start(self, pool: Pool, settings: ActiveCheckSettings) -> None:
         if not settings.enabled:
             return
-        loop = asyncio.get_running_loop()
         for state in pool.states:
-            tracker = ProbeTracker(settings, state)
             if settings.kind == "heartbeat":
                 self._beats.setdefault(state.backend.id, 0)
-            self._tasks.append(loop.create_task(self._watch(pool, state, tracker, settings)))
+            check = self._check(pool, state, ProbeTracker(settings, state), settings)
+            self._tasks.every(settings.interval_s, settings.jitter, check, wait_first=True)
 
     def beat(self, backend_id: str) -> bool:
         """A worker's heartbeat; False if no pool expects heartbeats from that backend."""
@@ -104,16 +102,16 @@ class ActiveChecker:
         return bool(self._beats)
 
     def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        self._tasks.clear()
+        self._tasks.stop()
 
-    async def _watch(
+    def _check(
         self, pool: Pool, state: BackendState, tracker: ProbeTracker, s: ActiveCheckSettings
-    ) -> None:
+    ) -> Callable[[], Awaitable[None]]:
+        """One round of checking `state`: a probe, or counting heartbeats since the last."""
         seen = 0
-        while True:
-            await self._sleep(s.interval_s * self._rng.uniform(1 - s.jitter, 1 + s.jitter))
+
+        async def check() -> None:
+            nonlocal seen
             if s.kind == "heartbeat":
                 beats = self._beats[state.backend.id]
                 ok, seen = beats > seen, beats
@@ -121,6 +119,8 @@ class ActiveChecker:
                 ok = await self.probe(pool.model, state, s)
             if tracker.record(ok):
                 pool.refresh(self._clock())
+
+        return check
 
     async def probe(self, model: str, state: BackendState, s: ActiveCheckSettings) -> bool:
         """One probe: True when the backend answered well within the timeout."""
