@@ -22,6 +22,8 @@ from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
 from fleetgate.resilience.hedge import HedgeSettings
 from fleetgate.resilience.retry import RetrySettings
+from fleetgate.routing.pipeline import SHORTLIST
+from fleetgate.routing.registry import DEFAULT_POLICY, PluginSpec, Profile
 from fleetgate.workers.sim.profiles import PROFILES
 
 _LIMITS = ServerLimits()
@@ -126,11 +128,47 @@ class EngineMetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
         return ScrapeSettings(**msgspec.structs.asdict(self))
 
 
+class RoutingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A composed routing profile (docs/configuration.md, "Composed routing")."""
+
+    filters: list[dict[str, Any]] = []  # each {type: NAME, ...its parameters}
+    scorers: list[dict[str, Any]] = []  # each {type: NAME, weight: W, ...its parameters}
+    picker: str = "max_score"  # chooses one candidate from the combined scores
+    shortlist: int = SHORTLIST  # at most this many candidates scored per pick (others sampled)
+
+    def profile(self, where: str) -> Profile:
+        """The profile this section describes; a ConfigError names a malformed entry."""
+        filters = tuple(
+            _plugin_spec(f, f"{where}.filters[{i}]") for i, f in enumerate(self.filters)
+        )
+        scorers = []
+        for i, entry in enumerate(self.scorers):
+            at = f"{where}.scorers[{i}]"
+            weight = entry.get("weight")
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not weight > 0:
+                raise ConfigError(f"{at}.weight: give each scorer a number > 0, got {weight!r}")
+            params = {k: v for k, v in entry.items() if k != "weight"}
+            scorers.append((_plugin_spec(params, at), float(weight)))
+        if not scorers:
+            raise ConfigError(f"{where}.scorers is empty: give at least one weighted scorer")
+        if self.shortlist < 1:
+            raise ConfigError(f"{where}.shortlist must be >= 1")
+        return Profile(tuple(scorers), self.picker, filters, self.shortlist)
+
+
+def _plugin_spec(entry: dict[str, Any], where: str) -> PluginSpec:
+    kind = entry.get("type")
+    if not isinstance(kind, str):
+        raise ConfigError(f"{where}.type: name the plugin, e.g. `type: queue`")
+    return PluginSpec(kind, {k: v for k, v in entry.items() if k != "type"})
+
+
 class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model: str  # the `model` clients send
     backends: list[BackendConfig]
-    policy: str = "least_requests"  # routing policy type name (see docs/configuration.md)
+    policy: str = DEFAULT_POLICY  # a routing policy or profile by name (docs/configuration.md)
     policy_params: dict[str, Any] = {}  # parameters of that policy, if it has any
+    routing: RoutingConfig | None = None  # or a composed profile (then leave `policy` out)
     # How long to wait on a backend; the defaults live with fleetgate/fleet/pool.py, Timeouts.
     first_byte_timeout_s: float = _TIMEOUTS.first_byte_s  # until the answer's head, or 504
     total_timeout_s: float = _TIMEOUTS.total_s  # the whole answer, stream included, or 504
@@ -162,6 +200,10 @@ def check_config(config: Config) -> Config:
         if pool.model in seen:
             raise ConfigError(f"{where}.model: {pool.model!r} has two pools; merge them")
         seen.add(pool.model)
+        if pool.routing is not None:
+            if pool.policy != DEFAULT_POLICY or pool.policy_params:
+                raise ConfigError(f"{where}: give `policy` or `routing`, not both")
+            pool.routing.profile(f"{where}.routing")
         check = pool.health_check
         for at, value in (
             (f"{where}.first_byte_timeout_s", pool.first_byte_timeout_s),

@@ -30,7 +30,12 @@ from fleetgate.health.active import ActiveChecker
 from fleetgate.http.client import HttpClient
 from fleetgate.http.server import HttpServer, ServerLimits, start_server
 from fleetgate.observe.metrics import GatewayMetrics
-from fleetgate.routing.registry import PluginContext, PluginRegistry, default_registry
+from fleetgate.routing.registry import (
+    DEFAULT_POLICY,
+    PluginContext,
+    PluginRegistry,
+    default_registry,
+)
 from fleetgate.runtime import settle_heap
 from fleetgate.workers.sim.fleet_process import SimFleetProcess, SimSpec
 
@@ -71,13 +76,16 @@ def build_pools(
 ) -> dict[str, Pool]:
     pools: dict[str, Pool] = {}
     for item in resolved:
-        ctx = PluginContext(random.Random(rng.getrandbits(64)))
+        c = item.config
+        ctx = PluginContext(random.Random(rng.getrandbits(64)), c.engine_metrics.stale_after_s)
         try:
-            pipeline = registry.build_pipeline(item.config.policy, item.config.policy_params, ctx)
+            if c.routing is not None:
+                pipeline = registry.build_profile(c.routing.profile("routing"), ctx)
+            else:
+                pipeline = registry.build_pipeline(c.policy, c.policy_params, ctx)
         except ValueError as exc:
             raise ConfigError(f"pool {item.config.model!r}: {exc}") from None
         states = [BackendState(b) for b in item.backends]
-        c = item.config
         timeouts = Timeouts(
             c.first_byte_timeout_s, c.total_timeout_s, c.idle_timeout_s, c.connect_timeout_s
         )
@@ -164,6 +172,8 @@ async def start_gateway(
     try:
         pools = build_pools(resolved, registry or default_registry(), rng)
         metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
+        for model, built in pools.items():
+            built.pipeline.set_timer(metrics.routing_timer(model))
         proxy = Proxy(client, metrics, clock, random.Random(rng.getrandbits(64)))
         admin = Admin(pools, clock) if config.server.admin else None
         for pool_config in config.pools:
@@ -225,13 +235,17 @@ async def serve_forever(config: Config, backend_urls: list[str], policy: str | N
         probe = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
         try:
             config = await config_from_backends(
-                probe, backend_urls, policy or "least_requests", config
+                probe, backend_urls, policy or DEFAULT_POLICY, config
             )
         finally:
             await probe.close()
     elif policy is not None:
         config = msgspec.structs.replace(
-            config, pools=[msgspec.structs.replace(p, policy=policy) for p in config.pools]
+            config,
+            pools=[
+                msgspec.structs.replace(p, policy=policy, policy_params={}, routing=None)
+                for p in config.pools
+            ],
         )
     running = await start_gateway(config)
     settle_heap()

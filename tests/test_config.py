@@ -217,6 +217,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
         OutlierConfig,
         PoolConfig,
         RetryConfig,
+        RoutingConfig,
         ServerConfig,
     )
 
@@ -227,9 +228,53 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].hedge.", HedgeConfig),
                            ("pools[].outlier.", OutlierConfig),
                            ("pools[].retries.", RetryConfig),
-                           ("pools[].engine_metrics.", EngineMetricsConfig)):  # fmt: skip
+                           ("pools[].engine_metrics.", EngineMetricsConfig),
+                           ("pools[].routing.", RoutingConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":
                 row = next(line for line in doc.splitlines() if f"`{prefix}{field.name}`" in line)
                 assert str(field.default).rstrip("0").rstrip(".") in row.replace(",", "")
+
+
+def routed(routing: Any, **pool: Any) -> dict[str, Any]:
+    data = one_pool()
+    data["pools"][0].update(routing=routing, **pool)
+    return data
+
+
+def test_a_composed_routing_section_becomes_a_profile_of_weighted_plugins() -> None:
+    routing = {
+        "filters": [{"type": "length_split", "threshold_tokens": 2000}],
+        "scorers": [
+            {"type": "prefix_cache", "weight": 3, "memory_mb": 8},
+            {"type": "queue", "weight": 2},
+        ],
+        "shortlist": 8,
+    }  # fmt: skip
+    pool = parse_config(routed(routing)).pools[0]
+    assert pool.routing is not None
+    profile = pool.routing.profile("$")
+    assert [(spec.type, dict(spec.params), w) for spec, w in profile.scorers] == [
+        ("prefix_cache", {"memory_mb": 8}, 3.0), ("queue", {}, 2.0)
+    ]  # fmt: skip
+    assert [(f.type, dict(f.params)) for f in profile.filters] == [
+        ("length_split", {"threshold_tokens": 2000})
+    ]
+    assert (profile.picker, profile.shortlist) == ("max_score", 8)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        (routed({"scorers": [{"type": "queue"}]}), "$.pools[0].routing.scorers[0].weight"),
+        (routed({"scorers": [{"type": "queue", "weight": 0}]}), "scorers[0].weight: give"),
+        (routed({"scorers": [{"weight": 1}]}), "$.pools[0].routing.scorers[0].type"),
+        (routed({"scorers": []}), "$.pools[0].routing.scorers is empty"),
+        (routed({"scorers": [{"type": "queue", "weight": 1}]}, policy="random"), "not both"),
+        (routed({"scorers": [{"type": "queue", "weight": 1}], "shortlist": 0}), "shortlist"),
+    ],
+)
+def test_a_malformed_routing_section_names_the_entry(data: Any, expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_config(data)

@@ -25,6 +25,8 @@ _GAUGES = {
 _HITS = "vllm:prefix_cache_hits_total"
 _QUERIES = "vllm:prefix_cache_queries_total"
 _SGLANG_HIT_RATE = "sglang:cache_hit_rate"
+_VLLM_CACHE_INFO = "vllm:cache_config_info"  # labels num_gpu_blocks and block_size
+_SGLANG_CAPACITY = "sglang:max_total_num_tokens"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +40,7 @@ class EngineLoad:
     prefix_queries: float  # prefix-cache looked-up tokens so far (vLLM)
     hit_rate: float | None  # SGLang's own hit rate, when it reports one
     scraped_at: float  # the gateway's clock when it was read
+    kv_capacity_tokens: float | None = None  # the KV cache's size in tokens, if reported
 
     def fresh(self, now: float, stale_after_s: float) -> EngineLoad | None:
         return self if now - self.scraped_at <= stale_after_s else None
@@ -54,6 +57,7 @@ def parse_engine_load(text: str, now: float) -> EngineLoad | None:
     seen = False
     hits = queries = 0.0
     hit_rate: float | None = None
+    capacity: float | None = None
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -68,9 +72,22 @@ def parse_engine_load(text: str, now: float) -> EngineLoad | None:
                     queries += sample.value
                 elif sample.name == _SGLANG_HIT_RATE:
                     hit_rate = sample.value
+                elif sample.name == _VLLM_CACHE_INFO:
+                    capacity = (capacity or 0.0) + _vllm_capacity(sample.labels)
+                elif sample.name == _SGLANG_CAPACITY:
+                    capacity = (capacity or 0.0) + sample.value
     except ValueError as exc:
         raise MetricsFormatError(str(exc)) from None
     if not seen:
         return None
     kv = sums["kv_usage"] / kv_series if kv_series else 0.0
-    return EngineLoad(sums["running"], sums["waiting"], kv, hits, queries, hit_rate, now)
+    return EngineLoad(
+        sums["running"], sums["waiting"], kv, hits, queries, hit_rate, now, capacity or None
+    )
+
+
+def _vllm_capacity(labels: dict[str, str]) -> float:
+    try:
+        return float(labels.get("num_gpu_blocks", 0)) * float(labels.get("block_size", 0))
+    except ValueError:
+        return 0.0

@@ -46,8 +46,20 @@ class Pool:
     """
 
     __slots__ = (
-        "_full", "_health", "_next_check", "_outliers", "_pipeline", "budget", "candidates",
-        "hedge", "in_flight", "model", "retries", "states", "timeouts", "ttft",
+        "_full",
+        "_health",
+        "_next_check",
+        "_outliers",
+        "budget",
+        "candidates",
+        "hedge",
+        "in_flight",
+        "model",
+        "pipeline",
+        "retries",
+        "states",
+        "timeouts",
+        "ttft",
     )  # fmt: skip
 
     def __init__(
@@ -68,7 +80,7 @@ class Pool:
         self.budget = RetryBudget(self.retries)
         self.in_flight = 0  # requests in flight to any backend of the pool
         self.states = tuple(states)
-        self._pipeline = pipeline
+        self.pipeline = pipeline
         self.timeouts = timeouts or Timeouts()
         self._health = health or HealthSettings()
         self._outliers = OutlierDetector(outliers or OutlierSettings(), len(self.states))
@@ -108,7 +120,7 @@ class Pool:
             self._tick(now)
         if not self.candidates:
             return None
-        return self._pipeline.pick(request, self.candidates, now)
+        return self.pipeline.pick(request, self.candidates, now)
 
     def pick_other(
         self, request: RoutingRequest, now: float, tried: Sequence[BackendState]
@@ -119,7 +131,7 @@ class Pool:
         others = [s for s in self.candidates if s not in tried]
         if not others:
             return None
-        return self._pipeline.pick(request, others, now)
+        return self.pipeline.pick(request, others, now)
 
     def _tick(self, now: float) -> None:
         for state in self._outliers.return_due(now):
@@ -135,14 +147,14 @@ class Pool:
             else:
                 # weight = base * max(floor, elapsed / window), raised in steps
                 state.weight = state.backend.weight * max(SLOW_START_FLOOR, progress)
-            self._pipeline.picker.load_changed(state)
+            self.pipeline.picker.load_changed(state)
         self.refresh(now)
 
     def begin(self, state: BackendState, now: float) -> None:
         """A request was sent to `state`."""
         state.in_flight += 1
         self.in_flight += 1
-        self._pipeline.picker.load_changed(state)
+        self.pipeline.picker.load_changed(state)
         limit = state.backend.max_in_flight
         if limit is not None and state.in_flight >= limit:
             self._full.add(state)
@@ -152,7 +164,7 @@ class Pool:
         """A request to `state` finished, whatever its outcome."""
         state.in_flight -= 1
         self.in_flight -= 1
-        self._pipeline.picker.load_changed(state)
+        self.pipeline.picker.load_changed(state)
         if state in self._full and state.in_flight < (state.backend.max_in_flight or 0):
             self._full.discard(state)
             self.refresh(now)

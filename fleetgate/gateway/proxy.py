@@ -233,7 +233,9 @@ class Proxy:
                 pool.succeeded(state, now)
                 if first_at is not None:
                     progress.settle()
-                    state.latency.record_stream(first_at - sent, now - sent, progress.tokens)
+                    state.latency.record_stream(
+                        first_at - sent, now - sent, progress.tokens, routing.prompt_tokens
+                    )
                 return None
             data = await response.read()
         except UpstreamError as exc:

@@ -73,6 +73,10 @@ def _session(headers: dict[bytes, bytes], user: str | None) -> str | None:
     return key.decode("latin-1") if key is not None else user
 
 
+def _prompt_bytes(prompt: str | list[msgspec.Raw]) -> bytes:
+    return prompt.encode() if isinstance(prompt, str) else b"".join(prompt)
+
+
 def parse_chat(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     try:
         parsed = _chat.decode(body)
@@ -86,6 +90,7 @@ def parse_chat(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
         bool(parsed.stream),
         parsed.max_completion_tokens or parsed.max_tokens,
         _session(headers, parsed.user),
+        b"".join(parsed.messages),
     )
 
 
@@ -102,6 +107,7 @@ def parse_completion(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest
         bool(parsed.stream),
         parsed.max_tokens,
         _session(headers, parsed.user),
+        _prompt_bytes(parsed.prompt),
     )
 
 

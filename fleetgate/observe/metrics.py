@@ -23,6 +23,8 @@ LATENCY_BUCKETS = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 0.75,
     1.0, 1.5, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0,
 )  # fmt: skip
+# Routing plugin time (seconds): a picker's microsecond to a large pool's scored millisecond.
+ROUTING_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
 
 
 class GatewayMetrics(Collector):
@@ -67,9 +69,28 @@ class GatewayMetrics(Collector):
             ["model"],
             LATENCY_BUCKETS,
         )
+        self._routing = HistogramSeries(
+            "fleetgate_routing_plugin_seconds",
+            "Time each routing plugin took per pick (scoring and learning), by pool and plugin.",
+            ["model", "plugin"],
+            ROUTING_BUCKETS,
+        )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._status_text: dict[int, str] = {}
+
+    def routing_timer(self, model: str) -> Callable[[str, float], None]:
+        """What a pool's routing pipeline reports each plugin's time to."""
+        keys: dict[str, tuple[str, str]] = {}
+        observe = self._routing.observe
+
+        def timed(plugin: str, seconds: float) -> None:
+            key = keys.get(plugin)
+            if key is None:
+                key = keys[plugin] = (model, plugin)
+            observe(key, seconds)
+
+        return timed
 
     def request_done(self, model: str, backend: str, status: int, seconds: float) -> None:
         text = self._status_text.get(status)
@@ -96,7 +117,7 @@ class GatewayMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         for series in (
             self._requests, self._errors, self._retries, self._hedges, self._continuations,
-            self._ttft, self._e2e,
+            self._ttft, self._e2e, self._routing,
         ):  # fmt: skip
             yield series.family()
         gauge = GaugeMetricFamily(

@@ -8,15 +8,22 @@ fleet simulator run the same code in virtual time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from fleetgate.fleet.backend import BackendState
 
+BYTES_PER_TOKEN = 4  # the estimate of prompt tokens before any tokenizer has seen the prompt
+
 
 class RoutingRequest:
-    """What routing may know of a request: parsed once at the edge, never the whole body."""
+    """What routing may know of a request: parsed once at the edge, never the whole body.
 
-    __slots__ = ("endpoint", "max_tokens", "model", "session_key", "stream")
+    `prompt` is the prompt as the client sent it: the raw JSON of `messages`, or the
+    completion's `prompt` (a view into the body, not a copy). Its length in bytes / 4 is the
+    prompt-token estimate routing uses; prefix routing hashes its blocks.
+    """
+
+    __slots__ = ("endpoint", "max_tokens", "model", "prompt", "session_key", "stream")
 
     def __init__(
         self,
@@ -25,12 +32,19 @@ class RoutingRequest:
         stream: bool,
         max_tokens: int | None = None,
         session_key: str | None = None,
+        prompt: bytes | memoryview = b"",
     ) -> None:
         self.model = model
         self.endpoint = endpoint  # "chat", "completions" or "embeddings"
         self.stream = stream
         self.max_tokens = max_tokens
         self.session_key = session_key
+        self.prompt = prompt
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Estimated prompt tokens: bytes / 4, at least 1."""
+        return len(self.prompt) // BYTES_PER_TOKEN or 1
 
 
 class Filter(Protocol):
@@ -62,3 +76,18 @@ class Picker(Protocol):
 
     def load_changed(self, state: BackendState) -> None:
         """Called after a backend's in-flight count changed; indexes keep themselves current."""
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """A scorer that learns from each decision (where a prompt went, a session's home)."""
+
+    def chosen(self, request: RoutingRequest, state: BackendState, now: float) -> None: ...
+
+
+@runtime_checkable
+class Nominator(Protocol):
+    """A scorer that can name the few backends it would score highest, without a scan, so a
+    shortlist of a large pool includes them."""
+
+    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]: ...

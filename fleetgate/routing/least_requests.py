@@ -19,6 +19,8 @@ class LeastRequests:
     changed longest ago, so equal backends take turns instead of one taking every request.
     """
 
+    name = "least_requests"
+
     def __init__(self, rng: random.Random) -> None:
         self._order = itertools.count()
         self._stamp: dict[BackendState, int] = {}

@@ -13,6 +13,8 @@ class MaxScore:
     """Picks argmax of the combined scores; ties (within 1e-9) are broken at random, so equal
     backends share the traffic instead of the first one taking it all. O(n)."""
 
+    name = "max_score"
+
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
 

@@ -16,6 +16,8 @@ class PowerOfTwo:
     while never herding every request onto the single least-loaded backend.
     """
 
+    name = "power_of_two"
+
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
 

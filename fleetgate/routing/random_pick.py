@@ -12,6 +12,8 @@ from fleetgate.routing.base import RoutingRequest
 class RandomPick:
     """Picks candidates[U(0, n)]; O(1). Ignores weights and load, by design: the baseline."""
 
+    name = "random"
+
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
 

@@ -15,6 +15,8 @@ class RoundRobin:
     The first index is random so that several gateways do not all start on the same backend.
     """
 
+    name = "round_robin"
+
     def __init__(self, rng: random.Random) -> None:
         self._next = rng.randrange(1 << 16)
 

@@ -24,6 +24,8 @@ class WeightedRoundRobin:
     5, 1, 1 never give the heavy backend more than three picks in a row.
     """
 
+    name = "weighted_round_robin"
+
     def __init__(self, rng: random.Random) -> None:
         self._due: dict[BackendState, float] = {}
         self._seq: dict[BackendState, int] = {}

@@ -16,6 +16,7 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
 vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.3
 vllm:prefix_cache_hits_total{engine="0",model_name="m"} 120.0
 vllm:prefix_cache_queries_total{engine="0",model_name="m"} 400.0
+vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1.0
 """
 
 SGLANG = """\
@@ -23,6 +24,7 @@ sglang:num_running_reqs{model_name="m"} 7.0
 sglang:num_queue_reqs{model_name="m"} 1.0
 sglang:token_usage{model_name="m"} 0.75
 sglang:cache_hit_rate{model_name="m"} 0.4
+sglang:max_total_num_tokens{model_name="m"} 50000
 """
 
 
@@ -32,6 +34,7 @@ def test_vllm_series_are_summed_and_kv_use_averaged() -> None:
     assert (load.running, load.waiting) == (5.0, 4.0)
     assert load.kv_usage == pytest.approx(0.4)
     assert (load.prefix_hits, load.prefix_queries, load.hit_rate) == (120.0, 400.0, None)
+    assert load.kv_capacity_tokens == 16_000
     assert load.fresh(14.0, 5.0) is load
     assert load.fresh(15.5, 5.0) is None
 
@@ -40,6 +43,7 @@ def test_sglang_names_are_understood() -> None:
     load = parse_engine_load(SGLANG, 0.0)
     assert load is not None
     assert (load.running, load.waiting, load.kv_usage, load.hit_rate) == (7.0, 1.0, 0.75, 0.4)
+    assert load.kv_capacity_tokens == 50_000
 
 
 def test_a_server_without_engine_metrics_gives_no_reading() -> None:

@@ -49,13 +49,14 @@ def test_an_unknown_policy_names_itself_and_lists_the_known_ones() -> None:
         default_registry().build_pipeline("least_request", {}, CTX)
     message = str(info.value)
     assert "'least_request'" in message
-    assert "known policies: " + ", ".join(sorted([*SHIPPED, "least_loaded"])) in message
+    profiles = ["least_loaded", "least_response_time", "prefix_cache", "session_affinity"]
+    assert "known policies: " + ", ".join(sorted([*SHIPPED, *profiles])) in message
     assert isinstance(info.value, ValueError)  # what the composition root turns into ConfigError
 
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_params_to_a_policy_without_params_are_rejected_by_name(name: str) -> None:
-    with pytest.raises(ValueError, match="takes no parameters, got: choices, seed"):
+    with pytest.raises(ValueError, match="unknown parameter 'choices'; it takes: none"):
         default_registry().build_pipeline(name, {"choices": 3, "seed": 1}, CTX)
 
 

@@ -1,0 +1,33 @@
+"""`length_split` filter: long prompts go to the backends set aside for them, short ones to the
+rest, so a long prefill never sits in front of a short interactive request.
+
+A request is long when its estimated prompt tokens (routing/base.py) reach `threshold_tokens`.
+Backends labelled `<label>: long` (by default `length: long`) take the long requests; every
+other backend takes the short ones. When no candidate is of the request's class, all stay:
+a split is a preference, never a reason to fail. O(n) over the candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.routing.base import RoutingRequest
+
+
+class LengthSplit:
+    name = "length_split"
+
+    def __init__(self, threshold_tokens: int = 4096, label: str = "length") -> None:
+        if threshold_tokens < 1:
+            raise ValueError("length_split needs threshold_tokens >= 1")
+        self._threshold = threshold_tokens
+        self._label = label
+
+    def filter(
+        self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
+    ) -> Sequence[BackendState]:
+        long = request.prompt_tokens >= self._threshold
+        label = self._label
+        kept = [s for s in candidates if (s.backend.labels.get(label) == "long") == long]
+        return kept or candidates

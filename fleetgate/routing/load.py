@@ -1,0 +1,42 @@
+"""How busy backends are, from each engine's last fresh reading and the gateway's own count.
+
+The engine's count includes other clients' requests; the gateway's includes requests sent since
+the last scrape. Routing takes the larger, and the gateway's alone once the reading is stale.
+Both helpers take a whole candidate list: scorers call them once per pick, not per backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleetgate.fleet.backend import BackendState
+
+STALE_AFTER_S = 5.0  # the default age beyond which an engine reading is not trusted
+
+
+def queue_lengths(
+    candidates: Sequence[BackendState], now: float, stale_after_s: float
+) -> list[float]:
+    """Per backend: max(in flight by the gateway, running + waiting by the engine)."""
+    queues: list[float] = []
+    oldest = now - stale_after_s
+    for state in candidates:
+        engine = state.engine
+        mine = float(state.in_flight)
+        if engine is None or engine.scraped_at < oldest:
+            queues.append(mine)
+        else:
+            theirs = engine.running + engine.waiting
+            queues.append(theirs if theirs > mine else mine)
+    return queues
+
+
+def kv_usages(
+    candidates: Sequence[BackendState], now: float, stale_after_s: float
+) -> list[float | None]:
+    """Per backend: the engine's KV-cache use in [0, 1], or None without a fresh reading."""
+    oldest = now - stale_after_s
+    return [
+        None if (engine := state.engine) is None or engine.scraped_at < oldest else engine.kv_usage
+        for state in candidates
+    ]

@@ -1,0 +1,91 @@
+"""`prefix_cache` scorer: prefers the backend that most likely holds the prompt's prefix in its
+KV cache, so the engine skips that part of the prefill.
+
+    m_i     = leading prompt blocks backend i holds, by the prefix index (routing/prefix_index.py)
+    score_i = m_i / blocks in the prompt                    (0 for a prompt under one block)
+Load guard: with q_i the backend's queue (routing/load.py) and q_min the least among the
+candidates, a backend with q_i > balance_rel * q_min + balance_abs scores 0: a cached prefix is
+not worth waiting behind that queue. The request then goes where the other scorers send it,
+that backend is recorded as holding the prefix too, and a hot prefix spreads over as many
+replicas as its load needs instead of piling onto one.
+
+Every pick is recorded in the index (`chosen`), and each backend's share of the index follows
+its engine's reported KV capacity. O(prompt blocks + candidates) per pick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import STALE_AFTER_S, queue_lengths
+from fleetgate.routing.prefix_index import PrefixIndex, block_hashes, entries_for
+
+
+class PrefixCacheScorer:
+    name = "prefix_cache"
+
+    def __init__(
+        self,
+        memory_mb: float = 64.0,
+        block_bytes: int = 128,
+        balance_abs: float = 8.0,
+        balance_rel: float = 1.5,
+        max_nominees: int = 4,
+        stale_after_s: float = STALE_AFTER_S,
+    ) -> None:
+        if memory_mb <= 0 or block_bytes < 16 or balance_abs < 0 or balance_rel < 1:
+            raise ValueError(
+                "prefix_cache needs memory_mb > 0, block_bytes >= 16, balance_abs >= 0 "
+                "and balance_rel >= 1"
+            )
+        self.index = PrefixIndex(entries_for(memory_mb), block_bytes)
+        self._block_bytes = block_bytes
+        self._balance_abs = balance_abs
+        self._balance_rel = balance_rel
+        self._max_nominees = max_nominees
+        self._stale_after_s = stale_after_s
+        self._capacity: dict[BackendState, float] = {}  # engine capacities applied so far
+        self._request: RoutingRequest | None = None  # the request `_hashes` belong to
+        self._hashes: list[int] = []
+
+    def _hashes_of(self, request: RoutingRequest) -> list[int]:
+        if request is not self._request:
+            self._request = request
+            self._hashes = block_hashes(request.prompt, self._block_bytes)
+        return self._hashes
+
+    def score(
+        self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
+    ) -> list[float]:
+        self._follow_capacities(candidates)
+        hashes = self._hashes_of(request)
+        matches = self.index.matches(hashes, self.index.mask_of(candidates))
+        if not matches:
+            return [0.0] * len(candidates)
+        queues = queue_lengths(candidates, now, self._stale_after_s)
+        limit = min(queues) * self._balance_rel + self._balance_abs
+        blocks = len(hashes)
+        return [
+            matches.get(state, 0) / blocks if q <= limit else 0.0
+            for state, q in zip(candidates, queues, strict=True)
+        ]
+
+    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]:
+        held = self.index.deepest(self._hashes_of(request), self._max_nominees)
+        return [state for state in held if isinstance(state, BackendState)]
+
+    def chosen(self, request: RoutingRequest, state: BackendState, now: float) -> None:
+        hashes = self._hashes_of(request)
+        if hashes:
+            self.index.record(state, hashes)
+
+    def _follow_capacities(self, candidates: Sequence[BackendState]) -> None:
+        for state in candidates:
+            engine = state.engine
+            if engine is None or engine.kv_capacity_tokens is None:
+                continue
+            if self._capacity.get(state) != engine.kv_capacity_tokens:
+                self._capacity[state] = engine.kv_capacity_tokens
+                self.index.set_capacity_tokens(state, engine.kv_capacity_tokens)

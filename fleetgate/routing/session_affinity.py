@@ -1,0 +1,96 @@
+"""`session_affinity` scorer: keeps a conversation on the backend that holds its KV cache.
+
+Consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam, 2018). Every backend
+owns `vnodes` points on a 64-bit ring, at xxh3_64("<backend id>#<k>"). A request's session key
+(the x-session-id header, else the body's `user`) hashes to a point; its home is the first
+backend clockwise from there that is a candidate and carries at most
+    bound = ceil((1 + epsilon) * (L + 1) / n)
+requests in flight, L being the in-flight total over the n candidates scored. So no backend
+takes more than (1 + epsilon) times the average, and when a backend leaves, only the sessions
+it was home to move (to the next point clockwise).
+    score_i = 1 for the home, 0 for the others;   every score is 0 without a session key.
+With a shortlist (routing/pipeline.py) L / n is the shortlist's mean, an unbiased estimate of
+the pool's; backends join the ring when first scored. A pick costs O(log(n * vnodes)) to find
+the point, plus the steps walked past full or absent backends.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
+
+from xxhash import xxh3_64_intdigest
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.routing.base import RoutingRequest
+
+
+class SessionAffinity:
+    name = "session_affinity"
+
+    def __init__(self, epsilon: float = 0.25, vnodes: int = 64, max_nominees: int = 3) -> None:
+        if epsilon <= 0 or vnodes < 1:
+            raise ValueError("session_affinity needs epsilon > 0 and vnodes >= 1")
+        self._epsilon = epsilon
+        self._vnodes = vnodes
+        self._max_nominees = max_nominees
+        self._points: list[int] = []  # sorted ring positions
+        self._owners: list[BackendState] = []  # the backend at each position
+        self._known: set[BackendState] = set()
+
+    def _join(self, states: Sequence[BackendState]) -> None:
+        """Put backends on the ring (once each, in one sort)."""
+        ring = list(zip(self._points, self._owners, strict=True))
+        for state in states:
+            self._known.add(state)
+            for k in range(self._vnodes):
+                ring.append((xxh3_64_intdigest(f"{state.backend.id}#{k}".encode()), state))
+        ring.sort(key=lambda point: point[0])
+        self._points = [point for point, _ in ring]
+        self._owners = [owner for _, owner in ring]
+
+    def _clockwise(self, key: str) -> Iterator[BackendState]:
+        """Distinct backends in ring order from the key's point."""
+        points, owners = self._points, self._owners
+        start = bisect_left(points, xxh3_64_intdigest(key.encode()))
+        seen: set[BackendState] = set()
+        for i in range(len(points)):
+            owner = owners[(start + i) % len(points)]
+            if owner not in seen:
+                seen.add(owner)
+                yield owner
+
+    def home(self, key: str, candidates: Sequence[BackendState]) -> BackendState | None:
+        new = [s for s in candidates if s not in self._known]
+        if new:
+            self._join(new)
+        members = set(candidates)
+        total = sum(s.in_flight for s in candidates)
+        bound = math.ceil((1 + self._epsilon) * (total + 1) / len(candidates))
+        for state in self._clockwise(key):
+            if state in members and state.in_flight < bound:
+                return state
+        return None
+
+    def score(
+        self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
+    ) -> list[float]:
+        key = request.session_key
+        if key is None:
+            return [0.0] * len(candidates)
+        home = self.home(key, candidates)
+        return [1.0 if state is home else 0.0 for state in candidates]
+
+    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]:
+        """The first few backends clockwise from the session's point: its home is among them
+        unless they are all full or unhealthy."""
+        key = request.session_key
+        if key is None or not self._points:
+            return []
+        found: list[BackendState] = []
+        for state in self._clockwise(key):
+            found.append(state)
+            if len(found) >= self._max_nominees:
+                break
+        return found

@@ -1,0 +1,46 @@
+"""The composition root builds each pool's routing from its config, and refuses bad plugins."""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import Any
+
+import pytest
+
+from fleetgate.config import ConfigError, parse_config
+from fleetgate.fleet.backend import Backend
+from fleetgate.routing.least_requests import LeastRequests
+from fleetgate.routing.max_score import MaxScore
+from fleetgate.routing.registry import default_registry
+from fleetgate.serve import ResolvedPool, build_pools
+
+
+def pools_for(**pool: Any) -> dict[str, Any]:
+    config = parse_config({"pools": [{"model": "m", "backends": [{"url": "http://h:1"}], **pool}]})
+    backend = Backend("h:1", "http://h:1", ("m",))
+    return build_pools(
+        [ResolvedPool(config.pools[0], (backend,))], default_registry(), random.Random(0)
+    )
+
+
+def test_the_default_policy_and_a_composed_profile_are_built() -> None:
+    assert isinstance(pools_for()["m"].pipeline.picker, LeastRequests)
+    composed = pools_for(routing={"scorers": [{"type": "prefix_cache", "weight": 3}]})
+    assert isinstance(composed["m"].pipeline.picker, MaxScore)
+
+
+@pytest.mark.parametrize(
+    ("routing", "expected"),
+    [
+        ({"scorers": [{"type": "prefix", "weight": 1}]}, "unknown scorer 'prefix'; known"),
+        ({"scorers": [{"type": "queue", "weight": 1, "depth": 2}]}, "unknown parameter 'depth'"),
+        ({"scorers": [{"type": "prefix_cache", "weight": 1, "memory_mb": -1}]}, "memory_mb > 0"),
+        ({"filters": [{"type": "nope"}], "scorers": [{"type": "queue", "weight": 1}]},
+         "unknown filter 'nope'"),
+        ({"scorers": [{"type": "queue", "weight": 1}], "picker": "best"}, "unknown picker 'best'"),
+    ],
+)  # fmt: skip
+def test_a_bad_plugin_is_a_config_error_naming_the_pool(routing: Any, expected: str) -> None:
+    with pytest.raises(ConfigError, match="pool 'm': .*" + re.escape(expected)):
+        pools_for(routing=routing)
