@@ -91,3 +91,11 @@ class Nominator(Protocol):
     shortlist of a large pool includes them."""
 
     def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]: ...
+
+
+@runtime_checkable
+class Roster(Protocol):
+    """A scorer that keeps state over the whole candidate set (a hash ring): told the set
+    whenever it changes, since with a shortlist it only ever scores a part of it."""
+
+    def roster(self, candidates: Sequence[BackendState]) -> None: ...

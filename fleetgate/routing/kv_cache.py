@@ -16,6 +16,8 @@ from fleetgate.routing.load import STALE_AFTER_S, kv_usages
 
 
 class KvCacheScorer:
+    name = "kv_cache"
+
     def __init__(self, stale_after_s: float = STALE_AFTER_S) -> None:
         self._stale_after_s = stale_after_s
 

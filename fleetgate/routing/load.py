@@ -36,7 +36,11 @@ def kv_usages(
 ) -> list[float | None]:
     """Per backend: the engine's KV-cache use in [0, 1], or None without a fresh reading."""
     oldest = now - stale_after_s
-    return [
-        None if (engine := state.engine) is None or engine.scraped_at < oldest else engine.kv_usage
-        for state in candidates
-    ]
+    usages: list[float | None] = []
+    for state in candidates:
+        engine = state.engine
+        if engine is None or engine.scraped_at < oldest:
+            usages.append(None)
+        else:
+            usages.append(min(1.0, max(0.0, engine.kv_usage)))
+    return usages

@@ -7,7 +7,15 @@ from collections.abc import Callable, Sequence
 from time import perf_counter
 
 from fleetgate.fleet.backend import BackendState
-from fleetgate.routing.base import Filter, Learner, Nominator, Picker, RoutingRequest, Scorer
+from fleetgate.routing.base import (
+    Filter,
+    Learner,
+    Nominator,
+    Picker,
+    Roster,
+    RoutingRequest,
+    Scorer,
+)
 
 SHORTLIST = 16  # scored profiles rate at most this many candidates per pick
 
@@ -34,8 +42,8 @@ class RoutingPipeline:
     """
 
     __slots__ = (
-        "_filters", "_learners", "_member_set", "_members", "_nominators", "_rng", "_scorers",
-        "_shortlist", "_timer", "picker",
+        "_filters", "_learners", "_member_set", "_members", "_nominators", "_rng", "_rosters",
+        "_scorers", "_shortlist", "_timer", "picker",
     )  # fmt: skip
 
     def __init__(
@@ -54,11 +62,16 @@ class RoutingPipeline:
         self._scorers = tuple((scorer, weight / total) for scorer, weight in scorers)
         self._learners = tuple(s for s, _ in scorers if isinstance(s, Learner))
         self._nominators = tuple(s for s, _ in scorers if isinstance(s, Nominator))
+        self._rosters = tuple(s for s, _ in scorers if isinstance(s, Roster))
         self._shortlist = max(1, shortlist)
         self._rng = rng or random.Random(0)
         self._timer = timer
         self._members: Sequence[BackendState] | None = None
         self._member_set: frozenset[BackendState] = frozenset()
+
+    @property
+    def scorers(self) -> tuple[Scorer, ...]:
+        return tuple(scorer for scorer, _ in self._scorers)
 
     def set_timer(self, timer: PluginTimer | None) -> None:
         """Time every plugin call from now on (None: stop)."""
@@ -132,6 +145,8 @@ class RoutingPipeline:
     ) -> list[BackendState]:
         if candidates is not self._members:  # the pool rebuilds its tuple on health changes
             self._members, self._member_set = candidates, frozenset(candidates)
+            for roster in self._rosters:
+                roster.roster(candidates)
         members, size = self._member_set, self._shortlist
         picked: dict[BackendState, None] = {}
         for nominator in self._nominators:

@@ -15,6 +15,8 @@ from fleetgate.routing.load import STALE_AFTER_S, queue_lengths
 
 
 class QueueScorer:
+    name = "queue"
+
     def __init__(self, stale_after_s: float = STALE_AFTER_S) -> None:
         self._stale_after_s = stale_after_s
 

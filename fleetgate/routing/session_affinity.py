@@ -10,8 +10,8 @@ takes more than (1 + epsilon) times the average, and when a backend leaves, only
 it was home to move (to the next point clockwise).
     score_i = 1 for the home, 0 for the others;   every score is 0 without a session key.
 With a shortlist (routing/pipeline.py) L / n is the shortlist's mean, an unbiased estimate of
-the pool's; backends join the ring when first scored. A pick costs O(log(n * vnodes)) to find
-the point, plus the steps walked past full or absent backends.
+the pool's; the pipeline puts the whole candidate set on the ring (`roster`). A pick costs
+O(log(n * vnodes)) to find the point, plus the steps walked past full or absent backends.
 """
 
 from __future__ import annotations
@@ -61,10 +61,15 @@ class SessionAffinity:
                 seen.add(owner)
                 yield owner
 
-    def home(self, key: str, candidates: Sequence[BackendState]) -> BackendState | None:
+    def roster(self, candidates: Sequence[BackendState]) -> None:
+        """Put every candidate on the ring, so a session's home does not move as backends
+        first turn up in shortlists."""
         new = [s for s in candidates if s not in self._known]
         if new:
             self._join(new)
+
+    def home(self, key: str, candidates: Sequence[BackendState]) -> BackendState | None:
+        self.roster(candidates)
         members = set(candidates)
         total = sum(s.in_flight for s in candidates)
         bound = math.ceil((1 + self._epsilon) * (total + 1) / len(candidates))

@@ -1,0 +1,334 @@
+"""Routing policies side by side: the same workload, the same offered load, the same sim fleet.
+
+    .venv/bin/python benchmarks/routing.py [--workloads shared-prefix,azure-conv,...]
+        [--policies round_robin,least_requests,...] [--duration 60] [--slowdown 4]
+
+For each workload a fleet of sim workers starts afresh for every policy (so no policy inherits
+another's warm caches), the gateway routes with that policy (or sglang-router does, when
+`sglang-router` is on PATH: `cache_aware` and `power_of_two`), and `fleetgate bench` replays the
+workload open-loop. One table per workload: throughput (req/s, output tok/s), TTFT p50/p90/p99,
+E2E p99 (ms), goodput under the SLO, the fleet's prefix-cache hit rate (from the engines' own
+counters), and the spread of utilization over backends, each beside round robin's in the same
+run (a ratio). Utilization of a backend is its engine's time-averaged requests (running +
+waiting), sampled every 0.5 s; spread = (max - min) / mean over backends.
+
+The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model, so
+a fleet of 8 streams within the CPU, and offered rates are scaled to match. Each run records the
+machine's CPU idle; a run where it fell under 10% is marked SATURATED and its figures are not
+comparable (the machine, not the fleet, was the bottleneck).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PY = sys.executable
+MODEL = "sim-8b"
+MIN_IDLE = 0.10  # below this share of CPU idle a run is saturated
+
+
+@dataclass(frozen=True)
+class Workload:
+    fleet: tuple[tuple[str, int], ...]  # (sim profile, replicas)
+    bench: str  # `fleetgate bench` arguments
+    slo: str = "--slo-ttft-ms 2000 --slo-itl-ms 200"
+
+
+H100 = "h100-llama3-8b"
+WORKLOADS = {
+    # SGLang's generated shared prefix, scaled so that the groups' prompts do not all fit in
+    # one engine's KV cache (128 x 4096 tokens > 430k) but do fit in the fleet's.
+    "shared-prefix": Workload(
+        ((H100, 8),),
+        "--workload shared-prefix --groups 128 --prompts-per-group 64 --system-prompt-len 4096"
+        " --question-len 128 --output-len 64 --rate 24",
+    ),
+    "mooncake-conv": Workload(((H100, 8),), "--workload mooncake-conv --rate 6"),
+    "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 12"),
+    "mixed-azure-conv": Workload(
+        ((H100, 4), ("a100-llama3-8b", 4)), "--workload azure-conv --rate 10"
+    ),
+}
+POLICIES = (
+    "round_robin", "least_requests", "power_of_two", "least_loaded", "least_response_time",
+    "prefix_cache", "sglang:cache_aware", "sglang:power_of_two",
+)  # fmt: skip
+
+
+@dataclass
+class Samples:
+    """What the sampler saw during one run."""
+
+    idle: list[float] = field(default_factory=list)  # CPU idle share per interval
+    queue: dict[str, list[float]] = field(default_factory=dict)  # backend -> running+waiting
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body: bytes = response.read()
+        return body.decode()
+
+
+def _wait_http(url: str, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            _get(url, 2.0)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
+
+
+def _metric_sum(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _cpu_times() -> tuple[float, float]:
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)  # idle + iowait, total
+
+
+@contextmanager
+def _process(args: Sequence[str]) -> Iterator[subprocess.Popen[str]]:
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def _sims(fleet: Sequence[tuple[str, int]], slowdown: float) -> Iterator[list[str]]:
+    urls: list[str] = []
+    with _process_group() as start:
+        for profile, replicas in fleet:
+            proc = start(
+                [PY, "-m", "fleetgate", "worker", "sim", "--port", "0", "--model", MODEL,
+                 "--profile", profile, "--replicas", str(replicas), "--slowdown", str(slowdown)]
+            )  # fmt: skip
+            assert proc.stdout is not None
+            found: list[str] = []
+            for line in proc.stdout:
+                match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+                if match:
+                    found.append(match.group(1))
+                    if len(found) == replicas:
+                        break
+            urls += found
+        for url in urls:
+            _wait_http(url + "/health")
+        yield urls
+
+
+@contextmanager
+def _process_group() -> Iterator[Any]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(args: Sequence[str]) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            start_new_session=True,
+        )  # fmt: skip
+        procs.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@contextmanager
+def _router(policy: str, urls: list[str], workdir: Path) -> Iterator[str]:
+    if policy.startswith("sglang:"):
+        port = _free_port()
+        args = ["sglang-router", "launch", "--host", "127.0.0.1", "--port", str(port),
+                "--worker-urls", *urls, "--policy", policy.split(":", 1)[1],
+                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port()),
+                "--health-check-interval-secs", "5"]  # fmt: skip
+        with _process(args):
+            url = f"http://127.0.0.1:{port}"
+            _wait_http(url + "/v1/models", 90.0)
+            yield url
+        return
+    config = workdir / f"{policy}.yaml"
+    pool = {"model": MODEL, "policy": policy, "backends": [{"url": u} for u in urls]}
+    config.write_text(json.dumps({"pools": [pool], "seed": 1}))
+    with _process([PY, "-m", "fleetgate", "serve", "--config", str(config), "--port", "0"]) as proc:
+        assert proc.stdout is not None
+        url = ""
+        for line in proc.stdout:
+            match = re.search(r"listening on (http://\S+)", line)
+            if match:
+                url = match.group(1)
+                break
+        _wait_http(url + "/readyz")
+        yield url
+
+
+def _sample(urls: list[str], stop: threading.Event, samples: Samples) -> None:
+    idle0, total0 = _cpu_times()
+    while not stop.wait(0.5):
+        idle1, total1 = _cpu_times()
+        if total1 > total0:
+            samples.idle.append((idle1 - idle0) / (total1 - total0))
+        idle0, total0 = idle1, total1
+        for url in urls:
+            try:
+                text = _get(url + "/metrics", 2.0)
+            except OSError:
+                continue
+            queue = _metric_sum(text, "vllm:num_requests_running") + _metric_sum(
+                text, "vllm:num_requests_waiting"
+            )
+            samples.queue.setdefault(url, []).append(queue)
+
+
+def _cache_counters(urls: list[str]) -> tuple[float, float]:
+    hits = queries = 0.0
+    for url in urls:
+        text = _get(url + "/metrics")
+        hits += _metric_sum(text, "vllm:prefix_cache_hits_total")
+        queries += _metric_sum(text, "vllm:prefix_cache_queries_total")
+    return hits, queries
+
+
+def run_one(
+    workload: Workload, policy: str, args: argparse.Namespace, workdir: Path
+) -> dict[str, Any]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    out = workdir / policy.replace(":", "-")
+    with _sims(workload.fleet, args.slowdown) as urls, _router(policy, urls, workdir) as url:
+        samples, stop = Samples(), threading.Event()
+        sampler = threading.Thread(target=_sample, args=(urls, stop, samples), daemon=True)
+        sampler.start()
+        bench = [PY, "-m", "fleetgate", "bench", "--target", url, "--model", MODEL,
+                 "--duration", str(args.duration), "--grace", str(args.grace), "--seed", "0",
+                 "--quiet", "--out", str(out),
+                 *workload.bench.split(), *workload.slo.split()]  # fmt: skip
+        subprocess.run(bench, check=True, stdout=subprocess.DEVNULL)
+        stop.set()
+        sampler.join()
+        hits, queries = _cache_counters(urls)
+    summary = json.loads((out / "summary.json").read_text())["summary"]
+    means = [sum(q) / len(q) for q in samples.queue.values() if q]
+    mean_util = sum(means) / len(means) if means else 0.0
+    idle = sorted(samples.idle)
+    return {
+        "summary": summary,
+        "hit_rate": hits / queries if queries else 0.0,
+        "spread": (max(means) - min(means)) / mean_util if mean_util else 0.0,
+        "idle_p10": idle[len(idle) // 10] if idle else 1.0,
+    }
+
+
+def _values(r: dict[str, Any]) -> list[float]:
+    s = r["summary"]
+    ttft, e2e = s["ttft_ms"] or {}, s["e2e_ms"] or {}
+    return [
+        s["request_throughput"], s["output_throughput"], ttft.get("p50", 0.0),
+        ttft.get("p90", 0.0), ttft.get("p99", 0.0), e2e.get("p99", 0.0), s["goodput"] or 0.0,
+        r["hit_rate"] * 100, r["spread"] * 100,
+    ]  # fmt: skip
+
+
+def _row(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> list[str]:
+    refs = _values(base) if base is not None else None
+    cells = [name]
+    for i, value in enumerate(_values(r)):
+        ref = refs[i] if refs else 0.0
+        cells.append(f"{value:.1f}" + (f" ({value / ref:.2f}x)" if ref else ""))
+    saturated = " SATURATED" if r["idle_p10"] < MIN_IDLE else ""
+    cells.append(f"{r['summary']['failed']}{saturated}")
+    return cells
+
+
+HEADER = ["policy", "req/s", "out tok/s", "TTFT p50", "TTFT p90", "TTFT p99", "E2E p99",
+          "goodput", "cache hit %", "util spread %", "failed"]  # fmt: skip
+
+
+def print_table(title: str, results: dict[str, dict[str, Any]]) -> None:
+    base = results.get("round_robin")
+    rows = [HEADER] + [_row(name, r, base) for name, r in results.items()]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    print(f"\n== {title} (ratios to round_robin in the same run) ==")
+    for row in rows:
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        print("  ".join(cells))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--grace", type=float, default=60.0)
+    parser.add_argument("--slowdown", type=float, default=4.0, help="sim time dilation")
+    parser.add_argument("--out", default="", help="write results.json here")
+    args = parser.parse_args()
+    policies = [p for p in args.policies.split(",") if p]
+    if shutil.which("sglang-router") is None:
+        dropped = [p for p in policies if p.startswith("sglang:")]
+        policies = [p for p in policies if not p.startswith("sglang:")]
+        if dropped:
+            print("sglang-router is not on PATH: skipping", ", ".join(dropped))
+    workdir = Path(args.out or tempfile.mkdtemp(prefix="routing-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    everything: dict[str, dict[str, Any]] = {}
+    for name in args.workloads.split(","):
+        workload = WORKLOADS[name]
+        results: dict[str, dict[str, Any]] = {}
+        for policy in policies:
+            print(f"{name}: {policy} ...", flush=True)
+            results[policy] = run_one(workload, policy, args, workdir / name)
+        everything[name] = results
+        print_table(name, results)
+        (workdir / "results.json").write_text(json.dumps(everything, indent=1))
+    print(f"\nresults: {workdir / 'results.json'}  (cpus: {os.cpu_count()})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

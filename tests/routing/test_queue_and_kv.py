@@ -1,0 +1,108 @@
+"""The `queue` and `kv_cache` scorers, and the `least_loaded` profile they make up.
+
+queue:    score_i = 1 - q_i / max_j q_j,  q_i = max(gateway in-flight, running + waiting)
+kv_cache: score_i = 1 - k_i,  a missing or stale reading counts as the mean of the others
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.engine_load import EngineLoad
+from fleetgate.fleet.pool import Pool
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.kv_cache import KvCacheScorer
+from fleetgate.routing.queue import QueueScorer
+
+MakePool = Callable[[str, Sequence[float]], Pool]
+REQUEST = RoutingRequest("m", "chat", stream=False)
+
+
+def states(n: int) -> tuple[BackendState, ...]:
+    return tuple(
+        BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",))) for i in range(n)
+    )
+
+
+def reading(
+    running: float = 0.0, waiting: float = 0.0, kv: float = 0.0, at: float = 0.0
+) -> EngineLoad:
+    """An engine's scrape at time `at`."""
+    return EngineLoad(running, waiting, kv, 0.0, 0.0, None, at)
+
+
+def test_queue_takes_the_larger_of_the_engine_reading_and_the_gateway_count() -> None:
+    a, b, c, d = states(4)
+    a.in_flight, a.engine = 2, reading(running=6, waiting=2)  # other clients: the engine's 8
+    b.in_flight, b.engine = 4, reading(running=1, waiting=0)  # sent since the scrape: 4
+    c.in_flight = 2  # never scraped: the gateway's 2
+    d.engine = reading()  # idle
+    scores = QueueScorer().score(REQUEST, (a, b, c, d), now=1.0)
+    assert scores == pytest.approx([0.0, 0.5, 0.75, 1.0])
+
+
+def test_a_stale_engine_reading_is_ignored_for_the_gateway_count() -> None:
+    a, b = states(2)
+    a.in_flight, a.engine = 1, reading(running=9, waiting=1, at=0.0)
+    b.in_flight = 2
+    assert QueueScorer().score(REQUEST, (a, b), now=5.0) == pytest.approx([0.0, 0.8])
+    # 5.5 s later the reading is older than the default 5 s: a counts its own 1 only.
+    assert QueueScorer().score(REQUEST, (a, b), now=5.5) == pytest.approx([0.5, 0.0])
+    # A scorer configured to trust older readings still uses it.
+    assert QueueScorer(stale_after_s=10.0).score(REQUEST, (a, b), now=5.5) == pytest.approx(
+        [0.0, 0.8]
+    )
+
+
+def test_every_queue_scores_one_when_all_are_empty() -> None:
+    a, b, c = states(3)
+    b.engine = reading(at=0.0)
+    assert QueueScorer().score(REQUEST, (a, b, c), now=0.0) == [1.0, 1.0, 1.0]
+
+
+def test_kv_cache_scores_free_cache_and_missing_readings_get_the_mean() -> None:
+    a, b, c, d = states(4)
+    a.engine = reading(kv=0.2)
+    b.engine = reading(kv=0.6)
+    d.engine = reading(kv=0.1, at=-10.0)  # stale: as good as missing
+    # mean of the fresh readings (0.2, 0.6) is 0.4: c and d score 1 - 0.4
+    scores = KvCacheScorer().score(REQUEST, (a, b, c, d), now=0.0)
+    assert scores == pytest.approx([0.8, 0.4, 0.6, 0.6])
+
+
+def test_kv_cache_clamps_readings_and_scores_one_without_any() -> None:
+    a, b, c = states(3)
+    assert KvCacheScorer().score(REQUEST, (a, b, c), now=0.0) == [1.0, 1.0, 1.0]
+    a.engine = reading(kv=1.3)  # engines overshoot their own percentages briefly
+    b.engine = reading(kv=-0.1)
+    assert KvCacheScorer().score(REQUEST, (a, b, c), now=0.0) == pytest.approx([0.0, 1.0, 0.5])
+
+
+def test_least_loaded_routes_to_the_idle_engine(make_pool: MakePool) -> None:
+    pool = make_pool("least_loaded", [1.0, 1.0, 1.0, 1.0])
+    b0, b1, b2, b3 = pool.states
+    b0.engine = reading(running=12, waiting=3, kv=0.9, at=10.0)
+    b1.engine = reading(running=8, waiting=0, kv=0.7, at=10.0)
+    b2.engine = reading(running=0, waiting=0, kv=0.05, at=10.0)  # idle
+    b3.engine = reading(running=10, waiting=1, kv=0.8, at=10.0)
+    picks = Counter(pool.pick(REQUEST, now=11.0) for _ in range(20))
+    assert picks == {b2: 20}
+
+
+def test_least_loaded_counts_requests_sent_since_the_last_scrape(make_pool: MakePool) -> None:
+    pool = make_pool("least_loaded", [1.0, 1.0])
+    b0, b1 = pool.states
+    b0.engine = reading(running=2, kv=0.3, at=10.0)
+    b1.engine = reading(running=0, kv=0.3, at=10.0)  # idle when scraped ...
+    for _ in range(5):
+        pool.begin(b1, 10.5)  # ... but the gateway has sent it five since
+    assert pool.pick(REQUEST, now=11.0) is b0
+    b0.engine = reading(running=2, kv=0.3, at=0.0)
+    b1.engine = reading(running=0, kv=0.3, at=0.0)
+    pool.begin(b0, 10.5)
+    # Both readings stale: only the gateway's counts (1 against 5) remain.
+    assert pool.pick(REQUEST, now=11.0) is b0

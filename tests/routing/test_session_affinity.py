@@ -1,0 +1,127 @@
+"""`session_affinity`: consistent hashing with bounded loads. A session stays on its home; no
+backend carries more than ceil((1 + epsilon) * (L + 1) / n); a backend leaving moves only the
+sessions it was home to."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.pool import Pool
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.registry import PluginContext, default_registry
+from fleetgate.routing.session_affinity import SessionAffinity
+
+KEYS = [f"user-{i}" for i in range(2000)]
+
+
+def states(n: int) -> tuple[BackendState, ...]:
+    return tuple(
+        BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",))) for i in range(n)
+    )
+
+
+def of_session(key: str | None) -> RoutingRequest:
+    return RoutingRequest("m", "chat", True, session_key=key)
+
+
+def session_pool(n: int, seed: int = 1) -> Pool:
+    """A pool of n backends routed by the shipped `session_affinity` profile."""
+    ctx = PluginContext(random.Random(seed))
+    return Pool("m", states(n), default_registry().build_pipeline("session_affinity", {}, ctx))
+
+
+def test_the_same_session_scores_one_on_the_same_backend_every_time() -> None:
+    scorer = SessionAffinity()
+    candidates = states(6)
+    for key in ("alice", "bob", "carol"):
+        first = scorer.score(of_session(key), candidates, 0.0)
+        assert sorted(first) == [0.0] * 5 + [1.0]
+        for t in range(10):
+            assert scorer.score(of_session(key), candidates, float(t)) == first
+
+
+def test_without_a_session_key_every_score_is_zero() -> None:
+    assert SessionAffinity().score(of_session(None), states(4), 0.0) == [0.0] * 4
+
+
+def test_sessions_are_spread_over_the_backends() -> None:
+    scorer = SessionAffinity()
+    candidates = states(8)
+    homes = Counter(scorer.home(key, candidates) for key in KEYS)
+    assert set(homes) == set(candidates)
+    assert max(homes.values()) < 2 * len(KEYS) / len(candidates)
+
+
+def test_no_backend_carries_more_than_the_bound_even_under_one_hot_session() -> None:
+    epsilon, n = 0.25, 8
+    pool = session_pool(n)
+    rng = random.Random(5)
+    in_flight: list[BackendState] = []
+    hot_homes: Counter[BackendState] = Counter()
+    for step in range(3000):
+        # Most traffic from one session, the rest from many; about a third finish each step.
+        hot = rng.random() < 0.7
+        key = "hot" if hot else f"user-{rng.randrange(500)}"
+        total = pool.in_flight
+        state = pool.pick(of_session(key), float(step))
+        assert state is not None
+        pool.begin(state, float(step))
+        in_flight.append(state)
+        bound = math.ceil((1 + epsilon) * (total + 1) / n)
+        assert state.in_flight <= bound, f"step {step}: {state} over {bound}"
+        hot_homes[state] += hot
+        for _ in range(rng.choice((0, 1, 2))):
+            if in_flight:
+                pool.end(in_flight.pop(rng.randrange(len(in_flight))), float(step))
+    # The bound did its work: the hot session overflowed from its home to the next backends.
+    assert len(+hot_homes) > 1
+
+
+def test_a_backend_leaving_moves_only_the_sessions_it_was_home_to() -> None:
+    scorer = SessionAffinity()
+    candidates = states(10)
+    before = {key: scorer.home(key, candidates) for key in KEYS}
+    gone = candidates[3]
+    remaining = candidates[:3] + candidates[4:]
+    after = {key: scorer.home(key, remaining) for key in KEYS}
+    moved = [key for key in KEYS if after[key] is not before[key]]
+    assert moved == [key for key in KEYS if before[key] is gone]
+    assert len(moved) > 0
+    # They go to the next point clockwise, which differs from key to key: no single heir.
+    heirs = Counter(after[key] for key in moved)
+    assert gone not in heirs and len(heirs) >= 5
+    # And when it comes back, the same sessions return to it.
+    assert {key: scorer.home(key, candidates) for key in KEYS} == before
+
+
+def test_the_profile_keeps_sessions_sticky() -> None:
+    pool = session_pool(8)
+    homes: dict[str, set[BackendState]] = {}
+    rng = random.Random(3)
+    for step in range(400):
+        key = f"conversation-{rng.randrange(40)}"
+        state = pool.pick(of_session(key), float(step))
+        assert state is not None
+        pool.begin(state, float(step))
+        homes.setdefault(key, set()).add(state)
+        pool.end(state, float(step) + 0.5)
+    assert all(len(h) == 1 for h in homes.values())
+    assert len({next(iter(h)) for h in homes.values()}) >= 6  # and still spread
+
+
+def test_the_profile_keeps_sessions_sticky_in_a_pool_larger_than_the_shortlist() -> None:
+    # With 256 backends the pipeline scores a shortlist of 16; a session's home must not move
+    # when a backend not seen before is first scored.
+    pool = session_pool(256)
+    homes: dict[str, set[BackendState]] = {}
+    for turn in range(5):
+        for s in range(50):
+            key = f"conversation-{s}"
+            state = pool.pick(of_session(key), float(turn))
+            assert state is not None
+            homes.setdefault(key, set()).add(state)
+    moved = sorted(key for key, h in homes.items() if len(h) > 1)
+    assert moved == []
