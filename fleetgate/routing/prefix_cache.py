@@ -30,7 +30,7 @@ class PrefixCacheScorer:
         self,
         memory_mb: float = 64.0,
         block_bytes: int = 128,
-        balance_abs: float = 8.0,
+        balance_abs: float = 32.0,
         balance_rel: float = 1.5,
         max_nominees: int = 4,
         stale_after_s: float = STALE_AFTER_S,

@@ -70,11 +70,11 @@ def test_requests_sharing_a_long_system_prompt_stick_to_the_backend_that_first_g
 def test_the_holder_keeps_its_prefix_while_its_queue_is_within_the_guard() -> None:
     pool, scorer = prefix_pool(4)
     holder = sent(pool, asking(SYSTEM, "first"))
-    # The others stay empty: the holder takes the prefix while it has at most 1.5 * 0 + 8 = 8
+    # The others stay empty: the holder takes the prefix while it has at most 1.5 * 0 + 32 = 32
     # in flight, though the queue scorer prefers the empty ones all along.
-    for i in range(8):
+    for i in range(32):
         assert sent(pool, asking(SYSTEM, f"question {i}"), 1.0) is holder
-    assert holder.in_flight == 9
+    assert holder.in_flight == 33
     spilled = sent(pool, asking(SYSTEM, "one too many"), 1.0)
     assert spilled is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
@@ -109,10 +109,10 @@ def test_the_load_guard_spreads_a_hot_prefix_to_a_second_replica() -> None:
     pool.end(holder, 0.0)
     others = [s for s in pool.states if s is not holder]
     for state in others:
-        state.in_flight = 2  # q_min = 2: the guard's limit is 1.5 * 2 + 8 = 11
-    holder.engine = EngineLoad(4, 7, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 11
+        state.in_flight = 2  # q_min = 2: the guard's limit is 1.5 * 2 + 32 = 35
+    holder.engine = EngineLoad(4, 31, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 35
     assert pool.pick(asking(SYSTEM, "at the limit"), 10.0) is holder
-    holder.engine = EngineLoad(4, 8, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 12
+    holder.engine = EngineLoad(4, 32, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 36
     second = pool.pick(asking(SYSTEM, "over the limit"), 10.0)
     assert second is not None and second is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
