@@ -60,7 +60,7 @@ WORKLOADS = {
         " --question-len 128 --output-len 64 --rate 64",
     ),
     "mooncake-conv": Workload(((H100, 8),), "--workload mooncake-conv --rate 6"),
-    "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 12"),
+    "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 32"),
     "mixed-azure-conv": Workload(
         ((H100, 4), ("a100-llama3-8b", 4)), "--workload azure-conv --rate 10"
     ),
@@ -245,7 +245,7 @@ def run_one(
         sampler.start()
         bench = [PY, "-m", "fleetgate", "bench", "--target", url, "--model", MODEL,
                  "--duration", str(args.duration), "--grace", str(args.grace), "--seed", "0",
-                 "--quiet", "--out", str(out),
+                 "--quiet", "--out", str(out), "--save-requests",
                  *workload.bench.split(), *workload.slo.split()]  # fmt: skip
         subprocess.run(bench, check=False, stdout=subprocess.DEVNULL)  # failures are in the summary
         stop.set()

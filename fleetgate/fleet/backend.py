@@ -43,14 +43,15 @@ class BackendState:
     """How a backend is doing now, as the gateway sees it; routing reads, the proxy writes."""
 
     __slots__ = (
-        "backend", "backoff_until", "engine", "flags", "in_flight", "latency", "ramp_from",
-        "weight",
+        "backend", "backoff_until", "engine", "flags", "in_flight", "latency", "pending_prefill",
+        "ramp_from", "weight",
     )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.weight = backend.weight  # effective weight: lowered during slow start
         self.in_flight = 0
+        self.pending_prefill = 0  # prompt tokens sent, first token not yet back (estimated)
         self.flags = HealthFlag(0)  # set by the health detectors; none set means healthy
         self.backoff_until = 0.0  # an engine asked for no traffic until then (Retry-After)
         self.ramp_from: float | None = None  # when its slow start began; None: full weight

@@ -1,7 +1,9 @@
 """Recent latency of one backend as the gateway measures it: exponentially weighted averages
     ewma <- ewma + alpha * (x - ewma)      (the first sample sets it)
-of time to first token, time per output token, whole-request time, time to first token per
-prompt token (prefill speed, queueing included) and output tokens per answer."""
+of time to first token, time per output token, whole-request time, prefill speed (time to
+first token per prompt token the backend had to prefill: this request's and those sent before
+it still waiting), output tokens per answer, and requests in flight when an answer ended (the
+load the speeds were measured under)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ ALPHA = 0.2  # weight of the newest sample: about the last ten requests matter
 
 
 class LatencyStats:
-    __slots__ = ("e2e_s", "output_tokens", "prefill_s_per_token", "tpot_s", "ttft_s")
+    __slots__ = ("concurrency", "e2e_s", "output_tokens", "prefill_s_per_token", "tpot_s", "ttft_s")
 
     def __init__(self) -> None:
         self.ttft_s: float | None = None
@@ -17,15 +19,24 @@ class LatencyStats:
         self.e2e_s: float | None = None
         self.prefill_s_per_token: float | None = None
         self.output_tokens: float | None = None
+        self.concurrency: float | None = None
 
     def record_stream(
-        self, ttft_s: float, e2e_s: float, tokens: int, prompt_tokens: int = 0
+        self,
+        ttft_s: float,
+        e2e_s: float,
+        tokens: int,
+        prefill_tokens: int = 0,
+        concurrency: int = 0,
     ) -> None:
+        """A streamed answer: its timings, output tokens, the prompt tokens the backend had to
+        prefill before its first token, and the requests in flight there as it ended."""
         self.ttft_s = _ewma(self.ttft_s, ttft_s)
+        self.concurrency = _ewma(self.concurrency, float(concurrency))
         self.e2e_s = _ewma(self.e2e_s, e2e_s)
         self.output_tokens = _ewma(self.output_tokens, float(tokens))
-        if prompt_tokens > 0:
-            self.prefill_s_per_token = _ewma(self.prefill_s_per_token, ttft_s / prompt_tokens)
+        if prefill_tokens > 0:
+            self.prefill_s_per_token = _ewma(self.prefill_s_per_token, ttft_s / prefill_tokens)
         if tokens > 1:
             self.tpot_s = _ewma(self.tpot_s, (e2e_s - ttft_s) / (tokens - 1))
 

@@ -150,9 +150,10 @@ class Pool:
             self.pipeline.picker.load_changed(state)
         self.refresh(now)
 
-    def begin(self, state: BackendState, now: float) -> None:
-        """A request was sent to `state`."""
+    def begin(self, state: BackendState, now: float, prompt_tokens: int = 0) -> None:
+        """A request with this many prompt tokens (estimated) was sent to `state`."""
         state.in_flight += 1
+        state.pending_prefill += prompt_tokens
         self.in_flight += 1
         self.pipeline.picker.load_changed(state)
         limit = state.backend.max_in_flight
@@ -160,9 +161,15 @@ class Pool:
             self._full.add(state)
             self.refresh(now)
 
-    def end(self, state: BackendState, now: float) -> None:
-        """A request to `state` finished, whatever its outcome."""
+    def prefilled(self, state: BackendState, prompt_tokens: int) -> None:
+        """A request's first token arrived: its prompt is no longer waiting to be prefilled."""
+        state.pending_prefill -= prompt_tokens
+
+    def end(self, state: BackendState, now: float, unprefilled: int = 0) -> None:
+        """A request to `state` finished, whatever its outcome; `unprefilled`: the prompt
+        tokens of `begin` not yet released by `prefilled`."""
         state.in_flight -= 1
+        state.pending_prefill -= unprefilled
         self.in_flight -= 1
         self.pipeline.picker.load_changed(state)
         if state in self._full and state.in_flight < (state.backend.max_in_flight or 0):

@@ -200,7 +200,10 @@ class Proxy:
         sent = self._clock()
         # Timeouts are deadlines on the upstream exchange itself (http/deadlines.py).
         deadline = started + timeouts.total_s
-        pool.begin(state, self._clock())
+        prompt = routing.prompt_tokens
+        ahead = state.pending_prefill  # prompt tokens sent before this one, not yet prefilled
+        pool.begin(state, self._clock(), prompt)
+        unprefilled = prompt  # until the first token: what the backend still has to prefill
         released = False
         try:
             response = await self._client.request(
@@ -214,6 +217,9 @@ class Proxy:
                 progress = StreamProgress()
 
                 def start() -> bool:
+                    nonlocal unprefilled
+                    pool.prefilled(state, unprefilled)
+                    unprefilled = 0
                     if claim is not None and not claim():
                         return False
                     writer.start(200, [*_SSE_HEADERS, (b"x-request-id", request_id)])
@@ -225,7 +231,7 @@ class Proxy:
                     if not writer.started:  # nothing reached the client: an ordinary retry
                         raise
                     self._report_error(pool, state, routing, exc)
-                    pool.end(state, self._clock())
+                    pool.end(state, self._clock(), unprefilled)
                     released = True  # what follows is other backends' work
                     await self._continue(ex, progress, exc)
                     return None
@@ -234,8 +240,9 @@ class Proxy:
                 if first_at is not None:
                     progress.settle()
                     state.latency.record_stream(
-                        first_at - sent, now - sent, progress.tokens, routing.prompt_tokens
-                    )
+                        first_at - sent, now - sent, progress.tokens, ahead + prompt,
+                        state.in_flight,
+                    )  # fmt: skip
                 return None
             data = await response.read()
         except UpstreamError as exc:
@@ -248,7 +255,7 @@ class Proxy:
             )  # fmt: skip
         finally:
             if not released:
-                pool.end(state, self._clock())
+                pool.end(state, self._clock(), unprefilled)
         reply = [(b"content-type", response.header(b"content-type") or _JSON)]
         retry_after = response.header(b"retry-after")  # an engine's backpressure
         if retry_after is not None:

@@ -130,11 +130,19 @@ class GatewayMetrics(Collector):
             "1 when no health detector flags the backend (active check, ejection, draining).",
             labels=["model", "backend"],
         )
+        prefill = GaugeMetricFamily(
+            "fleetgate_backend_pending_prefill_tokens",
+            "Prompt tokens (estimated) sent to a backend whose first token has not come back.",
+            labels=["model", "backend"],
+        )
         for model, state in self._states():
-            gauge.add_metric([model, state.backend.id], state.in_flight)
-            up.add_metric([model, state.backend.id], 0.0 if state.flags else 1.0)
+            labels = [model, state.backend.id]
+            gauge.add_metric(labels, state.in_flight)
+            up.add_metric(labels, 0.0 if state.flags else 1.0)
+            prefill.add_metric(labels, state.pending_prefill)
         yield gauge
         yield up
+        yield prefill
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

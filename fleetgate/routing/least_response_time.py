@@ -2,14 +2,16 @@
 
 For a request of P prompt tokens (estimated, routing/base.py) and N output tokens (`max_tokens`,
 else the backend's recent mean answer length), on backend i:
-    T_i = prefill_i * P  +  tpot_i * N  +  wait_i
-    prefill_i = recent time to first token per prompt token        (fleet/latency.py)
-    tpot_i    = recent time per output token
-    wait_i    = waiting_i * e2e_i / max(1, running_i)
-wait_i is the engine's queue (fresh readings only): a batch of r running requests lasting e2e
-each frees a slot every e2e / r, so the w queued ahead start after about w * e2e / r. A term a
-backend has not measured yet takes the best value among the candidates that have, so a new
-backend is tried rather than avoided.
+    T_i = prefill_i * (pending_i + P)  +  tpot_i * N * (1 + q_i) / (1 + c_i)
+    prefill_i  recent seconds to first token per prompt token it had to prefill   (fleet/latency.py)
+    pending_i  prompt tokens already sent to it whose first token has not come back: the
+               prefill queue this request joins (the gateway's own count, always current)
+    tpot_i     recent seconds per output token, measured with c_i requests in flight on average
+    q_i        requests there now: max(gateway's in flight, engine's running + waiting)
+The decode term scales the measured speed by how much busier the backend is now than when it
+was measured, so a backend that was fast a moment ago does not draw every request at once.
+A speed a backend has not measured yet takes the best among the candidates that have, so a
+new backend is tried rather than avoided.
     score_i = min_j T_j / T_i          (1 for the soonest; all 1 while nothing is known)
 O(n) over the candidates it is given.
 """
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.load import STALE_AFTER_S
+from fleetgate.routing.load import STALE_AFTER_S, queue_lengths
 
 DEFAULT_OUTPUT_TOKENS = 256.0  # answer length assumed before any answer was measured
 
@@ -36,17 +38,14 @@ class LeastResponseTime:
     ) -> list[float]:
         prefill = _best_known([s.latency.prefill_s_per_token for s in candidates])
         tpot = _best_known([s.latency.tpot_s for s in candidates])
-        e2e = _best_known([s.latency.e2e_s for s in candidates])
+        queues = queue_lengths(candidates, now, self._stale_after_s)
         prompt = request.prompt_tokens
         times: list[float] = []
         for i, state in enumerate(candidates):
             lat = state.latency
             out = request.max_tokens or lat.output_tokens or DEFAULT_OUTPUT_TOKENS
-            t = prefill[i] * prompt + tpot[i] * out
-            engine = state.engine
-            if engine is not None and now - engine.scraped_at <= self._stale_after_s:
-                t += engine.waiting * e2e[i] / max(1.0, engine.running)
-            times.append(t)
+            busier = (1.0 + queues[i]) / (1.0 + (lat.concurrency or 0.0))
+            times.append(prefill[i] * (state.pending_prefill + prompt) + tpot[i] * out * busier)
         best = min(times)
         if best <= 0.0:
             return [1.0 if t <= 0.0 else 0.0 for t in times]

@@ -26,7 +26,7 @@ def test_a_one_token_answer_says_nothing_about_time_per_token() -> None:
 
 def test_prefill_speed_and_answer_length_are_averaged_per_token_and_per_answer() -> None:
     stats = LatencyStats()
-    stats.record_stream(ttft_s=0.2, e2e_s=1.0, tokens=40, prompt_tokens=1000)
+    stats.record_stream(ttft_s=0.2, e2e_s=1.0, tokens=40, prefill_tokens=1000)
     assert stats.prefill_s_per_token == pytest.approx(0.0002)
     assert stats.output_tokens == 40
     stats.record_stream(ttft_s=0.2, e2e_s=1.0, tokens=90)  # prompt size unknown

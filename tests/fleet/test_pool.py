@@ -89,3 +89,16 @@ def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
     for state in in_flight:
         pool.end(state, 0.0)
     assert all(state.in_flight == 0 for state in pool.states)
+
+
+def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(make_pool: MakePool) -> None:
+    pool = make_pool("least_requests", [1])
+    state = pool.states[0]
+    pool.begin(state, 0.0, prompt_tokens=500)
+    pool.begin(state, 0.0, prompt_tokens=300)
+    assert state.pending_prefill == 800
+    pool.prefilled(state, 500)  # the first request's first token came back
+    assert state.pending_prefill == 300
+    pool.end(state, 1.0)  # ...and it ended: nothing more to release
+    pool.end(state, 1.0, unprefilled=300)  # the second failed before its first token
+    assert (state.pending_prefill, state.in_flight) == (0, 0)

@@ -1,5 +1,5 @@
-"""`least_response_time`: T_i = prefill_i * P + tpot_i * N + waiting_i * e2e_i / max(1, running_i),
-score_i = min_j T_j / T_i; unmeasured terms take the best measured value."""
+"""`least_response_time`: T_i = prefill_i * (pending_i + P) + tpot_i * N * (1 + q_i) / (1 + c_i),
+score_i = min_j T_j / T_i; unmeasured speeds take the best measured value."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def states(n: int) -> tuple[BackendState, ...]:
 def measured(state: BackendState, prefill_s_per_token: float, tpot_s: float) -> None:
     """One answer of 101 tokens to a 100-token prompt, as the proxy records it."""
     ttft = prefill_s_per_token * 100
-    state.latency.record_stream(ttft, ttft + tpot_s * 100, tokens=101, prompt_tokens=100)
+    state.latency.record_stream(ttft, ttft + tpot_s * 100, tokens=101, prefill_tokens=100)
 
 
 def request(prompt_tokens: int, max_tokens: int | None) -> RoutingRequest:
@@ -42,13 +42,33 @@ def test_the_faster_backend_scores_one_and_the_slower_its_time_ratio() -> None:
 def test_a_long_fresh_engine_queue_loses_and_a_stale_one_is_ignored() -> None:
     busy, idle = states(2)
     for state in (busy, idle):
-        measured(state, prefill_s_per_token=0.001, tpot_s=0.02)  # e2e 2.1 s
+        measured(state, prefill_s_per_token=0.001, tpot_s=0.02)  # measured with none in flight
     busy.engine = EngineLoad(4, 20, 0.5, 0.0, 0.0, None, scraped_at=10.0)
     idle.engine = EngineLoad(4, 0, 0.5, 0.0, 0.0, None, scraped_at=10.0)
     scores = LeastResponseTime().score(request(100, 100), (busy, idle), now=12.0)
-    # busy waits behind 20 queued at 4 running: 20 * 2.1 / 4 = 10.5 s on top of 2.1 s
-    assert scores == pytest.approx([2.1 / 12.6, 1.0])
+    # decode slows with the queue: busy 0.1 + 2.0 * (1 + 24) = 50.1 s, idle 0.1 + 2.0 * 5
+    assert scores == pytest.approx([10.1 / 50.1, 1.0])
     assert LeastResponseTime().score(request(100, 100), (busy, idle), now=15.5) == [1.0, 1.0]
+
+
+def test_the_gateways_own_count_moves_the_prediction_between_scrapes() -> None:
+    a, b = states(2)
+    for state in (a, b):
+        measured(state, prefill_s_per_token=0.001, tpot_s=0.02)
+    a.in_flight = 3  # sent since any scrape: a is four times as busy as when measured
+    assert LeastResponseTime().score(request(100, 100), (a, b), now=0.0) == pytest.approx(
+        [2.1 / 8.1, 1.0]
+    )
+
+
+def test_speeds_measured_under_load_are_not_held_against_a_backend_as_busy_now() -> None:
+    a, b = states(2)
+    a.latency.record_stream(0.1, 4.1, tokens=101, prefill_tokens=100, concurrency=3)  # tpot 0.04
+    b.latency.record_stream(0.1, 2.1, tokens=101, prefill_tokens=100, concurrency=0)  # tpot 0.02
+    a.in_flight = b.in_flight = 3
+    # a: 0.1 + 0.04 * 100 * 4 / 4 = 4.1 s;  b: 0.1 + 0.02 * 100 * 4 / 1 = 8.1 s
+    scores = LeastResponseTime().score(request(100, 100), (a, b), now=0.0)
+    assert scores == pytest.approx([1.0, 4.1 / 8.1])
 
 
 def test_an_unmeasured_backend_gets_the_best_measured_values() -> None:
@@ -59,13 +79,14 @@ def test_an_unmeasured_backend_gets_the_best_measured_values() -> None:
     assert scores == pytest.approx([1.0, 0.25, 1.0])  # tried, not avoided
 
 
-def test_an_unmeasured_engine_queue_is_priced_at_the_best_known_request_time() -> None:
-    known, new = states(2)
-    measured(known, prefill_s_per_token=0.001, tpot_s=0.02)  # e2e 2.1 s
-    new.engine = EngineLoad(2, 4, 0.5, 0.0, 0.0, None, scraped_at=0.0)
-    scores = LeastResponseTime().score(request(100, 100), (known, new), now=0.0)
-    # new: 2.1 s like known, plus 4 waiting * 2.1 s / 2 running = 4.2 s
-    assert scores == pytest.approx([1.0, 2.1 / 6.3])
+def test_prompts_still_waiting_for_their_prefill_are_a_queue_this_request_joins() -> None:
+    known, queued = states(2)
+    for state in (known, queued):
+        measured(state, prefill_s_per_token=0.001, tpot_s=0.02)
+    queued.pending_prefill = 2000
+    scores = LeastResponseTime().score(request(100, 100), (known, queued), now=0.0)
+    # queued: 0.001 * (2000 + 100) + 2.0 = 4.1 s against 2.1 s
+    assert scores == pytest.approx([1.0, 2.1 / 4.1])
 
 
 def test_with_nothing_measured_every_backend_scores_one() -> None:
