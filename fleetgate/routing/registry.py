@@ -22,6 +22,7 @@ from fleetgate.routing.load import STALE_AFTER_S
 from fleetgate.routing.max_score import MaxScore
 from fleetgate.routing.pipeline import SHORTLIST, RoutingPipeline
 from fleetgate.routing.power_of_two import PowerOfTwo
+from fleetgate.routing.prefill_queue import PrefillQueue
 from fleetgate.routing.prefix_cache import PrefixCacheScorer
 from fleetgate.routing.queue import QueueScorer
 from fleetgate.routing.random_pick import RandomPick
@@ -195,6 +196,7 @@ def default_registry() -> PluginRegistry:
     registry.add_scorer("least_response_time", from_params(LeastResponseTime, **stale))
     registry.add_scorer("prefix_cache", from_params(PrefixCacheScorer, **stale))
     registry.add_scorer("session_affinity", from_params(SessionAffinity))
+    registry.add_scorer("prefill_queue", from_params(PrefillQueue))
     registry.add_filter("length_split", from_params(LengthSplit))
     registry.add_profile("least_loaded", Profile.of(("queue", 1), ("kv_cache", 1)))
     registry.add_profile("least_response_time", Profile.of(("least_response_time", 1)))
@@ -202,4 +204,8 @@ def default_registry() -> PluginRegistry:
         "prefix_cache", Profile.of(("prefix_cache", 3), ("queue", 2), ("kv_cache", 2))
     )
     registry.add_profile("session_affinity", Profile.of(("session_affinity", 10), ("queue", 1)))
+    registry.add_profile(
+        "balanced",
+        Profile.of(("prefix_cache", 3), ("queue", 2), ("prefill_queue", 2), ("kv_cache", 1)),
+    )
     return registry

@@ -49,7 +49,13 @@ def test_an_unknown_policy_names_itself_and_lists_the_known_ones() -> None:
         default_registry().build_pipeline("least_request", {}, CTX)
     message = str(info.value)
     assert "'least_request'" in message
-    profiles = ["least_loaded", "least_response_time", "prefix_cache", "session_affinity"]
+    profiles = [
+        "balanced",
+        "least_loaded",
+        "least_response_time",
+        "prefix_cache",
+        "session_affinity",
+    ]
     assert "known policies: " + ", ".join(sorted([*SHIPPED, *profiles])) in message
     assert isinstance(info.value, ValueError)  # what the composition root turns into ConfigError
 
