@@ -7,10 +7,12 @@ For each workload a fleet of sim workers starts afresh for every policy (so no p
 another's warm caches), the gateway routes with that policy (or sglang-router does, when
 `sglang-router` is on PATH: `cache_aware` and `power_of_two`), and `fleetgate bench` replays the
 workload open-loop. One table per workload: throughput (req/s, output tok/s), TTFT p50/p90/p99,
-E2E p99 (ms), goodput under the SLO, the fleet's prefix-cache hit rate (from the engines' own
-counters), and the spread of utilization over backends, each beside round robin's in the same
-run (a ratio). Utilization of a backend is its engine's time-averaged requests (running +
-waiting), sampled every 0.5 s; spread = (max - min) / mean over backends.
+E2E p99 (ms), goodput (requests meeting the SLO per second of sending: the same window for
+every policy), the fleet's prefix-cache hit rate (from the engines' own counters), and the
+spread of utilization over backends, each beside round robin's in the same run (a ratio).
+Utilization of a backend is its engine's time-averaged KV-cache use (the share of its memory
+the requests it was given occupy; an H100 and an A100 are equally utilized at equal shares),
+sampled every 0.5 s; spread = (max - min) / mean over backends.
 
 The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model, so
 a fleet of 8 streams within the CPU, and offered rates are scaled to match. Each run records the
@@ -60,9 +62,9 @@ WORKLOADS = {
         " --question-len 128 --output-len 64 --rate 64",
     ),
     "mooncake-conv": Workload(((H100, 8),), "--workload mooncake-conv --rate 6"),
-    "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 32"),
+    "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 45"),
     "mixed-azure-conv": Workload(
-        ((H100, 4), ("a100-llama3-8b", 4)), "--workload azure-conv --rate 10"
+        ((H100, 4), ("a100-llama3-8b", 4)), "--workload azure-conv --rate 28"
     ),
 }
 POLICIES = (
@@ -76,7 +78,7 @@ class Samples:
     """What the sampler saw during one run."""
 
     idle: list[float] = field(default_factory=list)  # CPU idle share per interval
-    queue: dict[str, list[float]] = field(default_factory=dict)  # backend -> running+waiting
+    kv: dict[str, list[float]] = field(default_factory=dict)  # backend -> KV-cache use
 
 
 def _free_port() -> int:
@@ -116,10 +118,17 @@ def _cpu_times() -> tuple[float, float]:
     return fields[3] + fields[4], sum(fields)  # idle + iowait, total
 
 
+def _drain(proc: subprocess.Popen[str]) -> None:
+    """Read the rest of a child's output, so a chatty child never blocks on a full pipe (a
+    router that logs every request stops forwarding once 64 KiB of log are unread)."""
+    assert proc.stdout is not None
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+
+
 @contextmanager
 def _process(args: Sequence[str]) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )
     try:
         yield proc
@@ -149,6 +158,7 @@ def _sims(fleet: Sequence[tuple[str, int]], slowdown: float) -> Iterator[list[st
                     found.append(match.group(1))
                     if len(found) == replicas:
                         break
+            _drain(proc)
             urls += found
         for url in urls:
             _wait_http(url + "/health")
@@ -187,7 +197,8 @@ def _router(policy: str, urls: list[str], workdir: Path) -> Iterator[str]:
                 "--worker-urls", *urls, "--policy", policy.split(":", 1)[1],
                 "--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port()),
                 "--health-check-interval-secs", "5"]  # fmt: skip
-        with _process(args):
+        with _process(args) as proc:
+            _drain(proc)
             url = f"http://127.0.0.1:{port}"
             _wait_http(url + "/v1/models", 90.0)
             yield url
@@ -203,6 +214,7 @@ def _router(policy: str, urls: list[str], workdir: Path) -> Iterator[str]:
             if match:
                 url = match.group(1)
                 break
+        _drain(proc)
         _wait_http(url + "/readyz")
         yield url
 
@@ -219,10 +231,7 @@ def _sample(urls: list[str], stop: threading.Event, samples: Samples) -> None:
                 text = _get(url + "/metrics", 2.0)
             except OSError:
                 continue
-            queue = _metric_sum(text, "vllm:num_requests_running") + _metric_sum(
-                text, "vllm:num_requests_waiting"
-            )
-            samples.queue.setdefault(url, []).append(queue)
+            samples.kv.setdefault(url, []).append(_metric_sum(text, "vllm:kv_cache_usage_perc"))
 
 
 def _cache_counters(urls: list[str]) -> tuple[float, float]:
@@ -252,13 +261,16 @@ def run_one(
         sampler.join()
         hits, queries = _cache_counters(urls)
     summary = json.loads((out / "summary.json").read_text())["summary"]
-    means = [sum(q) / len(q) for q in samples.queue.values() if q]
+    means = [sum(k) / len(k) for k in samples.kv.values() if k]
     mean_util = sum(means) / len(means) if means else 0.0
     idle = sorted(samples.idle)
+    good = (summary["slo_attainment"] or 0.0) * summary["requests"]
     return {
         "summary": summary,
+        "goodput": good / args.duration,
         "hit_rate": hits / queries if queries else 0.0,
         "spread": (max(means) - min(means)) / mean_util if mean_util else 0.0,
+        "utilization": {url: sum(k) / len(k) for url, k in samples.kv.items() if k},
         "idle_p10": idle[len(idle) // 10] if idle else 1.0,
     }
 
@@ -269,7 +281,7 @@ def _values(r: dict[str, Any]) -> list[float]:
     ttft, e2e = s["ttft_ms"] or {}, s["e2e_ms"] or {}
     return [
         s["request_throughput"], s["output_throughput"], ttft.get("p50", nan),
-        ttft.get("p90", nan), ttft.get("p99", nan), e2e.get("p99", nan), s["goodput"] or 0.0,
+        ttft.get("p90", nan), ttft.get("p99", nan), e2e.get("p99", nan), r["goodput"],
         r["hit_rate"] * 100, r["spread"] * 100,
     ]  # fmt: skip
 

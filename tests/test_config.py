@@ -31,7 +31,7 @@ def test_defaults_fill_everything_but_the_pools() -> None:
     )
     assert config.seed is None
     (pool,) = config.pools
-    assert (pool.model, pool.policy, pool.policy_params) == ("m", "least_requests", {})
+    assert (pool.model, pool.policy, pool.policy_params) == ("m", "balanced", {})
     assert pool.backends == [
         BackendConfig(url="http://10.0.0.5:8000", sim=None, weight=1.0, labels={})
     ]

@@ -12,6 +12,7 @@ from fleetgate.config import ConfigError, parse_config
 from fleetgate.fleet.backend import Backend
 from fleetgate.routing.least_requests import LeastRequests
 from fleetgate.routing.max_score import MaxScore
+from fleetgate.routing.pipeline import plugin_name
 from fleetgate.routing.registry import default_registry
 from fleetgate.serve import ResolvedPool, build_pools
 
@@ -25,7 +26,12 @@ def pools_for(**pool: Any) -> dict[str, Any]:
 
 
 def test_the_default_policy_and_a_composed_profile_are_built() -> None:
-    assert isinstance(pools_for()["m"].pipeline.picker, LeastRequests)
+    default = pools_for()["m"].pipeline
+    assert isinstance(default.picker, MaxScore)
+    assert [plugin_name(s) for s in default.scorers] == [
+        "prefix_cache", "queue", "prefill_queue", "kv_cache"
+    ]  # fmt: skip
+    assert isinstance(pools_for(policy="least_requests")["m"].pipeline.picker, LeastRequests)
     composed = pools_for(routing={"scorers": [{"type": "prefix_cache", "weight": 3}]})
     assert isinstance(composed["m"].pipeline.picker, MaxScore)
 

@@ -42,8 +42,8 @@ class RoutingPipeline:
     """
 
     __slots__ = (
-        "_filters", "_learners", "_member_set", "_members", "_nominators", "_rng", "_rosters",
-        "_scorers", "_shortlist", "_timer", "picker",
+        "_filters", "_learners", "_member_set", "_members", "_names", "_nominators", "_rng",
+        "_rosters", "_scorers", "_shortlist", "_timer", "picker",
     )  # fmt: skip
 
     def __init__(
@@ -63,6 +63,8 @@ class RoutingPipeline:
         self._learners = tuple(s for s, _ in scorers if isinstance(s, Learner))
         self._nominators = tuple(s for s, _ in scorers if isinstance(s, Nominator))
         self._rosters = tuple(s for s, _ in scorers if isinstance(s, Roster))
+        # For timing: each plugin's name, and each scorer's learning step (None if none).
+        self._names = {id(p): plugin_name(p) for p in (picker, *filters, *(s for s, _ in scorers))}
         self._shortlist = max(1, shortlist)
         self._rng = rng or random.Random(0)
         self._timer = timer
@@ -89,6 +91,11 @@ class RoutingPipeline:
             return None
         if not self._scorers:
             return self.picker.pick(request, candidates, None, now)
+        if len(candidates) == 1:  # nothing to compare: skip the scoring, keep the learning
+            chosen = candidates[0]
+            for learner in self._learners:
+                learner.chosen(request, chosen, now)
+            return chosen
         if len(candidates) > self._shortlist:
             candidates = self._shortlisted(request, candidates, now)
         combined: list[float] | None = None
@@ -111,13 +118,21 @@ class RoutingPipeline:
         timer: PluginTimer,
     ) -> BackendState | None:
         """`pick`, timing each plugin (its scoring and its learning together)."""
+        names = self._names
         for f in self._filters:
             start = perf_counter()
             candidates = f.filter(request, candidates, now)
-            timer(plugin_name(f), perf_counter() - start)
+            timer(names[id(f)], perf_counter() - start)
         if not candidates:
             return None
         scored = bool(self._scorers)
+        if scored and len(candidates) == 1:  # as in `pick`: no scoring, only the learning
+            chosen = candidates[0]
+            for learner in self._learners:
+                start = perf_counter()
+                learner.chosen(request, chosen, now)
+                timer(names[id(learner)], perf_counter() - start)
+            return chosen
         if scored and len(candidates) > self._shortlist:
             start = perf_counter()
             candidates = self._shortlisted(request, candidates, now)
@@ -131,13 +146,14 @@ class RoutingPipeline:
             spent.append(perf_counter() - start)
         start = perf_counter()
         chosen = self.picker.pick(request, candidates, combined, now)
-        timer(plugin_name(self.picker), perf_counter() - start)
+        timer(names[id(self.picker)], perf_counter() - start)
+        learners = self._learners
         for (scorer, _), seconds in zip(self._scorers, spent, strict=True):
-            if isinstance(scorer, Learner):
+            if scorer in learners:
                 start = perf_counter()
                 scorer.chosen(request, chosen, now)
                 seconds += perf_counter() - start
-            timer(plugin_name(scorer), seconds)
+            timer(names[id(scorer)], seconds)
         return chosen
 
     def _shortlisted(
