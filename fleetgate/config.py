@@ -184,9 +184,31 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
 
 
+class ShareConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    model: str  # a pool's model
+    weight: float  # its relative share of the split, > 0
+
+
+class TiersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    cheap: str  # the pool requests go to unless they are hard
+    strong: str  # the pool hard requests go to
+    max_prompt_tokens: int = 2048  # a prompt this long (estimated) is hard
+    keywords: list[str] = []  # a prompt containing one of these (any case) is hard
+
+
+class ModelRouteConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """A model name clients may send that is not a pool (docs/configuration.md, "Models")."""
+
+    name: str  # what clients send
+    alias: str | None = None  # another name for this pool
+    split: list[ShareConfig] | None = None  # or: weighted shares between pools
+    tiers: TiersConfig | None = None  # or: a cheap pool unless the request is hard
+
+
 class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     server: ServerConfig = ServerConfig()
     pools: list[PoolConfig] = []
+    models: list[ModelRouteConfig] = []  # aliases, splits and tiers over the pools
     seed: int | None = None  # seeds routing's random choices; None draws one at start
 
 
@@ -257,6 +279,7 @@ def check_config(config: Config) -> Config:
             if backend.sim is not None and backend.sim not in PROFILES:
                 known = ", ".join(sorted(PROFILES))
                 raise ConfigError(f"{at}.sim: no profile {backend.sim!r}; known: {known}")
+    _check_models(config, seen)
     if not 0 <= config.server.port < 65536:
         raise ConfigError(f"$.server.port must be in 0..65535, got {config.server.port}")
     if config.server.max_body_bytes <= 0:
@@ -269,6 +292,37 @@ def check_config(config: Config) -> Config:
     if server.max_header_bytes <= 0:
         raise ConfigError("$.server.max_header_bytes must be > 0")
     return config
+
+
+def _check_models(config: Config, pools: set[str]) -> None:
+    names: set[str] = set()
+    for i, route in enumerate(config.models):
+        where = f"$.models[{i}]"
+        if route.name in pools or route.name in names:
+            raise ConfigError(f"{where}.name: {route.name!r} is already a pool or a model name")
+        names.add(route.name)
+        kinds = [k for k in (route.alias, route.split, route.tiers) if k is not None]
+        if len(kinds) != 1:
+            raise ConfigError(f"{where}: give exactly one of `alias`, `split` or `tiers`")
+        targets: list[tuple[str, str]] = []
+        if route.alias is not None:
+            targets.append((f"{where}.alias", route.alias))
+        if route.split is not None:
+            if not route.split:
+                raise ConfigError(f"{where}.split is empty: list the pools and their weights")
+            for j, share in enumerate(route.split):
+                if not 0 < share.weight < math.inf:
+                    raise ConfigError(f"{where}.split[{j}].weight must be a number > 0")
+                targets.append((f"{where}.split[{j}].model", share.model))
+        if route.tiers is not None:
+            if route.tiers.max_prompt_tokens < 1:
+                raise ConfigError(f"{where}.tiers.max_prompt_tokens must be >= 1")
+            targets += [(f"{where}.tiers.cheap", route.tiers.cheap),
+                        (f"{where}.tiers.strong", route.tiers.strong)]  # fmt: skip
+        for at, target in targets:
+            if target not in pools:
+                known = ", ".join(sorted(pools))
+                raise ConfigError(f"{at}: no pool serves {target!r}; pools: {known}")
 
 
 def parse_config(data: Any) -> Config:

@@ -30,6 +30,7 @@ from fleetgate.health.active import ActiveChecker
 from fleetgate.http.client import HttpClient
 from fleetgate.http.server import HttpServer, ServerLimits, start_server
 from fleetgate.observe.metrics import GatewayMetrics
+from fleetgate.routing.models import Alias, LengthKeywords, ModelRoute, Split, Tiers
 from fleetgate.routing.registry import (
     DEFAULT_POLICY,
     PluginContext,
@@ -95,6 +96,23 @@ def build_pools(
             outliers=c.outlier.settings(), retries=c.retries.settings(), hedge=c.hedge.settings(),
         )  # fmt: skip
     return pools
+
+
+def build_model_routes(config: Config, rng: random.Random) -> dict[str, ModelRoute]:
+    """Aliases, splits and tiers (routing/models.py) from the `models:` section."""
+    routes: dict[str, ModelRoute] = {}
+    for route in config.models:
+        if route.alias is not None:
+            routes[route.name] = Alias(route.alias)
+        elif route.split is not None:
+            shares = [(share.model, share.weight) for share in route.split]
+            routes[route.name] = Split(shares, random.Random(rng.getrandbits(64)))
+        elif route.tiers is not None:
+            t = route.tiers
+            routes[route.name] = Tiers(
+                t.cheap, t.strong, LengthKeywords(t.max_prompt_tokens, t.keywords)
+            )
+    return routes
 
 
 class RunningGateway:
@@ -181,8 +199,9 @@ async def start_gateway(
             scraper.start(pools[pool_config.model], pool_config.engine_metrics.settings())
         heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
         gateway = Gateway(
-            pools, proxy, metrics, clock, RequestIds(), int(time.time()), admin, heartbeats
-        )
+            pools, proxy, metrics, clock, RequestIds(), int(time.time()), admin, heartbeats,
+            build_model_routes(config, rng),
+        )  # fmt: skip
         s = config.server
         limits = ServerLimits(
             max_body_bytes=s.max_body_bytes,

@@ -214,11 +214,14 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
         EngineMetricsConfig,
         HealthCheckConfig,
         HedgeConfig,
+        ModelRouteConfig,
         OutlierConfig,
         PoolConfig,
         RetryConfig,
         RoutingConfig,
         ServerConfig,
+        ShareConfig,
+        TiersConfig,
     )
 
     doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
@@ -229,7 +232,9 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].outlier.", OutlierConfig),
                            ("pools[].retries.", RetryConfig),
                            ("pools[].engine_metrics.", EngineMetricsConfig),
-                           ("pools[].routing.", RoutingConfig)):  # fmt: skip
+                           ("pools[].routing.", RoutingConfig), ("models[].", ModelRouteConfig),
+                           ("models[].split[].", ShareConfig),
+                           ("models[].tiers.", TiersConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":
@@ -278,3 +283,39 @@ def test_a_composed_routing_section_becomes_a_profile_of_weighted_plugins() -> N
 def test_a_malformed_routing_section_names_the_entry(data: Any, expected: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(expected)):
         parse_config(data)
+
+
+def two_pools(*models: dict[str, Any]) -> dict[str, Any]:
+    backends = [{"url": "http://10.0.0.5:8000"}]
+    return {
+        "pools": [{"model": "a", "backends": backends}, {"model": "b", "backends": backends}],
+        "models": list(models),
+    }
+
+
+def test_model_names_route_to_pools_by_alias_split_or_tiers() -> None:
+    config = parse_config(two_pools(
+        {"name": "gpt", "alias": "a"},
+        {"name": "canary", "split": [{"model": "a", "weight": 9}, {"model": "b", "weight": 1}]},
+        {"name": "auto", "tiers": {"cheap": "a", "strong": "b", "keywords": ["prove"]}},
+    ))  # fmt: skip
+    assert [m.name for m in config.models] == ["gpt", "canary", "auto"]
+    tiers = config.models[2].tiers
+    assert tiers is not None and tiers.max_prompt_tokens == 2048
+
+
+@pytest.mark.parametrize(
+    ("route", "expected"),
+    [
+        ({"name": "a", "alias": "b"}, "$.models[0].name: 'a' is already a pool"),
+        ({"name": "x"}, "$.models[0]: give exactly one of `alias`, `split` or `tiers`"),
+        ({"name": "x", "alias": "a", "tiers": {"cheap": "a", "strong": "b"}}, "exactly one"),
+        ({"name": "x", "alias": "c"}, "$.models[0].alias: no pool serves 'c'; pools: a, b"),
+        ({"name": "x", "split": []}, "$.models[0].split is empty"),
+        ({"name": "x", "split": [{"model": "a", "weight": 0}]}, "split[0].weight must be"),
+        ({"name": "x", "tiers": {"cheap": "a", "strong": "z"}}, "tiers.strong: no pool"),
+    ],
+)  # fmt: skip
+def test_a_bad_model_route_names_where_it_is(route: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_config(two_pools(route))

@@ -19,11 +19,13 @@ from fleetgate.gateway.requests import (
     parse_completion,
     parse_embedding,
     request_timeouts,
+    with_model,
 )
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.models import ModelRoute
 
 _JSON = b"application/json"
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
@@ -54,19 +56,22 @@ class Gateway:
         created: int,
         admin: Admin | None = None,
         heartbeats: HeartbeatEndpoint | None = None,
+        routes: Mapping[str, ModelRoute] | None = None,
     ) -> None:
         self._pools = dict(pools)
+        self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py
         self._proxy = proxy
         self._metrics = metrics
         self._clock = clock
         self._ids = ids
-        self._known = ", ".join(sorted(self._pools))
+        names = sorted([*self._pools, *self._model_routes])
+        self._known = ", ".join(names)
         self._models_body = msgspec.json.encode(
             {
                 "object": "list",
                 "data": [
                     {"id": m, "object": "model", "created": created, "owned_by": "fleetgate"}
-                    for m in sorted(self._pools)
+                    for m in names
                 ],
             }
         )
@@ -140,7 +145,13 @@ class Gateway:
                         "one.", status=413, code="request_too_large",
                     )  # fmt: skip
                 routing = parse(request.body, request.headers)
+                body = request.body
                 pool = self._pools.get(routing.model)
+                route = self._model_routes.get(routing.model) if pool is None else None
+                if route is not None:
+                    routing.model = route.target(routing, request.headers)
+                    pool = self._pools[routing.model]
+                    body = with_model(body, routing.model)
                 if pool is None:
                     raise BadRequest(
                         f"The model {routing.model!r} does not exist here; known models: "
@@ -153,7 +164,7 @@ class Gateway:
                 self._metrics.request_done("", NO_BACKEND, exc.status, self._clock() - started)
                 return
             await self._proxy.forward(
-                pool, routing, request.path, request.headers, request.body, request_id,
+                pool, routing, request.path, request.headers, body, request_id,
                 writer, started, timeouts,
             )  # fmt: skip
 

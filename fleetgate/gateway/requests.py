@@ -49,6 +49,18 @@ class EmbeddingBody(msgspec.Struct):
     user: str | None = None
 
 
+_top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_encode = msgspec.json.Encoder().encode
+
+
+def with_model(body: bytes, model: str) -> bytes:
+    """The body with its `model` replaced (for a model alias, split or tier); every other
+    field passes through as the client wrote it."""
+    fields = _top_level.decode(body)
+    fields["model"] = msgspec.Raw(_encode(model))
+    return _encode(fields)
+
+
 _chat = msgspec.json.Decoder(ChatBody)
 _completion = msgspec.json.Decoder(CompletionBody)
 _embedding = msgspec.json.Decoder(EmbeddingBody)
