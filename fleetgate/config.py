@@ -13,6 +13,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from fleetgate.fleet.calibration import WeightSettings
 from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Timeouts
 from fleetgate.fleet.scraper import ScrapeSettings
@@ -34,6 +35,7 @@ _HEDGE = HedgeSettings()
 _OUTLIER = OutlierSettings()
 _RETRY = RetrySettings()
 _SCRAPE = ScrapeSettings()
+_WEIGHTS = WeightSettings()
 
 
 class ConfigError(ValueError):
@@ -128,6 +130,16 @@ class EngineMetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=Tru
         return ScrapeSettings(**msgspec.structs.asdict(self))
 
 
+class WeightsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    # Defaults live with the calibration (fleetgate/fleet/calibration.py, WeightSettings).
+    calibrate: bool = _WEIGHTS.enabled  # weights follow each backend's measured speed
+    interval_s: float = _WEIGHTS.interval_s  # between two recalibrations
+    min_samples: int = _WEIGHTS.min_samples  # streamed answers before a speed is trusted
+
+    def settings(self) -> WeightSettings:
+        return WeightSettings(self.calibrate, self.interval_s, self.min_samples)
+
+
 class RoutingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     """A composed routing profile (docs/configuration.md, "Composed routing")."""
 
@@ -179,6 +191,7 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     outlier: OutlierConfig = OutlierConfig()  # ejection on failures seen in traffic
     retries: RetryConfig = RetryConfig()  # trying another backend before the first byte
     engine_metrics: EngineMetricsConfig = EngineMetricsConfig()  # backends' own load
+    weights: WeightsConfig = WeightsConfig()  # self-calibrating weights
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
@@ -246,6 +259,8 @@ def check_config(config: Config) -> Config:
         if not (0 < m.interval_s < math.inf and m.timeout_s > 0 and m.stale_after_s > 0
                 and 0 <= m.jitter < 1):  # fmt: skip
             raise ConfigError(f"{where}.engine_metrics: times must be > 0, jitter in [0, 1)")
+        if not 0 < pool.weights.interval_s < math.inf or pool.weights.min_samples < 1:
+            raise ConfigError(f"{where}.weights: need interval_s > 0 and min_samples >= 1")
         o, r = pool.outlier, pool.retries
         if min(o.consecutive_failures, o.min_requests, r.max_attempts) < 1 or not (
             0 < o.failure_rate <= 1 and o.interval_s > 0

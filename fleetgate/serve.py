@@ -94,6 +94,7 @@ def build_pools(
         pools[c.model] = Pool(
             c.model, states, pipeline, timeouts, health,
             outliers=c.outlier.settings(), retries=c.retries.settings(), hedge=c.hedge.settings(),
+            weights=c.weights.settings(),
         )  # fmt: skip
     return pools
 

@@ -222,6 +222,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
         ServerConfig,
         ShareConfig,
         TiersConfig,
+        WeightsConfig,
     )
 
     doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
@@ -234,7 +235,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].engine_metrics.", EngineMetricsConfig),
                            ("pools[].routing.", RoutingConfig), ("models[].", ModelRouteConfig),
                            ("models[].split[].", ShareConfig),
-                           ("models[].tiers.", TiersConfig)):  # fmt: skip
+                           ("models[].tiers.", TiersConfig),
+                           ("pools[].weights.", WeightsConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

@@ -44,12 +44,13 @@ class BackendState:
 
     __slots__ = (
         "backend", "backoff_until", "engine", "flags", "in_flight", "latency", "pending_prefill",
-        "ramp_from", "weight",
+        "ramp_from", "speed", "weight",
     )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        self.weight = backend.weight  # effective weight: lowered during slow start
+        self.weight = backend.weight  # effective: typed weight x speed x slow-start share
+        self.speed = 1.0  # measured speed relative to the pool's fastest (fleet/calibration.py)
         self.in_flight = 0
         self.pending_prefill = 0  # prompt tokens sent, first token not yet back (estimated)
         self.flags = HealthFlag(0)  # set by the health detectors; none set means healthy

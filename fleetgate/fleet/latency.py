@@ -11,7 +11,10 @@ ALPHA = 0.2  # weight of the newest sample: about the last ten requests matter
 
 
 class LatencyStats:
-    __slots__ = ("concurrency", "e2e_s", "output_tokens", "prefill_s_per_token", "tpot_s", "ttft_s")
+    __slots__ = (
+        "concurrency", "e2e_s", "output_tokens", "prefill_s_per_token", "streams", "tpot_s",
+        "ttft_s",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.ttft_s: float | None = None
@@ -20,6 +23,7 @@ class LatencyStats:
         self.prefill_s_per_token: float | None = None
         self.output_tokens: float | None = None
         self.concurrency: float | None = None
+        self.streams = 0  # streamed answers recorded
 
     def record_stream(
         self,
@@ -31,6 +35,7 @@ class LatencyStats:
     ) -> None:
         """A streamed answer: its timings, output tokens, the prompt tokens the backend had to
         prefill before its first token, and the requests in flight there as it ended."""
+        self.streams += 1
         self.ttft_s = _ewma(self.ttft_s, ttft_s)
         self.concurrency = _ewma(self.concurrency, float(concurrency))
         self.e2e_s = _ewma(self.e2e_s, e2e_s)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.calibration import WeightSettings, speed_factors
 from fleetgate.fleet.health import NEVER_ROUTE, HealthSettings
 from fleetgate.health.outlier import OutlierDetector, OutlierSettings
 from fleetgate.resilience.hedge import HedgeSettings, TtftWindow
@@ -48,8 +49,10 @@ class Pool:
     __slots__ = (
         "_full",
         "_health",
+        "_next_calibration",
         "_next_check",
         "_outliers",
+        "_weights",
         "budget",
         "candidates",
         "hedge",
@@ -72,6 +75,7 @@ class Pool:
         outliers: OutlierSettings | None = None,
         retries: RetrySettings | None = None,
         hedge: HedgeSettings | None = None,
+        weights: WeightSettings | None = None,
     ) -> None:
         self.model = model
         self.hedge = hedge or HedgeSettings()
@@ -84,6 +88,8 @@ class Pool:
         self.timeouts = timeouts or Timeouts()
         self._health = health or HealthSettings()
         self._outliers = OutlierDetector(outliers or OutlierSettings(), len(self.states))
+        self._weights = weights or WeightSettings()
+        self._next_calibration = self._weights.interval_s if self._weights.enabled else math.inf
         self._next_check = math.inf
         self._full: set[BackendState] = set()  # at their max_in_flight
         self.candidates: tuple[BackendState, ...] = ()
@@ -102,10 +108,14 @@ class Pool:
             healthy = routable  # panic: spread over all rather than crush the few
         open_ = [s for s in healthy if s not in self._full] if self._full else healthy
         available = [s for s in open_ if s.backoff_until <= now]
-        self.candidates = tuple(available or open_)
+        candidates = tuple(available or open_)
+        if candidates != self.candidates:  # same members: keep the tuple, and indexes on it
+            self.candidates = candidates
         backoffs = [s.backoff_until for s in healthy if s.backoff_until > now]
         ramps = [now + self._health.slow_start_s / SLOW_START_STEPS] if self._ramping() else []
-        self._next_check = min([*backoffs, *ramps, self._outliers.next_return()], default=math.inf)
+        self._next_check = min(
+            [*backoffs, *ramps, self._outliers.next_return(), self._next_calibration]
+        )
 
     def _ramping(self) -> bool:
         return any(s.ramp_from is not None for s in self.states)
@@ -136,18 +146,27 @@ class Pool:
     def _tick(self, now: float) -> None:
         for state in self._outliers.return_due(now):
             state.ramp_from = now
+        changed = [s for s in self.states if s.ramp_from is not None]
+        if now >= self._next_calibration:
+            self._next_calibration = now + self._weights.interval_s
+            for state, factor in zip(
+                self.states, speed_factors(self.states, self._weights), strict=True
+            ):
+                state.speed = factor
+            changed = list(self.states)
         slow_start = self._health.slow_start_s
-        for state in self.states:
-            if state.ramp_from is None:
-                continue
-            progress = (now - state.ramp_from) / slow_start if slow_start > 0 else 1.0
-            if progress >= 1.0:
-                state.ramp_from = None
-                state.weight = state.backend.weight
-            else:
-                # weight = base * max(floor, elapsed / window), raised in steps
-                state.weight = state.backend.weight * max(SLOW_START_FLOOR, progress)
-            self.pipeline.picker.load_changed(state)
+        for state in changed:
+            share = 1.0
+            if state.ramp_from is not None:
+                progress = (now - state.ramp_from) / slow_start if slow_start > 0 else 1.0
+                if progress >= 1.0:
+                    state.ramp_from = None
+                else:  # max(floor, elapsed / window), raised in steps
+                    share = max(SLOW_START_FLOOR, progress)
+            weight = state.backend.weight * state.speed * share
+            if weight != state.weight:
+                state.weight = weight
+                self.pipeline.picker.load_changed(state)
         self.refresh(now)
 
     def begin(self, state: BackendState, now: float, prompt_tokens: int = 0) -> None:
