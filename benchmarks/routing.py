@@ -68,8 +68,9 @@ WORKLOADS = {
     ),
 }
 POLICIES = (
-    "round_robin", "least_requests", "power_of_two", "least_loaded", "least_response_time",
-    "prefix_cache", "sglang:cache_aware", "sglang:power_of_two",
+    "round_robin", "weighted_round_robin", "weighted_round_robin/calibrated", "least_requests",
+    "power_of_two", "least_loaded", "least_response_time", "prefix_cache", "balanced",
+    "sglang:cache_aware", "sglang:power_of_two",
 )  # fmt: skip
 
 
@@ -203,8 +204,10 @@ def _router(policy: str, urls: list[str], workdir: Path) -> Iterator[str]:
             _wait_http(url + "/v1/models", 90.0)
             yield url
         return
-    config = workdir / f"{policy}.yaml"
-    pool = {"model": MODEL, "policy": policy, "backends": [{"url": u} for u in urls]}
+    config = workdir / f"{policy.replace('/', '-')}.yaml"
+    name, _, variant = policy.partition("/")  # "NAME/calibrated": self-calibrating weights
+    pool = {"model": MODEL, "policy": name, "backends": [{"url": u} for u in urls],
+            "weights": {"calibrate": variant == "calibrated"}}  # fmt: skip
     config.write_text(json.dumps({"pools": [pool], "seed": 1}))
     with _process([PY, "-m", "fleetgate", "serve", "--config", str(config), "--port", "0"]) as proc:
         assert proc.stdout is not None
@@ -247,7 +250,7 @@ def run_one(
     workload: Workload, policy: str, args: argparse.Namespace, workdir: Path
 ) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
-    out = workdir / policy.replace(":", "-")
+    out = workdir / policy.replace(":", "-").replace("/", "-")
     with _sims(workload.fleet, args.slowdown) as urls, _router(policy, urls, workdir) as url:
         samples, stop = Samples(), threading.Event()
         sampler = threading.Thread(target=_sample, args=(urls, stop, samples), daemon=True)

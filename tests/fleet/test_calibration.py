@@ -61,7 +61,7 @@ def routed(pool: Pool, now: float, n: int = 300) -> Counter[str]:
 
 def test_a_faster_backend_gets_more_after_calibration_and_a_throttled_one_less() -> None:
     fast, slow = states(2)
-    pool = pool_of([fast, slow], interval_s=10.0)
+    pool = pool_of([fast, slow], enabled=True, interval_s=10.0)
     streamed(fast, 0.01)
     streamed(slow, 0.02)
     assert routed(pool, 1.0) == {"b0": 150, "b1": 150}  # before the first calibration
@@ -73,9 +73,9 @@ def test_a_faster_backend_gets_more_after_calibration_and_a_throttled_one_less()
     assert fast.weight < slow.weight == 1.0
 
 
-def test_calibration_can_be_turned_off_and_keeps_typed_weights() -> None:
+def test_calibration_is_opt_in_and_off_keeps_typed_weights() -> None:
     fast, slow = states(2)
-    pool = pool_of([fast, slow], enabled=False)
+    pool = pool_of([fast, slow])
     streamed(fast, 0.01)
     streamed(slow, 0.02)
     assert routed(pool, 100.0) == {"b0": 150, "b1": 150}
