@@ -61,7 +61,7 @@ WORKLOADS = {
         "--workload shared-prefix --groups 128 --prompts-per-group 64 --system-prompt-len 4096"
         " --question-len 128 --output-len 64 --rate 64",
     ),
-    "mooncake-conv": Workload(((H100, 8),), "--workload mooncake-conv --rate 6"),
+    "mooncake-conv": Workload(((H100, 8),), "--workload mooncake-conv --rate 2"),
     "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 45"),
     "mixed-azure-conv": Workload(
         ((H100, 4), ("a100-llama3-8b", 4)), "--workload azure-conv --rate 28"
