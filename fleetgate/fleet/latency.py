@@ -2,8 +2,7 @@
     ewma <- ewma + alpha * (x - ewma)      (the first sample sets it)
 of time to first token, time per output token, whole-request time, prefill speed (time to
 first token per prompt token the backend had to prefill: this request's and those sent before
-it still waiting), output tokens per answer, and requests in flight when an answer ended (the
-load the speeds were measured under)."""
+it still waiting) and output tokens per answer."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ ALPHA = 0.2  # weight of the newest sample: about the last ten requests matter
 
 class LatencyStats:
     __slots__ = (
-        "concurrency", "e2e_s", "output_tokens", "prefill_s_per_token", "streams", "tpot_s",
-        "ttft_s",
+        "e2e_s", "output_tokens", "prefill_s_per_token", "streams", "tpot_s", "ttft_s",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -22,7 +20,6 @@ class LatencyStats:
         self.e2e_s: float | None = None
         self.prefill_s_per_token: float | None = None
         self.output_tokens: float | None = None
-        self.concurrency: float | None = None
         self.streams = 0  # streamed answers recorded
 
     def record_stream(
@@ -31,13 +28,11 @@ class LatencyStats:
         e2e_s: float,
         tokens: int,
         prefill_tokens: int = 0,
-        concurrency: int = 0,
     ) -> None:
-        """A streamed answer: its timings, output tokens, the prompt tokens the backend had to
-        prefill before its first token, and the requests in flight there as it ended."""
+        """A streamed answer: its timings, output tokens, and the prompt tokens the backend had
+        to prefill before its first token."""
         self.streams += 1
         self.ttft_s = _ewma(self.ttft_s, ttft_s)
-        self.concurrency = _ewma(self.concurrency, float(concurrency))
         self.e2e_s = _ewma(self.e2e_s, e2e_s)
         self.output_tokens = _ewma(self.output_tokens, float(tokens))
         if prefill_tokens > 0:

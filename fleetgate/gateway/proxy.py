@@ -240,9 +240,8 @@ class Proxy:
                 if first_at is not None:
                     progress.settle()
                     state.latency.record_stream(
-                        first_at - sent, now - sent, progress.tokens, ahead + prompt,
-                        state.in_flight,
-                    )  # fmt: skip
+                        first_at - sent, now - sent, progress.tokens, ahead + prompt
+                    )
                 return None
             data = await response.read()
         except UpstreamError as exc:

@@ -2,14 +2,15 @@
 
 For a request of P prompt tokens (estimated, routing/base.py) and N output tokens (`max_tokens`,
 else the backend's recent mean answer length), on backend i:
-    T_i = prefill_i * (pending_i + P)  +  tpot_i * N * (1 + q_i) / (1 + c_i)
+    T_i = prefill_i * (pending_i + P)  +  tpot_i * N * (1 + q_i)
     prefill_i  recent seconds to first token per prompt token it had to prefill   (fleet/latency.py)
     pending_i  prompt tokens already sent to it whose first token has not come back: the
                prefill queue this request joins (the gateway's own count, always current)
-    tpot_i     recent seconds per output token, measured with c_i requests in flight on average
+    tpot_i     recent seconds per output token
     q_i        requests there now: max(gateway's in flight, engine's running + waiting)
-The decode term scales the measured speed by how much busier the backend is now than when it
-was measured, so a backend that was fast a moment ago does not draw every request at once.
+The decode term grows with the queue the request joins, so a backend that was fast a moment
+ago does not draw every request at once. (Scaling it by the queue relative to the one the
+speed was measured under instead let busy backends look as good as idle ones: it herded.)
 A speed a backend has not measured yet takes the best among the candidates that have, so a
 new backend is tried rather than avoided.
     score_i = min_j T_j / T_i          (1 for the soonest; all 1 while nothing is known)
@@ -44,8 +45,8 @@ class LeastResponseTime:
         for i, state in enumerate(candidates):
             lat = state.latency
             out = request.max_tokens or lat.output_tokens or DEFAULT_OUTPUT_TOKENS
-            busier = (1.0 + queues[i]) / (1.0 + (lat.concurrency or 0.0))
-            times.append(prefill[i] * (state.pending_prefill + prompt) + tpot[i] * out * busier)
+            decode = tpot[i] * out * (1.0 + queues[i])
+            times.append(prefill[i] * (state.pending_prefill + prompt) + decode)
         best = min(times)
         if best <= 0.0:
             return [1.0 if t <= 0.0 else 0.0 for t in times]

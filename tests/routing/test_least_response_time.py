@@ -1,4 +1,4 @@
-"""`least_response_time`: T_i = prefill_i * (pending_i + P) + tpot_i * N * (1 + q_i) / (1 + c_i),
+"""`least_response_time`: T_i = prefill_i * (pending_i + P) + tpot_i * N * (1 + q_i),
 score_i = min_j T_j / T_i; unmeasured speeds take the best measured value."""
 
 from __future__ import annotations
@@ -61,14 +61,14 @@ def test_the_gateways_own_count_moves_the_prediction_between_scrapes() -> None:
     )
 
 
-def test_speeds_measured_under_load_are_not_held_against_a_backend_as_busy_now() -> None:
-    a, b = states(2)
-    a.latency.record_stream(0.1, 4.1, tokens=101, prefill_tokens=100, concurrency=3)  # tpot 0.04
-    b.latency.record_stream(0.1, 2.1, tokens=101, prefill_tokens=100, concurrency=0)  # tpot 0.02
-    a.in_flight = b.in_flight = 3
-    # a: 0.1 + 0.04 * 100 * 4 / 4 = 4.1 s;  b: 0.1 + 0.02 * 100 * 4 / 1 = 8.1 s
-    scores = LeastResponseTime().score(request(100, 100), (a, b), now=0.0)
-    assert scores == pytest.approx([1.0, 4.1 / 8.1])
+def test_the_queue_a_request_joins_lengthens_its_decode() -> None:
+    busy, idle = states(2)
+    busy.latency.record_stream(0.1, 2.1, tokens=101, prefill_tokens=100)
+    idle.latency.record_stream(0.1, 2.1, tokens=101, prefill_tokens=100)
+    busy.in_flight = 8  # eight requests ahead of this one
+    # busy: 0.1 + 0.02 * 100 * 9 = 18.1 s;  idle: 0.1 + 0.02 * 100 * 1 = 2.1 s
+    scores = LeastResponseTime().score(request(100, 100), (busy, idle), now=0.0)
+    assert scores == pytest.approx([2.1 / 18.1, 1.0])
 
 
 def test_an_unmeasured_backend_gets_the_best_measured_values() -> None:
