@@ -186,6 +186,13 @@ class Engine:
         """Whether a step would schedule anything."""
         return bool(self._running or self._waiting)
 
+    def receive_kv(self, prompt: PromptBlocks) -> int:
+        """The prompt's KV, computed by a prefill engine, arrives before its request does
+        (kv_transfer_params with do_remote_prefill): its full blocks enter the prefix cache,
+        so only the prompt's last token is computed here. Returns the blocks now cached. The
+        transfer itself is not timed."""
+        return self._kv.receive(prompt.block_hashes)
+
     def flush_prefix_cache(self) -> bool:
         """Empty the prefix cache, as vLLM's /reset_prefix_cache and SGLang's /flush_cache do.
 

@@ -54,6 +54,7 @@ class _Body(msgspec.Struct):
     stream_options: _StreamOptions | None = None
     seed: int | None = None
     n: int | None = None
+    kv_transfer_params: dict[str, Any] | None = None
 
 
 class _EmbedBody(msgspec.Struct):
@@ -72,6 +73,8 @@ class Job:
     include_usage: bool
     created: int
     finish_reason: str  # "length" when the client set the limit, "stop" when it was drawn
+    kv_send: bool = False  # prefill for a remote decode: answer with kv_transfer_params
+    kv_receive: bool = False  # decode after a remote prefill: the prompt's KV arrives first
 
 
 class _Sink:
@@ -163,9 +166,11 @@ class Generator:
             )
         prefix = "chatcmpl-" if chat else "cmpl-"
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        kv = body.kv_transfer_params or {}
         return Job(
             prefix + serial, chat, prompt, limit, seed, bool(body.stream), include_usage,
-            int(time.time()), reason,
+            int(time.time()), reason, kv_send=bool(kv.get("do_remote_decode")),
+            kv_receive=bool(kv.get("do_remote_prefill")),
         )  # fmt: skip
 
     def _prompt(self, body: _Body, chat: bool) -> PromptBlocks:
@@ -192,6 +197,8 @@ class Generator:
         )
         sink = _Sink(job, writer, fmt, close_after, self._loop.create_future())
         request = EngineRequest(job.request_id, job.prompt, job.output_tokens, self._clock())
+        if job.kv_receive:
+            self._driver.engine.receive_kv(job.prompt)
         try:
             self._driver.submit(request, sink)
         except ValueError as exc:  # e.g. a prompt larger than the whole KV cache
@@ -212,8 +219,9 @@ class Generator:
             writer.end()
             return
         text = "".join(filler_token(i, job.seed) for i in range(info.output_tokens))
+        params = _handoff(job) if job.kv_send else None
         body = full_response(
-            job.chat, job.request_id, job.created, self._model, text, job.finish_reason, u
+            job.chat, job.request_id, job.created, self._model, text, job.finish_reason, u, params
         )
         writer.send(200, [(b"content-type", b"application/json")], body)
 
@@ -238,3 +246,17 @@ class Generator:
             {"object": "list", "data": data, "model": self._model,
              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         )  # fmt: skip
+
+
+def _handoff(job: Job) -> dict[str, Any]:
+    """What a prefill engine hands the decode side, shaped as vLLM's NixlConnector does. The
+    sim's decode side needs none of it: the prompt's block hashes say which KV arrives."""
+    return {
+        "do_remote_prefill": True,
+        "do_remote_decode": False,
+        "remote_engine_id": job.request_id,
+        "remote_block_ids": list(range(len(job.prompt.block_hashes))),
+        "remote_host": None,
+        "remote_port": None,
+        "tp_size": 1,
+    }

@@ -38,6 +38,7 @@ class BlockManager:
       append_slots(seq, num_tokens) -> bool: grow the table to cover `num_tokens` tokens.
       free(seq): drop the sequence's table.
       reset_prefix_cache() -> bool: forget all hashes, when no sequence holds blocks.
+      receive(hashes) -> int: blocks another engine computed arrive (a KV transfer).
     allocate and append_slots change nothing and return False when too few blocks are free.
     """
 
@@ -159,6 +160,29 @@ class BlockManager:
                     self._fresh.append(b)
                 else:
                     self._evictable[b] = None
+
+    def receive(self, block_hashes: Sequence[int]) -> int:
+        """Blocks computed by another engine arrive, as in prefill/decode disaggregation: each
+        one not cached yet takes a free block and is cached under its hash, as if computed here
+        and freed, so the sequence they are for finds them with `match_prefix`. Stops before
+        evicting a block received in this call; returns how many leading blocks are cached."""
+        cached, ref, evictable = self._cached, self._ref, self._evictable
+        received: set[int] = set()
+        for i, h in enumerate(block_hashes):
+            b = cached.get(h)
+            if b is not None:
+                if ref[b] == 0:
+                    evictable.move_to_end(b)
+                continue
+            if not self._fresh and (not evictable or next(iter(evictable)) in received):
+                return i
+            b = self._take()
+            ref[b] = 0
+            self._hash_of[b] = h
+            cached[h] = b
+            evictable[b] = None
+            received.add(b)
+        return len(block_hashes)
 
     def reset_prefix_cache(self) -> bool:
         """Forget every cached hash; only when no sequence holds blocks (False otherwise)."""

@@ -74,20 +74,28 @@ DONE = b"data: [DONE]\n\n"
 
 
 def full_response(
-    chat: bool, request_id: str, created: int, model: str, text: str, reason: str, u: Usage
+    chat: bool,
+    request_id: str,
+    created: int,
+    model: str,
+    text: str,
+    reason: str,
+    u: Usage,
+    kv_transfer_params: dict[str, Any] | None = None,
 ) -> bytes:
     choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": reason}
     if chat:
         choice["message"] = {"role": "assistant", "content": text}
     else:
         choice["text"] = text
-    return _encode(
-        {
-            "id": request_id,
-            "object": "chat.completion" if chat else "text_completion",
-            "created": created,
-            "model": model,
-            "choices": [choice],
-            "usage": u,
-        }
-    )
+    body: dict[str, Any] = {
+        "id": request_id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [choice],
+        "usage": u,
+    }
+    if kv_transfer_params is not None:  # a prefill for a remote decode (vLLM's protocol)
+        body["kv_transfer_params"] = kv_transfer_params
+    return _encode(body)

@@ -209,3 +209,17 @@ def test_flush_prefix_cache_refuses_while_busy() -> None:
     run.engine.add_request(_request("a", 12, 2))
     run.drain()
     assert run.finished["a"].cached_tokens == 0
+
+
+def test_kv_received_from_a_prefill_engine_leaves_only_the_last_token_to_compute() -> None:
+    profile = get_profile("h100-llama3-8b")
+    prompt = from_text(" the" * 3000, profile.block_size)
+    prefill, decode = _Run(Engine(profile)), _Run(Engine(profile))
+    prefill.engine.add_request(EngineRequest("p", prompt, 1, 0.0))
+    prefill.drain()
+    assert decode.engine.receive_kv(prompt) == 187  # every full block of the prompt
+    decode.engine.add_request(EngineRequest("d", prompt, 4, 0.0))
+    decode.drain()
+    done = decode.finished["d"]
+    assert done.cached_tokens == 2992
+    assert done.first_token_s < prefill.finished["p"].first_token_s / 3

@@ -119,3 +119,15 @@ def test_double_allocate_is_an_error() -> None:
     kv.allocate("a", (), num_tokens=1, num_cached_blocks=0, query_tokens=1)
     with pytest.raises(ValueError, match="already holds"):
         kv.allocate("a", (), num_tokens=1, num_cached_blocks=0, query_tokens=1)
+
+
+def test_received_blocks_are_cached_and_never_evict_each_other() -> None:
+    from fleetgate.workers.sim.kvcache import BlockManager
+
+    kv = BlockManager(num_blocks=4, block_size=2)
+    assert kv.receive([11, 12, 13]) == 3
+    assert kv.match_prefix([11, 12, 13, 14]) == 3
+    assert kv.num_free_blocks == 4  # cached but free: evictable when blocks are needed
+    assert kv.receive([21, 22, 23, 24, 25]) == 4  # the 5th would evict one just received
+    assert kv.match_prefix([11]) == 0  # the older transfer was evicted, oldest first
+    assert kv.match_prefix([21, 22, 23, 24, 25]) == 4

@@ -159,3 +159,24 @@ async def test_bad_faults_are_refused(worker: Worker) -> None:
     status, body = await worker.call(b"POST", b"/admin/faults", {"nonsense": 1})
     assert status == 400
     assert b"nonsense" in body
+
+
+async def test_a_prefill_hands_off_kv_transfer_params_and_a_decode_skips_the_prefill(
+    worker: Worker,
+) -> None:
+    """vLLM's disaggregation protocol: the same worker plays both roles here; a fresh prompt
+    is cached on the decode side only because its KV was handed over."""
+    long = {"role": "user", "content": " the" * 2000}
+    handoff = {"do_remote_decode": True, "do_remote_prefill": False}
+    prefill = {**CHAT, "messages": [long], "max_tokens": 1, "kv_transfer_params": handoff}
+    status, body = await worker.call(b"POST", b"/v1/chat/completions", prefill)
+    params = json.loads(body)["kv_transfer_params"]
+    assert status == 200 and params["do_remote_prefill"] is True
+    assert len(params["remote_block_ids"]) >= 2000 // 16
+    plain = await worker.call(b"POST", b"/v1/chat/completions", CHAT)
+    assert "kv_transfer_params" not in json.loads(plain[1])  # only prefills hand off
+    fresh = {"role": "user", "content": " of" * 2000}  # never prefilled on this worker
+    decode = {**CHAT, "messages": [fresh], "kv_transfer_params": params}
+    status, body = await worker.call(b"POST", b"/v1/chat/completions", decode)
+    details = json.loads(body)["usage"]["prompt_tokens_details"]
+    assert status == 200 and details["cached_tokens"] >= 1984  # all but a partial block
