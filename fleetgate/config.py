@@ -175,6 +175,13 @@ def _plugin_spec(entry: dict[str, Any], where: str) -> PluginSpec:
     return PluginSpec(kind, {k: v for k, v in entry.items() if k != "type"})
 
 
+class PrefillConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    """Prefill/decode disaggregation: the pool's `backends` decode, these prefill."""
+
+    backends: list[BackendConfig]  # the prefill engines (vLLM with a KV connector, or sims)
+    policy: str = DEFAULT_POLICY  # how one of them is chosen, by name as `pools[].policy`
+
+
 class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
     model: str  # the `model` clients send
     backends: list[BackendConfig]
@@ -192,6 +199,7 @@ class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_onl
     retries: RetryConfig = RetryConfig()  # trying another backend before the first byte
     engine_metrics: EngineMetricsConfig = EngineMetricsConfig()  # backends' own load
     weights: WeightsConfig = WeightsConfig()  # self-calibrating weights
+    prefill: PrefillConfig | None = None  # disaggregated: prefill here, decode on `backends`
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
@@ -278,8 +286,12 @@ def check_config(config: Config) -> Config:
             raise ConfigError(f"{where}: health thresholds must be >= 1, slow_start_s >= 0")
         if not pool.backends:
             raise ConfigError(f"{where}.backends is empty: give the pool at least one backend")
-        for j, backend in enumerate(pool.backends):
-            at = f"{where}.backends[{j}]"
+        if pool.prefill is not None and not pool.prefill.backends:
+            raise ConfigError(f"{where}.prefill.backends is empty: give at least one")
+        prefill = pool.prefill.backends if pool.prefill is not None else []
+        listed = [(f"{where}.backends[{j}]", b) for j, b in enumerate(pool.backends)]
+        listed += [(f"{where}.prefill.backends[{j}]", b) for j, b in enumerate(prefill)]
+        for at, backend in listed:
             if (backend.url is None) == (backend.sim is None):
                 raise ConfigError(f"{at}: give exactly one of `url` or `sim`")
             if not 0 < backend.weight < math.inf:  # also rejects NaN

@@ -47,6 +47,7 @@ class ResolvedPool:
 
     config: PoolConfig
     backends: tuple[Backend, ...]
+    prefill: tuple[Backend, ...] = ()  # prefill backends of a disaggregated pool
 
 
 async def config_from_backends(
@@ -96,7 +97,25 @@ def build_pools(
             outliers=c.outlier.settings(), retries=c.retries.settings(), hedge=c.hedge.settings(),
             weights=c.weights.settings(),
         )  # fmt: skip
+        if c.prefill is not None:
+            try:
+                prefill = registry.build_pipeline(c.prefill.policy, {}, ctx)
+            except ValueError as exc:
+                raise ConfigError(f"pool {c.model!r} prefill: {exc}") from None
+            pools[c.model].prefill = Pool(
+                c.model, [BackendState(b) for b in item.prefill], prefill, timeouts, health,
+                outliers=c.outlier.settings(), weights=c.weights.settings(),
+            )  # fmt: skip
     return pools
+
+
+def _all_backends(pool: PoolConfig) -> list[BackendConfig]:
+    """A pool's decode (or only) backends, then its prefill backends."""
+    return [*pool.backends, *(pool.prefill.backends if pool.prefill is not None else ())]
+
+
+def _all_states(pool: Pool) -> tuple[BackendState, ...]:
+    return pool.states + (pool.prefill.states if pool.prefill is not None else ())
 
 
 def build_model_routes(config: Config, rng: random.Random) -> dict[str, ModelRoute]:
@@ -167,7 +186,7 @@ async def start_gateway(
     sim_specs = [
         SimSpec(model=p.model, profile=b.sim, seed=rng.getrandbits(32))
         for p in config.pools
-        for b in p.backends
+        for b in _all_backends(p)
         if b.sim is not None
     ]
     sim_urls: list[str] = []
@@ -178,26 +197,29 @@ async def start_gateway(
     resolved: list[ResolvedPool] = []
     for pool in config.pools:
         backends = []
-        for b in pool.backends:
+        for b in _all_backends(pool):
             url = b.url if b.url is not None else next(urls)
             backends.append(
                 Backend(
                     _backend_id(url), url, (pool.model,), b.weight, dict(b.labels), b.max_in_flight
                 )
             )
-        resolved.append(ResolvedPool(pool, tuple(backends)))
+        n = len(pool.backends)
+        resolved.append(ResolvedPool(pool, tuple(backends[:n]), tuple(backends[n:])))
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
     try:
         pools = build_pools(resolved, registry or default_registry(), rng)
-        metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in p.states))
+        metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in _all_states(p)))
         for model, built in pools.items():
             built.pipeline.set_timer(metrics.routing_timer(model))
         proxy = Proxy(client, metrics, clock, random.Random(rng.getrandbits(64)))
         admin = Admin(pools, clock) if config.server.admin else None
         for pool_config in config.pools:
-            checker.start(pools[pool_config.model], pool_config.health_check.settings())
-            scraper.start(pools[pool_config.model], pool_config.engine_metrics.settings())
+            built = pools[pool_config.model]
+            for part in (built, built.prefill) if built.prefill is not None else (built,):
+                checker.start(part, pool_config.health_check.settings())
+                scraper.start(part, pool_config.engine_metrics.settings())
         heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
         gateway = Gateway(
             pools, proxy, metrics, clock, RequestIds(), int(time.time()), admin, heartbeats,

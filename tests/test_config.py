@@ -217,6 +217,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
         ModelRouteConfig,
         OutlierConfig,
         PoolConfig,
+        PrefillConfig,
         RetryConfig,
         RoutingConfig,
         ServerConfig,
@@ -236,7 +237,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].routing.", RoutingConfig), ("models[].", ModelRouteConfig),
                            ("models[].split[].", ShareConfig),
                            ("models[].tiers.", TiersConfig),
-                           ("pools[].weights.", WeightsConfig)):  # fmt: skip
+                           ("pools[].weights.", WeightsConfig),
+                           ("pools[].prefill.", PrefillConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

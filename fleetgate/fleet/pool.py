@@ -59,6 +59,7 @@ class Pool:
         "in_flight",
         "model",
         "pipeline",
+        "prefill",
         "retries",
         "states",
         "timeouts",
@@ -85,6 +86,7 @@ class Pool:
         self.in_flight = 0  # requests in flight to any backend of the pool
         self.states = tuple(states)
         self.pipeline = pipeline
+        self.prefill: Pool | None = None  # prefill/decode disaggregation: the prefill backends
         self.timeouts = timeouts or Timeouts()
         self._health = health or HealthSettings()
         self._outliers = OutlierDetector(outliers or OutlierSettings(), len(self.states))

@@ -11,6 +11,7 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.pool import Pool, Timeouts
 from fleetgate.gateway.errors import error_body, error_event
 from fleetgate.gateway.relay import StreamRelay
+from fleetgate.gateway.requests import handoff_params, prefill_body, with_fields
 from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import (
     ConnectError,
@@ -104,6 +105,8 @@ class Proxy:
             value = headers.get(name)
             if value is not None:
                 upstream_headers.append((name, value))
+        if pool.prefill is not None and routing.endpoint != "embeddings":
+            body = await self._prefill(pool.prefill, routing, path, upstream_headers, body)
         tried: list[BackendState] = []
         exchange = _Exchange(
             pool, routing, path, upstream_headers, body, request_id, writer, started, timeouts,
@@ -184,6 +187,44 @@ class Proxy:
             failed = _Failed(503, body, headers, NO_BACKEND)
         writer.send(failed.status, [*failed.headers, (b"x-request-id", request_id)], failed.body)
         return failed.status
+
+    async def _prefill(
+        self,
+        pool: Pool,
+        routing: RoutingRequest,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> bytes:
+        """The prefill half of a disaggregated request (vLLM's protocol): one token on a
+        prefill backend, whose answer's kv_transfer_params go into the body the decode
+        backend gets. Any failure leaves the body as it was: the decode backend then prefills
+        the prompt itself, slower but answered."""
+        now = self._clock()
+        state = pool.pick(routing, now)
+        if state is None:
+            return body
+        prompt = routing.prompt_tokens
+        pool.begin(state, now, prompt)
+        try:
+            response = await self._client.request(
+                state.backend.origin, b"POST", path, headers, prefill_body(body),
+                timeout_s=pool.timeouts.first_byte_s, connect_timeout_s=pool.timeouts.connect_s,
+            )  # fmt: skip
+            response.expire_in(pool.timeouts.total_s, pool.timeouts.total_message)
+            answer = await response.read()
+        except UpstreamError as exc:
+            self._report_error(pool, state, routing, exc)
+            return body
+        finally:
+            pool.end(state, self._clock(), prompt)
+        params = handoff_params(answer) if response.status == 200 else None
+        if params is None:
+            if response.status >= 500:
+                pool.failed(state, self._clock())
+            return body
+        pool.succeeded(state, self._clock())
+        return with_fields(body, kv_transfer_params=params)
 
     async def _attempt(
         self,

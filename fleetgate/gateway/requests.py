@@ -53,12 +53,55 @@ _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _encode = msgspec.json.Encoder().encode
 
 
+def with_fields(body: bytes, drop: tuple[str, ...] = (), **fields: object) -> bytes:
+    """The body with top-level `fields` set and `drop` removed; every other field passes
+    through as the client wrote it (only the top level is decoded)."""
+    top = _top_level.decode(body)
+    for name in drop:
+        top.pop(name, None)
+    for name, value in fields.items():
+        top[name] = msgspec.Raw(_encode(value))
+    return _encode(top)
+
+
 def with_model(body: bytes, model: str) -> bytes:
-    """The body with its `model` replaced (for a model alias, split or tier); every other
-    field passes through as the client wrote it."""
-    fields = _top_level.decode(body)
-    fields["model"] = msgspec.Raw(_encode(model))
-    return _encode(fields)
+    """The body with its `model` replaced (for a model alias, split or tier)."""
+    return with_fields(body, model=model)
+
+
+# What a prefill engine is asked for, as vLLM's disaggregation proxies ask it.
+PREFILL_HANDOFF = {
+    "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+    "remote_block_ids": None, "remote_host": None, "remote_port": None,
+}  # fmt: skip
+
+
+def prefill_body(body: bytes) -> bytes:
+    """The body for the prefill half of a disaggregated request: one token, not streamed,
+    with kv_transfer_params asking the engine to keep the KV for a remote decode."""
+    top = _top_level.decode(body)
+    one = {"max_tokens": 1} if "max_completion_tokens" not in top else {}
+    if "max_completion_tokens" in top:
+        one["max_completion_tokens"] = 1
+    return with_fields(
+        body, ("stream_options", "min_tokens"), stream=False,
+        kv_transfer_params=PREFILL_HANDOFF, **one,
+    )  # fmt: skip
+
+
+class _Handoff(msgspec.Struct):
+    kv_transfer_params: dict[str, msgspec.Raw] | None = None
+
+
+_handoff = msgspec.json.Decoder(_Handoff)
+
+
+def handoff_params(prefill_answer: bytes) -> dict[str, msgspec.Raw] | None:
+    """The kv_transfer_params a prefill engine answered with, or None."""
+    try:
+        return _handoff.decode(prefill_answer).kv_transfer_params
+    except msgspec.DecodeError:
+        return None
 
 
 _chat = msgspec.json.Decoder(ChatBody)
