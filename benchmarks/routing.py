@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -145,49 +145,24 @@ def _process(args: Sequence[str]) -> Iterator[subprocess.Popen[str]]:
 @contextmanager
 def _sims(fleet: Sequence[tuple[str, int]], slowdown: float) -> Iterator[list[str]]:
     urls: list[str] = []
-    with _process_group() as start:
+    with ExitStack() as stack:
         for profile, replicas in fleet:
-            proc = start(
+            proc = stack.enter_context(_process(
                 [PY, "-m", "fleetgate", "worker", "sim", "--port", "0", "--model", MODEL,
                  "--profile", profile, "--replicas", str(replicas), "--slowdown", str(slowdown)]
-            )  # fmt: skip
+            ))  # fmt: skip
             assert proc.stdout is not None
-            found: list[str] = []
+            wanted = len(urls) + replicas
             for line in proc.stdout:
                 match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
                 if match:
-                    found.append(match.group(1))
-                    if len(found) == replicas:
+                    urls.append(match.group(1))
+                    if len(urls) == wanted:
                         break
             _drain(proc)
-            urls += found
         for url in urls:
             _wait_http(url + "/health")
         yield urls
-
-
-@contextmanager
-def _process_group() -> Iterator[Any]:
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(args: Sequence[str]) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            start_new_session=True,
-        )  # fmt: skip
-        procs.append(proc)
-        return proc
-
-    try:
-        yield start
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
 
 
 @contextmanager

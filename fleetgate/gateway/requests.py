@@ -77,15 +77,12 @@ PREFILL_HANDOFF = {
 
 
 def prefill_body(body: bytes) -> bytes:
-    """The body for the prefill half of a disaggregated request: one token, not streamed,
-    with kv_transfer_params asking the engine to keep the KV for a remote decode."""
-    top = _top_level.decode(body)
-    one = {"max_tokens": 1} if "max_completion_tokens" not in top else {}
-    if "max_completion_tokens" in top:
-        one["max_completion_tokens"] = 1
+    """The body for the prefill half of a disaggregated request: one token (whichever limit
+    the client used), not streamed, with kv_transfer_params asking the engine to keep the KV
+    for a remote decode."""
     return with_fields(
-        body, ("stream_options", "min_tokens"), stream=False,
-        kv_transfer_params=PREFILL_HANDOFF, **one,
+        body, ("stream_options", "min_tokens", "max_completion_tokens"), stream=False,
+        max_tokens=1, kv_transfer_params=PREFILL_HANDOFF,
     )  # fmt: skip
 
 

@@ -42,8 +42,8 @@ class RoutingPipeline:
     """
 
     __slots__ = (
-        "_filters", "_learners", "_member_set", "_members", "_names", "_nominators", "_rng",
-        "_rosters", "_scorers", "_shortlist", "_timer", "picker",
+        "_clock", "_filters", "_learns", "_member_set", "_members", "_names", "_nominators",
+        "_rng", "_rosters", "_scorers", "_shortlist", "_timer", "picker",
     )  # fmt: skip
 
     def __init__(
@@ -54,20 +54,19 @@ class RoutingPipeline:
         *,
         shortlist: int = SHORTLIST,
         rng: random.Random | None = None,
-        timer: PluginTimer | None = None,
     ) -> None:
         self.picker = picker
         self._filters = tuple(filters)
         total = sum(w for _, w in scorers) or 1.0
         self._scorers = tuple((scorer, weight / total) for scorer, weight in scorers)
-        self._learners = tuple(s for s, _ in scorers if isinstance(s, Learner))
+        self._learns = tuple(isinstance(s, Learner) for s, _ in scorers)
         self._nominators = tuple(s for s, _ in scorers if isinstance(s, Nominator))
         self._rosters = tuple(s for s, _ in scorers if isinstance(s, Roster))
-        # For timing: each plugin's name, and each scorer's learning step (None if none).
         self._names = {id(p): plugin_name(p) for p in (picker, *filters, *(s for s, _ in scorers))}
         self._shortlist = max(1, shortlist)
         self._rng = rng or random.Random(0)
-        self._timer = timer
+        self._timer: PluginTimer = _ignore
+        self._clock: Callable[[], float] = _zero
         self._members: Sequence[BackendState] | None = None
         self._member_set: frozenset[BackendState] = frozenset()
 
@@ -77,83 +76,47 @@ class RoutingPipeline:
 
     def set_timer(self, timer: PluginTimer | None) -> None:
         """Time every plugin call from now on (None: stop)."""
-        self._timer = timer
+        self._timer = timer or _ignore
+        self._clock = perf_counter if timer is not None else _zero
 
     def pick(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> BackendState | None:
-        """The chosen backend, or None when no candidate survives the filters."""
-        if self._timer is not None:
-            return self._timed_pick(request, candidates, now, self._timer)
+        """The chosen backend, or None when no candidate survives the filters. Each plugin's
+        time (a scorer's scoring and learning together) goes to the timer, if one is set."""
+        timer, clock, names = self._timer, self._clock, self._names
         for f in self._filters:
+            start = clock()
             candidates = f.filter(request, candidates, now)
+            timer(names[id(f)], clock() - start)
         if not candidates:
             return None
-        if not self._scorers:
-            return self.picker.pick(request, candidates, None, now)
-        if len(candidates) == 1:  # nothing to compare: skip the scoring, keep the learning
+        scorers = self._scorers
+        spent = [0.0] * len(scorers)
+        if scorers and len(candidates) == 1:  # nothing to compare: no scoring, only learning
             chosen = candidates[0]
-            for learner in self._learners:
-                learner.chosen(request, chosen, now)
-            return chosen
-        if len(candidates) > self._shortlist:
-            candidates = self._shortlisted(request, candidates, now)
-        combined: list[float] | None = None
-        for scorer, share in self._scorers:
-            scores = scorer.score(request, candidates, now)
-            if combined is None:
-                combined = [share * s for s in scores]
-            else:
-                combined = [c + share * s for c, s in zip(combined, scores, strict=True)]
-        chosen = self.picker.pick(request, candidates, combined, now)
-        for learner in self._learners:
-            learner.chosen(request, chosen, now)
-        return chosen
-
-    def _timed_pick(
-        self,
-        request: RoutingRequest,
-        candidates: Sequence[BackendState],
-        now: float,
-        timer: PluginTimer,
-    ) -> BackendState | None:
-        """`pick`, timing each plugin (its scoring and its learning together)."""
-        names = self._names
-        for f in self._filters:
-            start = perf_counter()
-            candidates = f.filter(request, candidates, now)
-            timer(names[id(f)], perf_counter() - start)
-        if not candidates:
-            return None
-        scored = bool(self._scorers)
-        if scored and len(candidates) == 1:  # as in `pick`: no scoring, only the learning
-            chosen = candidates[0]
-            for learner in self._learners:
-                start = perf_counter()
-                learner.chosen(request, chosen, now)
-                timer(names[id(learner)], perf_counter() - start)
-            return chosen
-        if scored and len(candidates) > self._shortlist:
-            start = perf_counter()
-            candidates = self._shortlisted(request, candidates, now)
-            timer("shortlist", perf_counter() - start)
-        combined = [0.0] * len(candidates) if scored else None
-        spent: list[float] = []
-        for scorer, share in self._scorers:
-            start = perf_counter()
-            scores = scorer.score(request, candidates, now)
-            combined = [c + share * s for c, s in zip(combined or (), scores, strict=True)]
-            spent.append(perf_counter() - start)
-        start = perf_counter()
-        chosen = self.picker.pick(request, candidates, combined, now)
-        timer(names[id(self.picker)], perf_counter() - start)
-        learners = self._learners
-        for (scorer, _), seconds in zip(self._scorers, spent, strict=True):
-            if scorer in learners:
-                start = perf_counter()
-                scorer.chosen(request, chosen, now)
-                seconds += perf_counter() - start
-            timer(names[id(scorer)], seconds)
+        else:
+            combined: list[float] | None = None
+            if scorers:
+                if len(candidates) > self._shortlist:
+                    start = clock()
+                    candidates = self._shortlisted(request, candidates, now)
+                    timer("shortlist", clock() - start)
+                combined = [0.0] * len(candidates)
+                for i, (scorer, share) in enumerate(scorers):
+                    start = clock()
+                    scores = scorer.score(request, candidates, now)
+                    combined = [c + share * s for c, s in zip(combined, scores, strict=True)]
+                    spent[i] = clock() - start
+            start = clock()
+            chosen = self.picker.pick(request, candidates, combined, now)
+            timer(names[id(self.picker)], clock() - start)
+        for i, (scorer, _) in enumerate(scorers):
+            if self._learns[i]:
+                start = clock()
+                scorer.chosen(request, chosen, now)  # type: ignore[attr-defined]
+                spent[i] += clock() - start
+            timer(names[id(scorer)], spent[i])
         return chosen
 
     def _shortlisted(
@@ -176,3 +139,12 @@ class RoutingPipeline:
                 break
             picked[candidates[i]] = None
         return list(picked)
+
+
+def _ignore(plugin: str, seconds: float) -> None:
+    """The timer while none is set."""
+
+
+def _zero() -> float:
+    """The clock while no timer is set: timing costs two calls, not two clock reads."""
+    return 0.0
