@@ -43,8 +43,8 @@ class BackendState:
     """How a backend is doing now, as the gateway sees it; routing reads, the proxy writes."""
 
     __slots__ = (
-        "backend", "backoff_until", "engine", "flags", "in_flight", "latency", "pending_prefill",
-        "ramp_from", "speed", "weight",
+        "backend", "backoff_until", "engine", "flags", "in_flight", "in_flight_tokens", "latency",
+        "pending_prefill", "ramp_from", "speed", "weight",
     )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
@@ -52,6 +52,7 @@ class BackendState:
         self.weight = backend.weight  # effective: typed weight x speed x slow-start share
         self.speed = 1.0  # measured speed relative to the pool's fastest (fleet/calibration.py)
         self.in_flight = 0
+        self.in_flight_tokens = 0  # prompt tokens of the requests in flight (estimated)
         self.pending_prefill = 0  # prompt tokens sent, first token not yet back (estimated)
         self.flags = HealthFlag(0)  # set by the health detectors; none set means healthy
         self.backoff_until = 0.0  # an engine asked for no traffic until then (Retry-After)

@@ -41,6 +41,7 @@ class EngineLoad:
     hit_rate: float | None  # SGLang's own hit rate, when it reports one
     scraped_at: float  # the gateway's clock when it was read
     kv_capacity_tokens: float | None = None  # the KV cache's size in tokens, if reported
+    sent_tokens: int = 0  # the gateway's in-flight prompt tokens to it when this was read
 
     def fresh(self, now: float, stale_after_s: float) -> EngineLoad | None:
         return self if now - self.scraped_at <= stale_after_s else None

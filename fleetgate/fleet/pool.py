@@ -174,6 +174,7 @@ class Pool:
     def begin(self, state: BackendState, now: float, prompt_tokens: int = 0) -> None:
         """A request with this many prompt tokens (estimated) was sent to `state`."""
         state.in_flight += 1
+        state.in_flight_tokens += prompt_tokens
         state.pending_prefill += prompt_tokens
         self.in_flight += 1
         self.pipeline.picker.load_changed(state)
@@ -186,10 +187,13 @@ class Pool:
         """A request's first token arrived: its prompt is no longer waiting to be prefilled."""
         state.pending_prefill -= prompt_tokens
 
-    def end(self, state: BackendState, now: float, unprefilled: int = 0) -> None:
-        """A request to `state` finished, whatever its outcome; `unprefilled`: the prompt
-        tokens of `begin` not yet released by `prefilled`."""
+    def end(
+        self, state: BackendState, now: float, prompt_tokens: int = 0, unprefilled: int = 0
+    ) -> None:
+        """A request to `state` finished, whatever its outcome; `prompt_tokens` as given to
+        `begin`, `unprefilled` those of them not yet released by `prefilled`."""
         state.in_flight -= 1
+        state.in_flight_tokens -= prompt_tokens
         state.pending_prefill -= unprefilled
         self.in_flight -= 1
         self.pipeline.picker.load_changed(state)

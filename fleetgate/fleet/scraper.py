@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
@@ -72,5 +72,5 @@ class MetricsScraper:
             return False
         if load is None:
             return False
-        state.engine = load
+        state.engine = replace(load, sent_tokens=state.in_flight_tokens)
         return True

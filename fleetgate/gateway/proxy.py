@@ -217,7 +217,7 @@ class Proxy:
             self._report_error(pool, state, routing, exc)
             return body
         finally:
-            pool.end(state, self._clock(), prompt)
+            pool.end(state, self._clock(), prompt, prompt)
         params = handoff_params(answer) if response.status == 200 else None
         if params is None:
             if response.status >= 500:
@@ -272,7 +272,7 @@ class Proxy:
                     if not writer.started:  # nothing reached the client: an ordinary retry
                         raise
                     self._report_error(pool, state, routing, exc)
-                    pool.end(state, self._clock(), unprefilled)
+                    pool.end(state, self._clock(), prompt, unprefilled)
                     released = True  # what follows is other backends' work
                     await self._continue(ex, progress, exc)
                     return None
@@ -295,7 +295,7 @@ class Proxy:
             )  # fmt: skip
         finally:
             if not released:
-                pool.end(state, self._clock(), unprefilled)
+                pool.end(state, self._clock(), prompt, unprefilled)
         reply = [(b"content-type", response.header(b"content-type") or _JSON)]
         retry_after = response.header(b"retry-after")  # an engine's backpressure
         if retry_after is not None:

@@ -135,14 +135,21 @@ class GatewayMetrics(Collector):
             "Prompt tokens (estimated) sent to a backend whose first token has not come back.",
             labels=["model", "backend"],
         )
+        tokens = GaugeMetricFamily(
+            "fleetgate_backend_in_flight_tokens",
+            "Prompt tokens (estimated) of the requests sent to a backend that have not finished.",
+            labels=["model", "backend"],
+        )
         for model, state in self._states():
             labels = [model, state.backend.id]
             gauge.add_metric(labels, state.in_flight)
             up.add_metric(labels, 0.0 if state.flags else 1.0)
             prefill.add_metric(labels, state.pending_prefill)
+            tokens.add_metric(labels, state.in_flight_tokens)
         yield gauge
         yield up
         yield prefill
+        yield tokens
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,8 +1,11 @@
 """`kv_cache` scorer: prefers the backend whose engine has the most free KV cache.
 
-    score_i = 1 - k_i       k_i: the engine's last fresh KV-cache use in [0, 1]
-A backend without a fresh reading gets the mean of the known readings (1 - mean), so it is
-neither favoured nor punished for a missing scrape; with no readings at all every score is 1.
+    score_i = 1 - k_i / max_j k_j       (every score is 1 when every cache is empty)
+k_i: the backend's KV-cache use now, its engine's last fresh reading updated with the prompts
+the gateway sent and finished since (routing/load.py). Relative, as the queue scorer is, so
+that caches a fifth full are still told apart. A backend without a fresh reading gets the mean
+of the known ones, so it is neither favoured nor punished for a missing scrape; with no
+readings at all every score is 1.
 O(n) over the candidates it is given.
 """
 
@@ -25,8 +28,9 @@ class KvCacheScorer:
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
         kvs = kv_usages(candidates, now, self._stale_after_s)
-        if None not in kvs:
-            return [1.0 - k for k in kvs]  # type: ignore[operator]
         known = [k for k in kvs if k is not None]
-        mean = sum(known) / len(known) if known else 0.0
-        return [1.0 - (mean if k is None else k) for k in kvs]
+        top = max(known, default=0.0)
+        if top <= 0.0:
+            return [1.0] * len(kvs)
+        mean = sum(known) / len(known)
+        return [1.0 - (mean if k is None else k) / top for k in kvs]

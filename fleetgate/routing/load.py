@@ -34,13 +34,23 @@ def queue_lengths(
 def kv_usages(
     candidates: Sequence[BackendState], now: float, stale_after_s: float
 ) -> list[float | None]:
-    """Per backend: the engine's KV-cache use in [0, 1], or None without a fresh reading."""
+    """Per backend: its KV-cache use now in [0, 1], or None without a fresh engine reading.
+
+        k_i = kv_read + (t_now - t_read) / capacity
+    kv_read: the engine's last reading; t: the gateway's in-flight prompt tokens to it, now and
+    when it was read (so the prompts sent since count at once, and those finished since are let
+    go); capacity: the engine's KV cache in tokens, when it reports it (else k_i = kv_read).
+    """
     oldest = now - stale_after_s
     usages: list[float | None] = []
     for state in candidates:
         engine = state.engine
         if engine is None or engine.scraped_at < oldest:
             usages.append(None)
-        else:
-            usages.append(min(1.0, max(0.0, engine.kv_usage)))
+            continue
+        kv = engine.kv_usage
+        capacity = engine.kv_capacity_tokens
+        if capacity:
+            kv += (state.in_flight_tokens - engine.sent_tokens) / capacity
+        usages.append(min(1.0, max(0.0, kv)))
     return usages

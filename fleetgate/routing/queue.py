@@ -1,8 +1,11 @@
-"""`queue` scorer: prefers the backend with the fewest requests queued or running.
+"""`queue` scorer: prefers the backend with the fewest requests queued or running for its weight.
 
     q_i     = max(in-flight by the gateway, running + waiting by the engine)   (routing/load.py)
-    score_i = 1 - q_i / max_j q_j             (every score is 1 when all queues are empty)
-O(n) over the candidates it is given.
+    r_i     = q_i / w_i     w_i: the backend's effective weight (typed, or calibrated)
+    score_i = 1 - r_i / max_j r_j             (every score is 1 when all queues are empty)
+With equal weights it evens out requests in flight; a backend of weight 2.5 (an H100 beside
+A100s) is given 2.5 times the requests in flight of a weight-1 one before it scores lower,
+since it serves each of them that much faster. O(n) over the candidates it is given.
 """
 
 from __future__ import annotations
@@ -24,5 +27,6 @@ class QueueScorer:
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
         queues = queue_lengths(candidates, now, self._stale_after_s)
-        top = max(queues) or 1.0
-        return [1.0 - q / top for q in queues]
+        loads = [q / s.weight for q, s in zip(queues, candidates, strict=True)]
+        top = max(loads) or 1.0
+        return [1.0 - x / top for x in loads]

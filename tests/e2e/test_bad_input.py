@@ -133,6 +133,7 @@ def test_still_serving_after_all_that(fleet: tuple[str, str], tmp_path: Path) ->
     assert get(fleet[0] + "/healthz")[0] == 200
     assert metric(fleet[0], "fleetgate_backend_in_flight_requests") == 0
     assert metric(fleet[0], "fleetgate_backend_pending_prefill_tokens") == 0
+    assert metric(fleet[0], "fleetgate_backend_in_flight_tokens") == 0
     # The gateway's own answers are counted too, without the client's model string.
     assert metric(fleet[0], "fleetgate_requests_total", backend="none", status="400") >= 10
     assert metric(fleet[0], "fleetgate_requests_total", backend="none", status="404") >= 1

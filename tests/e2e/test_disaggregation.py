@@ -38,6 +38,7 @@ def test_a_disaggregated_pool_prefills_on_one_backend_and_decodes_on_another(
             assert metric(prefill[0], "vllm:generation_tokens_total") == 1
             assert metric(decode[0], "vllm:generation_tokens_total") == 8
             assert metric(url, "fleetgate_backend_pending_prefill_tokens") == 0
+            assert metric(url, "fleetgate_backend_in_flight_tokens") == 0
 
 
 def test_without_a_working_prefill_backend_the_decode_backend_prefills_itself(

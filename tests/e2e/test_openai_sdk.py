@@ -99,6 +99,7 @@ def test_requests_spread_over_the_pool_and_show_in_metrics(
     assert metric(url, "fleetgate_request_duration_seconds_count", model=MODEL) >= 6
     assert metric(url, "fleetgate_backend_in_flight_requests") == 0
     assert metric(url, "fleetgate_backend_pending_prefill_tokens") == 0
+    assert metric(url, "fleetgate_backend_in_flight_tokens") == 0
     timed = metric(url, "fleetgate_routing_plugin_seconds_count", plugin="round_robin")
     assert timed >= 6  # every pick's plugins are timed
 

@@ -55,6 +55,7 @@ def test_a_hung_backend_gets_a_504_after_the_first_byte_timeout(fleet: tuple[str
     assert metric(url, "fleetgate_upstream_errors_total", kind="timeout") >= 1
     assert metric(url, "fleetgate_backend_in_flight_requests") == 0
     assert metric(url, "fleetgate_backend_pending_prefill_tokens") == 0
+    assert metric(url, "fleetgate_backend_in_flight_tokens") == 0
 
 
 def test_a_stream_past_the_total_timeout_ends_with_an_error_event(fleet: tuple[str, str]) -> None:

@@ -34,6 +34,9 @@ async def test_a_scrape_reads_running_requests_and_kv_use_of_a_sim_worker() -> N
             await asyncio.sleep(0.01)
         assert state.engine.running == 1
         assert state.engine.kv_usage > 0
+        state.in_flight_tokens = 250  # the gateway's own count, noted beside the reading
+        assert await scraper.scrape(state, ScrapeSettings())
+        assert state.engine.sent_tokens == 250
         pending.cancel()
         server.abort()
         before = state.engine

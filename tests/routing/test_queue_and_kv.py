@@ -1,7 +1,8 @@
 """The `queue` and `kv_cache` scorers, and the `least_loaded` profile they make up.
 
-queue:    score_i = 1 - q_i / max_j q_j,  q_i = max(gateway in-flight, running + waiting)
-kv_cache: score_i = 1 - k_i,  a missing or stale reading counts as the mean of the others
+queue:    score_i = 1 - r_i / max_j r_j,  r_i = max(gateway in-flight, running + waiting) / weight
+kv_cache: score_i = 1 - k_i / max_j k_j,  k_i = the engine's reading + prompt tokens sent since
+          it / capacity; a missing or stale reading counts as the mean of the others
 """
 
 from __future__ import annotations
@@ -29,10 +30,15 @@ def states(n: int) -> tuple[BackendState, ...]:
 
 
 def reading(
-    running: float = 0.0, waiting: float = 0.0, kv: float = 0.0, at: float = 0.0
+    running: float = 0.0,
+    waiting: float = 0.0,
+    kv: float = 0.0,
+    at: float = 0.0,
+    capacity: float | None = None,
+    sent: int = 0,
 ) -> EngineLoad:
-    """An engine's scrape at time `at`."""
-    return EngineLoad(running, waiting, kv, 0.0, 0.0, None, at)
+    """An engine's scrape at time `at`, when the gateway had `sent` prompt tokens in flight."""
+    return EngineLoad(running, waiting, kv, 0.0, 0.0, None, at, capacity, sent)
 
 
 def test_queue_takes_the_larger_of_the_engine_reading_and_the_gateway_count() -> None:
@@ -58,6 +64,13 @@ def test_a_stale_engine_reading_is_ignored_for_the_gateway_count() -> None:
     )
 
 
+def test_queue_is_weighed_by_each_backends_weight(make_pool: MakePool) -> None:
+    pool = make_pool("round_robin", [2.5, 1.0, 1.0])
+    h100, a100, other = pool.states
+    h100.in_flight, a100.in_flight, other.in_flight = 5, 2, 4  # 2 a unit of weight, 2, 4
+    assert QueueScorer().score(REQUEST, pool.states, now=0.0) == pytest.approx([0.5, 0.5, 0.0])
+
+
 def test_every_queue_scores_one_when_all_are_empty() -> None:
     a, b, c = states(3)
     b.engine = reading(at=0.0)
@@ -69,9 +82,29 @@ def test_kv_cache_scores_free_cache_and_missing_readings_get_the_mean() -> None:
     a.engine = reading(kv=0.2)
     b.engine = reading(kv=0.6)
     d.engine = reading(kv=0.1, at=-10.0)  # stale: as good as missing
-    # mean of the fresh readings (0.2, 0.6) is 0.4: c and d score 1 - 0.4
+    # relative to the fullest (0.6); c and d count as the mean of the fresh readings, 0.4
     scores = KvCacheScorer().score(REQUEST, (a, b, c, d), now=0.0)
-    assert scores == pytest.approx([0.8, 0.4, 0.6, 0.6])
+    assert scores == pytest.approx([2 / 3, 0.0, 1 / 3, 1 / 3])
+
+
+def test_kv_cache_counts_prompts_sent_and_finished_since_the_reading(
+    make_pool: MakePool,
+) -> None:
+    pool = make_pool("round_robin", [1.0, 1.0])
+    a, b = pool.states
+    pool.begin(a, 0.0, prompt_tokens=4_000)
+    pool.begin(b, 0.0, prompt_tokens=2_000)
+    # Both read 10% of 100k tokens, with the gateway's prompts above already in them.
+    a.engine = reading(kv=0.1, capacity=100_000, sent=a.in_flight_tokens)
+    b.engine = reading(kv=0.1, capacity=100_000, sent=b.in_flight_tokens)
+    assert KvCacheScorer().score(REQUEST, (a, b), now=0.5) == pytest.approx([0.0, 0.0])
+    pool.begin(b, 0.5, prompt_tokens=10_000)  # sent since: b holds 20% now
+    pool.end(a, 0.5, prompt_tokens=4_000)  # finished since: a holds 6%
+    assert KvCacheScorer().score(REQUEST, (a, b), now=0.6) == pytest.approx([0.7, 0.0])
+    # Without a reported capacity, the reading alone counts.
+    a.engine = reading(kv=0.1)
+    b.engine = reading(kv=0.2)
+    assert KvCacheScorer().score(REQUEST, (a, b), now=0.6) == pytest.approx([0.5, 0.0])
 
 
 def test_kv_cache_clamps_readings_and_scores_one_without_any() -> None:
