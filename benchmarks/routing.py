@@ -12,7 +12,9 @@ every policy), the fleet's prefix-cache hit rate (from the engines' own counters
 spread of utilization over backends, each beside round robin's in the same run (a ratio).
 Utilization of a backend is its engine's time-averaged KV-cache use (the share of its memory
 the requests it was given occupy; an H100 and an A100 are equally utilized at equal shares),
-sampled every 0.5 s; spread = (max - min) / mean over backends.
+sampled every 0.5 s over the second half of the sending window (the first half fills the
+fleet; after it, the drain measures how fast each engine empties, not how load was shared);
+spread = (max - min) / mean over backends.
 
 The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model, so
 a fleet of 8 streams within the CPU, and offered rates are scaled to match. Each run records the
@@ -50,6 +52,7 @@ class Workload:
     fleet: tuple[tuple[str, int], ...]  # (sim profile, replicas)
     bench: str  # `fleetgate bench` arguments
     slo: str = "--slo-ttft-ms 2000 --slo-itl-ms 200"
+    weights: tuple[float, ...] = ()  # the typed weight of each fleet entry's backends; 1 if none
 
 
 H100 = "h100-llama3-8b"
@@ -63,8 +66,11 @@ WORKLOADS = {
     ),
     "mooncake-conv": Workload(((H100, 8),), "--workload mooncake-conv --rate 2"),
     "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 45"),
+    # Static weights as an operator would type them from single-stream benchmarks: the H100's
+    # ITL at concurrency 1 (4.6 ms) against the A100's (11.7 ms). Every fleetgate policy gets
+    # them; the weight-aware ones (weighted_round_robin, least_requests, power_of_two) use them.
     "mixed-azure-conv": Workload(
-        ((H100, 4), ("a100-llama3-8b", 4)), "--workload azure-conv --rate 28"
+        ((H100, 4), ("a100-llama3-8b", 4)), "--workload azure-conv --rate 34", weights=(2.5, 1.0)
     ),
 }
 POLICIES = (
@@ -79,7 +85,7 @@ class Samples:
     """What the sampler saw during one run."""
 
     idle: list[float] = field(default_factory=list)  # CPU idle share per interval
-    kv: dict[str, list[float]] = field(default_factory=dict)  # backend -> KV-cache use
+    kv: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (s, KV use)
 
 
 def _free_port() -> int:
@@ -166,7 +172,7 @@ def _sims(fleet: Sequence[tuple[str, int]], slowdown: float) -> Iterator[list[st
 
 
 @contextmanager
-def _router(policy: str, urls: list[str], workdir: Path) -> Iterator[str]:
+def _router(policy: str, urls: list[str], weights: list[float], workdir: Path) -> Iterator[str]:
     if policy.startswith("sglang:"):
         port = _free_port()
         args = ["sglang-router", "launch", "--host", "127.0.0.1", "--port", str(port),
@@ -181,7 +187,8 @@ def _router(policy: str, urls: list[str], workdir: Path) -> Iterator[str]:
         return
     config = workdir / f"{policy.replace('/', '-')}.yaml"
     name, _, variant = policy.partition("/")  # "NAME/calibrated": self-calibrating weights
-    pool = {"model": MODEL, "policy": name, "backends": [{"url": u} for u in urls],
+    backends = [{"url": u, "weight": w} for u, w in zip(urls, weights, strict=True)]
+    pool = {"model": MODEL, "policy": name, "backends": backends,
             "weights": {"calibrate": variant == "calibrated"}}  # fmt: skip
     config.write_text(json.dumps({"pools": [pool], "seed": 1}))
     with _process([PY, "-m", "fleetgate", "serve", "--config", str(config), "--port", "0"]) as proc:
@@ -198,6 +205,7 @@ def _router(policy: str, urls: list[str], workdir: Path) -> Iterator[str]:
 
 
 def _sample(urls: list[str], stop: threading.Event, samples: Samples) -> None:
+    start = time.monotonic()
     idle0, total0 = _cpu_times()
     while not stop.wait(0.5):
         idle1, total1 = _cpu_times()
@@ -209,7 +217,8 @@ def _sample(urls: list[str], stop: threading.Event, samples: Samples) -> None:
                 text = _get(url + "/metrics", 2.0)
             except OSError:
                 continue
-            samples.kv.setdefault(url, []).append(_metric_sum(text, "vllm:kv_cache_usage_perc"))
+            kv = _metric_sum(text, "vllm:kv_cache_usage_perc")
+            samples.kv.setdefault(url, []).append((time.monotonic() - start, kv))
 
 
 def _cache_counters(urls: list[str]) -> tuple[float, float]:
@@ -221,12 +230,28 @@ def _cache_counters(urls: list[str]) -> tuple[float, float]:
     return hits, queries
 
 
+def _utilization(samples: Samples, start: float, end: float) -> dict[str, float]:
+    """Per backend, its mean KV-cache use over the samples taken in [start, end] s."""
+    means: dict[str, float] = {}
+    for url, series in samples.kv.items():
+        window = [kv for t, kv in series if start <= t <= end]
+        if window:
+            means[url] = sum(window) / len(window)
+    return means
+
+
 def run_one(
     workload: Workload, policy: str, args: argparse.Namespace, workdir: Path
 ) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / policy.replace(":", "-").replace("/", "-")
-    with _sims(workload.fleet, args.slowdown) as urls, _router(policy, urls, workdir) as url:
+    weights = workload.weights or (1.0,) * len(workload.fleet)
+    typed = [w for (_, replicas), w in zip(workload.fleet, weights, strict=True)
+             for _ in range(replicas)]  # fmt: skip
+    with (
+        _sims(workload.fleet, args.slowdown) as urls,
+        _router(policy, urls, typed, workdir) as url,
+    ):
         samples, stop = Samples(), threading.Event()
         sampler = threading.Thread(target=_sample, args=(urls, stop, samples), daemon=True)
         sampler.start()
@@ -239,7 +264,8 @@ def run_one(
         sampler.join()
         hits, queries = _cache_counters(urls)
     summary = json.loads((out / "summary.json").read_text())["summary"]
-    means = [sum(k) / len(k) for k in samples.kv.values() if k]
+    utilization = _utilization(samples, args.duration / 2, args.duration)
+    means = list(utilization.values())
     mean_util = sum(means) / len(means) if means else 0.0
     idle = sorted(samples.idle)
     good = (summary["slo_attainment"] or 0.0) * summary["requests"]
@@ -248,7 +274,7 @@ def run_one(
         "goodput": good / args.duration,
         "hit_rate": hits / queries if queries else 0.0,
         "spread": (max(means) - min(means)) / mean_util if mean_util else 0.0,
-        "utilization": {url: sum(k) / len(k) for url, k in samples.kv.items() if k},
+        "utilization": utilization,
         "idle_p10": idle[len(idle) // 10] if idle else 1.0,
     }
 
