@@ -8,13 +8,17 @@ another's warm caches), the gateway routes with that policy (or sglang-router do
 `sglang-router` is on PATH: `cache_aware` and `power_of_two`), and `fleetgate bench` replays the
 workload open-loop. One table per workload: throughput (req/s, output tok/s), TTFT p50/p90/p99,
 E2E p99 (ms), goodput (requests meeting the SLO per second of sending: the same window for
-every policy), the fleet's prefix-cache hit rate (from the engines' own counters), and the
-spread of utilization over backends, each beside round robin's in the same run (a ratio).
-Utilization of a backend is its engine's time-averaged KV-cache use (the share of its memory
-the requests it was given occupy; an H100 and an A100 are equally utilized at equal shares),
-sampled every 0.5 s over the second half of the sending window (the first half fills the
-fleet; after it, the drain measures how fast each engine empties, not how load was shared);
-spread = (max - min) / mean over backends.
+every policy), the fleet's prefix-cache hit rate (from the engines' own counters), and two
+spreads over backends, each beside round robin's in the same run (a ratio):
+- utilization: the share of its compute a backend's engine spent on the tokens it was given,
+  tokens computed per second (vLLM's prompt + generation - prefix-cache hit counters) over
+  the saturated rate of its profile (1 / compute_per_token_s, slowed by --slowdown), as model
+  FLOPs utilization is defined. An H100 doing 2.7x an A100's tokens is equally utilized;
+- KV: the engine's time-averaged KV-cache use (equal only if every backend holds as many
+  requests: with equal memory, a faster GPU that rightly takes more requests holds more).
+Both over the second half of the sending window, sampled every 0.5 s (the first half fills
+the fleet; after it, the drain measures how fast each engine empties, not how load was
+shared); spread = (max - min) / mean over backends.
 
 The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model, so
 a fleet of 8 streams within the CPU, and offered rates are scaled to match. Each run records the
@@ -42,9 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fleetgate.workers.sim.profiles import get_profile
+
 PY = sys.executable
 MODEL = "sim-8b"
 MIN_IDLE = 0.10  # below this share of CPU idle a run is saturated
+COMPUTED = ("prompt_tokens", "generation_tokens")  # vLLM counters of tokens through the model
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,7 @@ class Samples:
 
     idle: list[float] = field(default_factory=list)  # CPU idle share per interval
     kv: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (s, KV use)
+    tokens: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (s, computed)
 
 
 def _free_port() -> int:
@@ -217,8 +225,14 @@ def _sample(urls: list[str], stop: threading.Event, samples: Samples) -> None:
                 text = _get(url + "/metrics", 2.0)
             except OSError:
                 continue
-            kv = _metric_sum(text, "vllm:kv_cache_usage_perc")
-            samples.kv.setdefault(url, []).append((time.monotonic() - start, kv))
+            at = time.monotonic() - start
+            samples.kv.setdefault(url, []).append(
+                (at, _metric_sum(text, "vllm:kv_cache_usage_perc"))
+            )
+            computed = sum(_metric_sum(text, f"vllm:{n}_total") for n in COMPUTED) - _metric_sum(
+                text, "vllm:prefix_cache_hits_total"
+            )
+            samples.tokens.setdefault(url, []).append((at, computed))
 
 
 def _cache_counters(urls: list[str]) -> tuple[float, float]:
@@ -230,7 +244,7 @@ def _cache_counters(urls: list[str]) -> tuple[float, float]:
     return hits, queries
 
 
-def _utilization(samples: Samples, start: float, end: float) -> dict[str, float]:
+def _kv_use(samples: Samples, start: float, end: float) -> dict[str, float]:
     """Per backend, its mean KV-cache use over the samples taken in [start, end] s."""
     means: dict[str, float] = {}
     for url, series in samples.kv.items():
@@ -238,6 +252,25 @@ def _utilization(samples: Samples, start: float, end: float) -> dict[str, float]
         if window:
             means[url] = sum(window) / len(window)
     return means
+
+
+def _compute_use(
+    samples: Samples, start: float, end: float, seconds_per_token: dict[str, float]
+) -> dict[str, float]:
+    """Per backend, tokens computed per second in [start, end] s times its seconds a token
+    at saturation (slowdown included): the share of its compute in use."""
+    shares: dict[str, float] = {}
+    for url, series in samples.tokens.items():
+        window = [(t, n) for t, n in series if start <= t <= end]
+        if len(window) >= 2 and window[-1][0] > window[0][0]:
+            rate = (window[-1][1] - window[0][1]) / (window[-1][0] - window[0][0])
+            shares[url] = rate * seconds_per_token[url]
+    return shares
+
+
+def _spread(values: dict[str, float]) -> float:
+    mean = sum(values.values()) / len(values) if values else 0.0
+    return (max(values.values()) - min(values.values())) / mean if mean else 0.0
 
 
 def run_one(
@@ -248,6 +281,8 @@ def run_one(
     weights = workload.weights or (1.0,) * len(workload.fleet)
     typed = [w for (_, replicas), w in zip(workload.fleet, weights, strict=True)
              for _ in range(replicas)]  # fmt: skip
+    cost = [get_profile(profile).compute_per_token_s * args.slowdown
+            for profile, replicas in workload.fleet for _ in range(replicas)]  # fmt: skip
     with (
         _sims(workload.fleet, args.slowdown) as urls,
         _router(policy, urls, typed, workdir) as url,
@@ -264,17 +299,20 @@ def run_one(
         sampler.join()
         hits, queries = _cache_counters(urls)
     summary = json.loads((out / "summary.json").read_text())["summary"]
-    utilization = _utilization(samples, args.duration / 2, args.duration)
-    means = list(utilization.values())
-    mean_util = sum(means) / len(means) if means else 0.0
+    window = (args.duration / 2, args.duration)
+    kv_use = _kv_use(samples, *window)
+    per_token = dict(zip(urls, cost, strict=True))
+    utilization = _compute_use(samples, *window, per_token)
     idle = sorted(samples.idle)
     good = (summary["slo_attainment"] or 0.0) * summary["requests"]
     return {
         "summary": summary,
         "goodput": good / args.duration,
         "hit_rate": hits / queries if queries else 0.0,
-        "spread": (max(means) - min(means)) / mean_util if mean_util else 0.0,
+        "spread": _spread(utilization),
         "utilization": utilization,
+        "kv_spread": _spread(kv_use),
+        "kv_use": kv_use,
         "idle_p10": idle[len(idle) // 10] if idle else 1.0,
     }
 
@@ -286,7 +324,7 @@ def _values(r: dict[str, Any]) -> list[float]:
     return [
         s["request_throughput"], s["output_throughput"], ttft.get("p50", nan),
         ttft.get("p90", nan), ttft.get("p99", nan), e2e.get("p99", nan), r["goodput"],
-        r["hit_rate"] * 100, r["spread"] * 100,
+        r["hit_rate"] * 100, r["spread"] * 100, r["kv_spread"] * 100,
     ]  # fmt: skip
 
 
@@ -303,7 +341,7 @@ def _row(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> list[str]
 
 
 HEADER = ["policy", "req/s", "out tok/s", "TTFT p50", "TTFT p90", "TTFT p99", "E2E p99",
-          "goodput", "cache hit %", "util spread %", "failed"]  # fmt: skip
+          "goodput", "cache hit %", "util spread %", "KV spread %", "failed"]  # fmt: skip
 
 
 def print_table(title: str, results: dict[str, dict[str, Any]]) -> None:
