@@ -27,6 +27,23 @@ LATENCY_BUCKETS = (
 ROUTING_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
 
 
+# The per-backend gauges: name, help, and how each is read from a backend's live state.
+_BACKEND_GAUGES: tuple[tuple[str, str, Callable[[BackendState], float]], ...] = (
+    ("fleetgate_backend_in_flight_requests",
+     "Requests sent to a backend that have not finished.",
+     lambda s: s.in_flight),
+    ("fleetgate_backend_healthy",
+     "1 when no health detector flags the backend (active check, ejection, draining).",
+     lambda s: 0.0 if s.flags else 1.0),
+    ("fleetgate_backend_pending_prefill_tokens",
+     "Prompt tokens (estimated) sent to a backend whose first token has not come back.",
+     lambda s: s.pending_prefill),
+    ("fleetgate_backend_in_flight_tokens",
+     "Prompt tokens (estimated) of the requests sent to a backend that have not finished.",
+     lambda s: s.in_flight_tokens),
+)  # fmt: skip
+
+
 class GatewayMetrics(Collector):
     """Everything the gateway records; `render()` gives the Prometheus text format."""
 
@@ -120,36 +137,12 @@ class GatewayMetrics(Collector):
             self._ttft, self._e2e, self._routing,
         ):  # fmt: skip
             yield series.family()
-        gauge = GaugeMetricFamily(
-            "fleetgate_backend_in_flight_requests",
-            "Requests sent to a backend that have not finished.",
-            labels=["model", "backend"],
-        )
-        up = GaugeMetricFamily(
-            "fleetgate_backend_healthy",
-            "1 when no health detector flags the backend (active check, ejection, draining).",
-            labels=["model", "backend"],
-        )
-        prefill = GaugeMetricFamily(
-            "fleetgate_backend_pending_prefill_tokens",
-            "Prompt tokens (estimated) sent to a backend whose first token has not come back.",
-            labels=["model", "backend"],
-        )
-        tokens = GaugeMetricFamily(
-            "fleetgate_backend_in_flight_tokens",
-            "Prompt tokens (estimated) of the requests sent to a backend that have not finished.",
-            labels=["model", "backend"],
-        )
-        for model, state in self._states():
-            labels = [model, state.backend.id]
-            gauge.add_metric(labels, state.in_flight)
-            up.add_metric(labels, 0.0 if state.flags else 1.0)
-            prefill.add_metric(labels, state.pending_prefill)
-            tokens.add_metric(labels, state.in_flight_tokens)
-        yield gauge
-        yield up
-        yield prefill
-        yield tokens
+        states = list(self._states())
+        for name, doc, read in _BACKEND_GAUGES:
+            gauge = GaugeMetricFamily(name, doc, labels=["model", "backend"])
+            for model, state in states:
+                gauge.add_metric([model, state.backend.id], read(state))
+            yield gauge
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
