@@ -68,6 +68,7 @@ class _Failed:
     body: bytes
     headers: list[tuple[bytes, bytes]]
     backend: str
+    unsent: bool = False  # the connection never opened: the backend did no work for it
 
 
 class Proxy:
@@ -122,14 +123,18 @@ class Proxy:
                 if state is None:
                     break
                 if tried:
-                    if not pool.budget.allows(pool.in_flight):
+                    # A retry after a failed connect adds no work to the fleet: it is the
+                    # first the request puts there, so the budget does not count it.
+                    counted = failed is None or not failed.unsent
+                    if counted and not pool.budget.allows(pool.in_flight):
+                        self._metrics.retry_refused(routing.model)
                         break
                     self._metrics.retry(routing.model)
-                    pool.budget.retrying += 1
+                    pool.budget.retrying += counted
                     try:
                         await self._sleep(backoff_s(pool.retries, attempt, self._rng))
                     finally:
-                        pool.budget.retrying -= 1
+                        pool.budget.retrying -= counted
                 tried.append(state)
                 backend_id = state.backend.id
                 last = attempt + 1 == pool.retries.max_attempts
@@ -291,7 +296,7 @@ class Proxy:
             message = f"Backend {backend.id} failed: {exc}"
             return _Failed(
                 status, error_body(status, message, code=_code(exc)),
-                [(b"content-type", _JSON)], backend.id,
+                [(b"content-type", _JSON)], backend.id, isinstance(exc, ConnectError),
             )  # fmt: skip
         finally:
             if not released:

@@ -64,6 +64,11 @@ class GatewayMetrics(Collector):
             "Attempts sent to another backend after one failed before the first byte.",
             ["model"],
         )
+        self._retries_refused = CounterSeries(
+            "fleetgate_retries_refused",
+            "Retries not sent as the pool's retry budget was spent: the client got the failure.",
+            ["model"],
+        )
         self._hedges = CounterSeries(
             "fleetgate_hedges",
             "Second attempts sent because a stream's first token was late.",
@@ -128,13 +133,16 @@ class GatewayMetrics(Collector):
     def retry(self, model: str) -> None:
         self._retries.inc((model,))
 
+    def retry_refused(self, model: str) -> None:
+        self._retries_refused.inc((model,))
+
     def upstream_error(self, model: str, backend: str, kind: str) -> None:
         self._errors.inc((model, backend, kind))
 
     def collect(self) -> Iterator[Metric]:
         for series in (
-            self._requests, self._errors, self._retries, self._hedges, self._continuations,
-            self._ttft, self._e2e, self._routing,
+            self._requests, self._errors, self._retries, self._retries_refused, self._hedges,
+            self._continuations, self._ttft, self._e2e, self._routing,
         ):  # fmt: skip
             yield series.family()
         states = list(self._states())

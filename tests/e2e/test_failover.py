@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -117,6 +118,47 @@ def test_a_failing_worker_is_ejected_and_client_errors_never_eject(
     assert [ask(client) for _ in range(40)] == [20] * 40  # retried elsewhere, then ejected
     assert metric(url, "fleetgate_backend_healthy", backend=bad[7:]) == 0
     assert metric(url, "fleetgate_retries_total") >= 1
+
+
+def closed_port() -> int:
+    """A localhost port nothing listens on: connecting to it is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_refused_connect_is_retried_past_a_spent_budget_and_a_failure_is_not(
+    tmp_path: Path,
+) -> None:
+    """The retry budget bounds the extra work retries put on the fleet: a retry after a
+    refused connect adds none, so it goes even when the budget is spent; a retry after a 500
+    would, so it does not, and the refusal is counted."""
+    with ExitStack() as stack:
+        workers = start_workers(stack, 2)
+        dead = f"http://127.0.0.1:{closed_port()}"
+        pool = {
+            "model": MODEL, "policy": "round_robin",
+            "backends": [{"url": u} for u in [dead, workers[0][0], workers[1][0]]],
+            "retries": {"budget_ratio": 0.0, "budget_min": 0},
+            "health_check": {"enabled": False}, "engine_metrics": {"enabled": False},
+            "outlier": {"consecutive_failures": 1000, "min_requests": 1000},
+        }  # fmt: skip
+        config = tmp_path / "gw.yaml"
+        config.write_text(json.dumps({"pools": [pool]}))
+        url, _ = stack.enter_context(gateway(["--config", str(config)]))
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        assert [ask(client) for _ in range(6)] == [20] * 6  # two of them tried `dead` first
+        assert metric(url, "fleetgate_retries_total") >= 2
+        assert metric(url, "fleetgate_retries_refused_total") == 0
+        set_faults(workers[1][0], error_rate=1.0, error_status=500)
+        failed = 0
+        for _ in range(6):
+            try:
+                ask(client)
+            except openai.InternalServerError:
+                failed += 1
+        assert failed >= 2  # what reached the failing worker was not retried
+        assert metric(url, "fleetgate_retries_refused_total") == failed
 
 
 def stream_tokens(client: openai.OpenAI, max_tokens: int = 60) -> tuple[int, set[str], int]:
