@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/routing.py [--workloads shared-prefix,azure-conv,...]
         [--policies round_robin,least_requests,...] [--duration 60] [--slowdown 4]
+        [--rates 26,28,30] [--weights 2.5,1]
 
 For each workload a fleet of sim workers starts afresh for every policy (so no policy inherits
 another's warm caches), the gateway routes with that policy (or sglang-router does, when
@@ -19,6 +20,11 @@ spreads over backends, each beside round robin's in the same run (a ratio):
 Both over the second half of the sending window, sampled every 0.5 s (the first half fills
 the fleet; after it, the drain measures how fast each engine empties, not how load was
 shared); spread = (max - min) / mean over backends.
+
+With several `--rates`, every policy runs at each, and a last table gives each policy's SLO
+attainment by rate and the highest rate at which it still meets the SLO for 90% of requests
+(DistServe's goodput) and for 99% (an SLO stated on p99 latencies), interpolated linearly
+between the measured rates.
 
 The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model, so
 a fleet of 8 streams within the CPU, and offered rates are scaled to match. Each run records the
@@ -43,6 +49,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -244,6 +251,35 @@ def _cache_counters(urls: list[str]) -> tuple[float, float]:
     return hits, queries
 
 
+def _over(text: str, name: str, bound_s: float) -> float:
+    """The share of a histogram's observations above `bound_s` (which must be a bucket edge)."""
+    count = _metric_sum(text, name + "_count")
+    within = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "_bucket{") and f'le="{bound_s}"' in line:
+            within += float(line.rsplit(" ", 1)[1])
+    return 1.0 - within / count if count else 0.0
+
+
+def _slo_misses(urls: list[str]) -> dict[str, tuple[float, float]]:
+    """Per backend, the shares of its finished requests with TTFT over 2.5 s (vLLM's bucket
+    edge nearest the SLO's 2 s) and with TPOT over the SLO's 200 ms, from the engine's own
+    histograms: where the SLO misses happen."""
+    misses: dict[str, tuple[float, float]] = {}
+    for url in urls:
+        text = _get(url + "/metrics")
+        misses[url] = (
+            _over(text, "vllm:time_to_first_token_seconds", 2.5),
+            _over(text, "vllm:time_per_output_token_seconds", 0.2),
+        )
+    return misses
+
+
+def _with_rate(bench: str, rate: float | None) -> str:
+    """The workload's load-generator arguments, at `rate` req/s when one is given."""
+    return bench if rate is None else re.sub(r"--rate \S+", f"--rate {rate:g}", bench)
+
+
 def _kv_use(samples: Samples, start: float, end: float) -> dict[str, float]:
     """Per backend, its mean KV-cache use over the samples taken in [start, end] s."""
     means: dict[str, float] = {}
@@ -274,11 +310,11 @@ def _spread(values: dict[str, float]) -> float:
 
 
 def run_one(
-    workload: Workload, policy: str, args: argparse.Namespace, workdir: Path
+    workload: Workload, policy: str, args: argparse.Namespace, rate: float | None, workdir: Path
 ) -> dict[str, Any]:
     workdir.mkdir(parents=True, exist_ok=True)
     out = workdir / policy.replace(":", "-").replace("/", "-")
-    weights = workload.weights or (1.0,) * len(workload.fleet)
+    weights = args.weights or workload.weights or (1.0,) * len(workload.fleet)
     typed = [w for (_, replicas), w in zip(workload.fleet, weights, strict=True)
              for _ in range(replicas)]  # fmt: skip
     cost = [get_profile(profile).compute_per_token_s * args.slowdown
@@ -293,11 +329,13 @@ def run_one(
         bench = [PY, "-m", "fleetgate", "bench", "--target", url, "--model", MODEL,
                  "--duration", str(args.duration), "--grace", str(args.grace), "--seed", "0",
                  "--quiet", "--out", str(out), "--save-requests",
-                 *workload.bench.split(), *workload.slo.split()]  # fmt: skip
+                 *_with_rate(workload.bench, rate).split(),
+                 *workload.slo.split()]  # fmt: skip
         subprocess.run(bench, check=False, stdout=subprocess.DEVNULL)  # failures are in the summary
         stop.set()
         sampler.join()
         hits, queries = _cache_counters(urls)
+        misses = _slo_misses(urls)
     summary = json.loads((out / "summary.json").read_text())["summary"]
     window = (args.duration / 2, args.duration)
     kv_use = _kv_use(samples, *window)
@@ -313,6 +351,7 @@ def run_one(
         "utilization": utilization,
         "kv_spread": _spread(kv_use),
         "kv_use": kv_use,
+        "engine_slo_misses": misses,
         "idle_p10": idle[len(idle) // 10] if idle else 1.0,
     }
 
@@ -355,6 +394,39 @@ def print_table(title: str, results: dict[str, dict[str, Any]]) -> None:
         print("  ".join(cells))
 
 
+ATTAINMENT_GOALS = (0.90, 0.99)  # DistServe's goodput at 90%; 99% as p99-bound SLOs ask
+
+
+def sustained(points: list[tuple[float, float]], goal: float) -> str:
+    """The highest offered rate whose SLO attainment is at least `goal`, interpolated linearly
+    between the measured (rate, attainment) points around the first one below it."""
+    if points[0][1] < goal:
+        return f"<{points[0][0]:g}"
+    for (r0, a0), (r1, a1) in pairwise(points):
+        if a1 < goal:
+            return f"{r0 + (r1 - r0) * (a0 - goal) / (a0 - a1):.1f}"
+    return f">={points[-1][0]:g}"
+
+
+def print_sweep(
+    title: str, sweep: dict[float, dict[str, dict[str, Any]]], policies: list[str]
+) -> None:
+    """SLO attainment per policy and rate, and the highest rate each policy sustains."""
+    rates = sorted(sweep)
+    goals = [f"rate at {g:.0%}" for g in ATTAINMENT_GOALS]
+    rows = [["policy", *[f"@{r:g}" for r in rates], *goals]]
+    for policy in policies:
+        points = [(r, sweep[r][policy]["summary"]["slo_attainment"] or 0.0) for r in rates]
+        rows.append([policy, *[f"{a:.3f}" for _, a in points],
+                     *[sustained(points, g) for g in ATTAINMENT_GOALS]])  # fmt: skip
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    print(f"\n== {title}: SLO attainment by offered req/s ==")
+    for row in rows:
+        cells = [row[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
+        print("  ".join(cells))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
@@ -363,6 +435,15 @@ def main() -> int:
     parser.add_argument("--grace", type=float, default=60.0)
     parser.add_argument("--slowdown", type=float, default=4.0, help="sim time dilation")
     parser.add_argument("--out", default="", help="write results.json here")
+    parser.add_argument(
+        "--rates", type=lambda v: [float(r) for r in v.split(",")], default=[None],
+        help="offered req/s, for every workload (default: each workload's own); several, e.g."
+        " 26,28,30, run each policy at each and print the highest rate each sustains",
+    )  # fmt: skip
+    parser.add_argument(
+        "--weights", type=lambda v: tuple(float(w) for w in v.split(",")), default=None,
+        help="typed weights, one per hardware group of the fleet (e.g. 3,1), for every policy",
+    )  # fmt: skip
     args = parser.parse_args()
     policies = [p for p in args.policies.split(",") if p]
     if shutil.which("sglang-router") is None:
@@ -375,13 +456,20 @@ def main() -> int:
     everything: dict[str, dict[str, Any]] = {}
     for name in args.workloads.split(","):
         workload = WORKLOADS[name]
-        results: dict[str, dict[str, Any]] = {}
-        for policy in policies:
-            print(f"{name}: {policy} ...", flush=True)
-            results[policy] = run_one(workload, policy, args, workdir / name)
-            everything[name] = results
-            (workdir / "results.json").write_text(json.dumps(everything, indent=1))
-        print_table(name, results)
+        sweep: dict[float, dict[str, dict[str, Any]]] = {}
+        for rate in args.rates:
+            title = name if rate is None else f"{name}@{rate:g}"
+            results: dict[str, dict[str, Any]] = {}
+            for policy in policies:
+                print(f"{title}: {policy} ...", flush=True)
+                results[policy] = run_one(workload, policy, args, rate, workdir / title)
+                everything[title] = results
+                (workdir / "results.json").write_text(json.dumps(everything, indent=1))
+            print_table(title, results)
+            if rate is not None:
+                sweep[rate] = results
+        if len(sweep) > 1:
+            print_sweep(name, sweep, policies)
     print(f"\nresults: {workdir / 'results.json'}  (cpus: {os.cpu_count()})")
     return 0
 
