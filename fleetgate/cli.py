@@ -46,6 +46,13 @@ def _serve(args: argparse.Namespace) -> int:
     return _run(serve_forever(config, args.backend or [], args.policy))
 
 
+def _positive(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
 def _worker_sim(args: argparse.Namespace) -> int:
     from fleetgate.workers.sim.faults import faults_from_args
     from fleetgate.workers.sim.fleet_process import SimSpec, serve_specs
@@ -54,7 +61,7 @@ def _worker_sim(args: argparse.Namespace) -> int:
     specs = [
         SimSpec(model=args.model, profile=args.profile, port=args.port + i if args.port else 0,
                 faults=faults, heartbeat_url=args.heartbeat,
-                heartbeat_interval_s=args.heartbeat_interval)
+                heartbeat_interval_s=args.heartbeat_interval, kv_link_gbps=args.kv_link_gbps)
         for i in range(args.replicas)
     ]  # fmt: skip
     return _run(serve_specs(specs, args.host, announce=True))
@@ -98,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="push heartbeats to this gateway (for pools whose health check kind is heartbeat)",
     )  # fmt: skip
     sim.add_argument("--heartbeat-interval", type=float, default=1.0, metavar="S")
+    from fleetgate.workers.sim.profiles import KV_LINK_GBPS
+
+    sim.add_argument(
+        "--kv-link-gbps", type=_positive, default=KV_LINK_GBPS, metavar="GBPS",
+        help="the link a disaggregated prefill's KV crosses to reach this worker, in Gb/s"
+        f" (default {KV_LINK_GBPS:g}); the transfer delays the request's first token",
+    )  # fmt: skip
     from fleetgate.workers.sim.faults import add_fault_arguments
 
     add_fault_arguments(sim)

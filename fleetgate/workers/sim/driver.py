@@ -46,6 +46,11 @@ class WallClockDriver:
         self._sinks[request.request_id] = sink
         self._wake.set()
 
+    async def wait(self, gpu_s: float) -> None:
+        """Let `gpu_s` of the modelled hardware's time pass (dilated like every step), as for a
+        transfer that runs beside the engine's steps."""
+        await asyncio.sleep(gpu_s * self._slowdown())
+
     def abort(self, request_id: str) -> None:
         if self._sinks.pop(request_id, None) is not None:
             self.engine.abort(request_id)

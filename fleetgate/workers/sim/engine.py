@@ -190,7 +190,7 @@ class Engine:
         """The prompt's KV, computed by a prefill engine, arrives before its request does
         (kv_transfer_params with do_remote_prefill): its full blocks enter the prefix cache,
         so only the prompt's last token is computed here. Returns the blocks now cached. The
-        transfer itself is not timed."""
+        transfer's time is the caller's to wait (generation.py): the engine steps on meanwhile."""
         return self._kv.receive(prompt.block_hashes)
 
     def flush_prefix_cache(self) -> bool:

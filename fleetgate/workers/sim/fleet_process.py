@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from fleetgate.runtime import settle_heap
 from fleetgate.workers.sim.faults import Faults
+from fleetgate.workers.sim.profiles import KV_LINK_GBPS
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class SimSpec:
     heartbeat_url: str | None = None  # a gateway to push heartbeats to (its base URL)
     heartbeat_interval_s: float = 1.0
     seed: int | None = None
+    kv_link_gbps: float = KV_LINK_GBPS  # what a remote prefill's KV crosses to reach it
 
 
 async def serve_specs(

@@ -121,8 +121,10 @@ class Generator:
         rng: random.Random,
         clock: Callable[[], float],
         loop: asyncio.AbstractEventLoop,
+        kv_transfer_s_per_token: float = 0.0,
     ) -> None:
         self._model = model
+        self._kv_transfer_s = kv_transfer_s_per_token  # a remote prefill's KV, per token
         self._block_size = block_size
         self._driver = driver
         self._metrics = metrics
@@ -196,9 +198,14 @@ class Generator:
             StreamFormat(job.chat, job.request_id, job.created, self._model) if job.stream else None
         )
         sink = _Sink(job, writer, fmt, close_after, self._loop.create_future())
-        request = EngineRequest(job.request_id, job.prompt, job.output_tokens, self._clock())
+        arrival = self._clock()
         if job.kv_receive:
+            # The decode engine pulls the prompt's KV from the prefill engine before it
+            # schedules the request (vLLM's NIXL connector): full blocks cross the link.
+            blocks = len(job.prompt.block_hashes)
+            await self._driver.wait(blocks * self._block_size * self._kv_transfer_s)
             self._driver.engine.receive_kv(job.prompt)
+        request = EngineRequest(job.request_id, job.prompt, job.output_tokens, arrival)
         try:
             self._driver.submit(request, sink)
         except ValueError as exc:  # e.g. a prompt larger than the whole KV cache

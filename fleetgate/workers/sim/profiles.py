@@ -13,6 +13,11 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# Between a prefill engine and a decode engine, a disaggregated request's KV crosses the
+# network: 200 Gb/s is one 400 Gb/s RDMA NIC (ConnectX-7, one per H100 in DGX/HGX nodes) at
+# half its line rate, a conservative effective rate for NIXL's transfers.
+KV_LINK_GBPS = 200.0
+
 
 @dataclass(frozen=True, slots=True)
 class EngineProfile:
@@ -48,6 +53,10 @@ class EngineProfile:
     """Most sequences running at once (vLLM's `max_num_seqs`; 1024 on H100, 256 on A100)."""
     max_num_batched_tokens: int = 8192
     """Token budget of one step (vLLM's `max_num_batched_tokens`; 8192 on H100, 2048 on A100)."""
+    kv_bytes_per_token: int = 128 * 1024
+    """KV-cache bytes of one token over all the engine's GPUs, 2 x layers x kv_heads x head_dim
+    x bytes per value: what a disaggregated prefill sends a decode engine (Llama-3-8B BF16:
+    128 KiB; 70B BF16: 320 KiB; 70B with FP8 KV: 160 KiB)."""
 
     def __post_init__(self) -> None:
         times = (
@@ -181,6 +190,7 @@ _H100_LLAMA3_70B_TP4 = EngineProfile(
     block_size=_KV_TOKENS_PER_BLOCK,
     max_num_seqs=1024,  # vLLM's default on H100
     max_num_batched_tokens=8192,  # vLLM's default on H100
+    kv_bytes_per_token=320 * 1024,  # BF16: 80 layers x 8 KV heads x 128 x 2 (K and V) x 2 B
 )
 
 PROFILES: Mapping[str, EngineProfile] = types.MappingProxyType(

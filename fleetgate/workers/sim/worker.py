@@ -45,9 +45,11 @@ class SimWorker:
         self.metrics = WorkerMetrics(
             self.engine, spec.model, self.profile.block_size, self.profile.num_gpu_blocks
         )
+        # Seconds of transfer per token of KV a remote prefill hands over: bytes * 8 / (Gb/s).
+        kv_transfer_s = self.profile.kv_bytes_per_token * 8 / (spec.kv_link_gbps * 1e9)
         self.generator = Generator(
             spec.model, self.profile.block_size, self.driver, self.metrics, rng, time.monotonic,
-            loop,
+            loop, kv_transfer_s,
         )  # fmt: skip
         self._server: HttpServer | None = None
         self._task: asyncio.Task[None] | None = None

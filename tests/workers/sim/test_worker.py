@@ -180,3 +180,29 @@ async def test_a_prefill_hands_off_kv_transfer_params_and_a_decode_skips_the_pre
     status, body = await worker.call(b"POST", b"/v1/chat/completions", decode)
     details = json.loads(body)["usage"]["prompt_tokens_details"]
     assert status == 200 and details["cached_tokens"] >= 1984  # all but a partial block
+
+
+async def test_a_handed_over_prompt_waits_for_its_kv_to_cross_the_link() -> None:
+    """2,000 prompt tokens of 128 KiB KV at 1 Gb/s: ~2.1 s before the first token; at the
+    default 200 Gb/s ~10 ms."""
+    loop = asyncio.get_running_loop()
+    client = HttpClient()
+    waited = {}
+    for gbps in (1.0, 200.0):
+        spec = SimSpec(model="m", profile="h100-llama3-8b", kv_link_gbps=gbps)
+        sim = SimWorker(spec, random.Random(7), loop)
+        server = await sim.start("127.0.0.1", 0)
+        worker = Worker(client, Origin.parse(f"http://127.0.0.1:{server.port}"))
+        params = {"do_remote_prefill": True, "do_remote_decode": False}
+        decode = {**CHAT, "max_tokens": 1, "kv_transfer_params": params,
+                  "messages": [{"role": "user", "content": " of" * 2000}]}  # fmt: skip
+        started = loop.time()
+        status, body = await worker.call(b"POST", b"/v1/chat/completions", decode)
+        waited[gbps] = loop.time() - started
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 1
+        server.abort()
+        await sim.stop()
+    await client.close()
+    blocks_s = 2000 // 16 * 16 * 128 * 1024 * 8 / 1e9  # full blocks only: 2.08 s at 1 Gb/s
+    assert blocks_s <= waited[1.0] < blocks_s + 1.0
+    assert waited[200.0] < 0.5
