@@ -14,41 +14,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import signal
 import subprocess
-import sys
 import tempfile
-import threading
 import time
-import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 
-PY = sys.executable
+from harness import PY, drain, gateway, get, metric, process, read_until
+
 MODEL = "sim-8b"
 
 
-def _start_worker(port: int) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [PY, "-m", "fleetgate", "worker", "sim", "--port", str(port), "--model", MODEL],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        match = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-        if match:
-            return proc, int(match.group(1))
-    raise RuntimeError("the sim worker did not start")
+def _start_worker(stack: ExitStack, port: int) -> tuple[subprocess.Popen[str], int]:
+    proc = stack.enter_context(
+        process([PY, "-m", "fleetgate", "worker", "sim", "--port", str(port), "--model", MODEL])
+    )
+    found = int(read_until(proc, r"on http://127\.0\.0\.1:(\d+)").group(1))
+    drain(proc)
+    return proc, found
 
 
 def _metric(url: str, name: str, **labels: str) -> float:
-    with urllib.request.urlopen(url + "/metrics", timeout=5) as response:
-        text = response.read().decode()
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+    return metric(get(url + "/metrics"), name, **labels)
 
 
 def _p99(values: list[float]) -> float:
@@ -64,27 +52,16 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=12.0, help="requests per second")
     parser.add_argument("--output-len", type=int, default=120)
     args = parser.parse_args()
-    workers = [_start_worker(0) for _ in range(4)]
     out = Path(tempfile.mkdtemp(prefix="chaos-"))
-    config = out / "gw.yaml"
-    backends = [{"url": f"http://127.0.0.1:{port}"} for _, port in workers]
-    config.write_text(json.dumps({"pools": [{"model": MODEL, "backends": backends}]}))
-    gateway = subprocess.Popen(
-        [PY, "-m", "fleetgate", "serve", "--config", str(config), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )  # fmt: skip
-    assert gateway.stdout is not None
-    url = ""
-    for line in gateway.stdout:
-        match = re.search(r"listening on (http://\S+)", line)
-        if match:
-            url = match.group(1)
-            break
-    threading.Thread(target=gateway.stdout.read, daemon=True).start()
-    victim_port = workers[1][1]
-    victim_id = f"127.0.0.1:{victim_port}"
     events: dict[str, float] = {}
-    try:
+    with ExitStack() as stack:
+        workers = [_start_worker(stack, 0) for _ in range(4)]
+        config = out / "gw.yaml"
+        backends = [{"url": f"http://127.0.0.1:{port}"} for _, port in workers]
+        config.write_text(json.dumps({"pools": [{"model": MODEL, "backends": backends}]}))
+        url, _ = stack.enter_context(gateway(config))
+        victim_port = workers[1][1]
+        victim_id = f"127.0.0.1:{victim_port}"
         bench = subprocess.Popen(
             [PY, "-m", "fleetgate", "bench", "--target", url, "--workload", "synthetic",
              "--input-len", "256", "--output-len", str(args.output_len), "--rate", str(args.rate),
@@ -99,17 +76,13 @@ def main() -> int:
             time.sleep(0.02)
         events["out"] = time.monotonic() - start
         time.sleep(max(0.0, 2 * args.seconds / 3 - (time.monotonic() - start)))
-        workers[1] = _start_worker(victim_port)
+        workers[1] = _start_worker(stack, victim_port)
         events["restart"] = time.monotonic() - start
         bench.wait(timeout=args.seconds + 120)
         continuations = _metric(url, "fleetgate_stream_continuations_total")
         retries = _metric(url, "fleetgate_retries_total")
         back = _metric(url, "fleetgate_backend_healthy", backend=victim_id)
         served_after = _metric(f"http://127.0.0.1:{victim_port}", "vllm:request_success_total")
-    finally:
-        for proc, _ in workers:
-            proc.terminate()
-        gateway.terminate()
     report(out, events, args, continuations, retries, back, served_after)
     return 0
 

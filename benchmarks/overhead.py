@@ -26,15 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from proc_stats import cpu_seconds
+from harness import PY, cpu_seconds, drain, free_port, process, wait_http
 
 HERE = Path(__file__).resolve().parent
-PY = sys.executable
 CHAT = '{"model":"fast","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
 STREAM = '{"model":"fast","messages":[{"role":"user","content":"hi"}],"stream":true}'
 OFFERED_STREAMS = 256 / 0.2  # 256 streams, each lasting 200 ms
@@ -46,38 +44,12 @@ def _pin(core: int) -> list[str]:
     return []
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _wait_http(url: str, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not answer in {timeout_s} s")
-
-
 @contextmanager
-def _process(cmd: list[str], health: str) -> Iterator[subprocess.Popen[bytes]]:
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait_http(health)
+def _serving(cmd: list[str], health: str) -> Iterator[subprocess.Popen[str]]:
+    with process(cmd) as proc:
+        drain(proc)
+        wait_http(health, 20.0)
         yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def _wrk(url: str, body: str, conns: int, seconds: float, latency: bool = False) -> str:
@@ -164,18 +136,18 @@ def main() -> int:
         print("wrk is needed: apt-get install wrk", file=sys.stderr)
         return 2
     seconds = args.seconds
-    up_port, gw_port, sg_port = _free_port(), _free_port(), _free_port()
+    up_port, gw_port, sg_port = free_port(), free_port(), free_port()
     upstream = f"http://127.0.0.1:{up_port}"
     results: dict[str, dict[str, float]] = {}
     up_cmd = [*_pin(1), PY, str(HERE / "fast_upstream.py"), "--port", str(up_port)]
-    with _process(up_cmd, upstream + "/v1/models") as up:
+    with _serving(up_cmd, upstream + "/v1/models") as up:
         print(f"direct to the upstream ({seconds:.0f} s per run) ...", flush=True)
         results["direct"] = measure(upstream, seconds, None, up.pid)
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as cfg:
             cfg.write(f"pools:\n  - model: fast\n    backends:\n      - url: {upstream}\n")
         gw_cmd = [*_pin(0), PY, "-m", "fleetgate", "serve", "--config", cfg.name,
                   "--port", str(gw_port)]  # fmt: skip
-        with _process(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
+        with _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
             print("through fleetgate ...", flush=True)
             results["fleetgate"] = measure(f"http://127.0.0.1:{gw_port}", seconds, gw.pid, up.pid)
         os.unlink(cfg.name)
@@ -183,12 +155,12 @@ def main() -> int:
             "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
         )
         if nginx:
-            ng_port = _free_port()
+            ng_port = free_port()
             with tempfile.TemporaryDirectory() as tmp:
                 conf = Path(tmp) / "nginx.conf"
                 conf.write_text(NGINX_CONF.format(tmp=tmp, up=up_port, port=ng_port))
                 ng_cmd = [*_pin(0), nginx, "-c", str(conf), "-e", f"{tmp}/error.log"]
-                with _process(ng_cmd, f"http://127.0.0.1:{ng_port}/healthz") as ng:
+                with _serving(ng_cmd, f"http://127.0.0.1:{ng_port}/healthz") as ng:
                     print("through nginx ...", flush=True)
                     results["nginx"] = measure(
                         f"http://127.0.0.1:{ng_port}", seconds, _nginx_worker(ng.pid), up.pid
@@ -197,7 +169,7 @@ def main() -> int:
         if router:
             sg_cmd = [*_pin(0), router, "launch", "--host", "127.0.0.1", "--port", str(sg_port),
                       "--worker-urls", upstream, "--policy", "round_robin"]  # fmt: skip
-            with _process(sg_cmd, f"http://127.0.0.1:{sg_port}/health") as sg:
+            with _serving(sg_cmd, f"http://127.0.0.1:{sg_port}/health") as sg:
                 print("through sglang-router ...", flush=True)
                 results["sglang-router"] = measure(
                     f"http://127.0.0.1:{sg_port}", seconds, sg.pid, up.pid

@@ -39,13 +39,10 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -53,9 +50,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from harness import PY, drain, free_port, gateway, get, metric, process, read_until, wait_http
+
 from fleetgate.workers.sim.profiles import get_profile
 
-PY = sys.executable
 MODEL = "sim-8b"
 MIN_IDLE = 0.10  # below this share of CPU idle a run is saturated
 COMPUTED = ("prompt_tokens", "generation_tokens")  # vLLM counters of tokens through the model
@@ -103,64 +101,9 @@ class Samples:
     tokens: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (s, computed)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _get(url: str, timeout: float = 5.0) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        body: bytes = response.read()
-        return body.decode()
-
-
-def _wait_http(url: str, seconds: float = 60.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            _get(url, 2.0)
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
-
-
-def _metric_sum(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith((name + "{", name + " ")):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def _cpu_times() -> tuple[float, float]:
     fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return fields[3] + fields[4], sum(fields)  # idle + iowait, total
-
-
-def _drain(proc: subprocess.Popen[str]) -> None:
-    """Read the rest of a child's output, so a chatty child never blocks on a full pipe (a
-    router that logs every request stops forwarding once 64 KiB of log are unread)."""
-    assert proc.stdout is not None
-    threading.Thread(target=proc.stdout.read, daemon=True).start()
-
-
-@contextmanager
-def _process(args: Sequence[str]) -> Iterator[subprocess.Popen[str]]:
-    proc = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    try:
-        yield proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @contextmanager
@@ -168,36 +111,30 @@ def _sims(fleet: Sequence[tuple[str, int]], slowdown: float) -> Iterator[list[st
     urls: list[str] = []
     with ExitStack() as stack:
         for profile, replicas in fleet:
-            proc = stack.enter_context(_process(
+            proc = stack.enter_context(process(
                 [PY, "-m", "fleetgate", "worker", "sim", "--port", "0", "--model", MODEL,
                  "--profile", profile, "--replicas", str(replicas), "--slowdown", str(slowdown)]
             ))  # fmt: skip
-            assert proc.stdout is not None
-            wanted = len(urls) + replicas
-            for line in proc.stdout:
-                match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-                if match:
-                    urls.append(match.group(1))
-                    if len(urls) == wanted:
-                        break
-            _drain(proc)
+            for _ in range(replicas):
+                urls.append(read_until(proc, r"on (http://127\.0\.0\.1:\d+)").group(1))
+            drain(proc)
         for url in urls:
-            _wait_http(url + "/health")
+            wait_http(url + "/health")
         yield urls
 
 
 @contextmanager
 def _router(policy: str, urls: list[str], weights: list[float], workdir: Path) -> Iterator[str]:
     if policy.startswith("sglang:"):
-        port = _free_port()
+        port = free_port()
         args = ["sglang-router", "launch", "--host", "127.0.0.1", "--port", str(port),
                 "--worker-urls", *urls, "--policy", policy.split(":", 1)[1],
-                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(_free_port()),
+                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()),
                 "--health-check-interval-secs", "5"]  # fmt: skip
-        with _process(args) as proc:
-            _drain(proc)
+        with process(args) as proc:
+            drain(proc)
             url = f"http://127.0.0.1:{port}"
-            _wait_http(url + "/v1/models", 90.0)
+            wait_http(url + "/v1/models", 90.0)
             yield url
         return
     config = workdir / f"{policy.replace('/', '-')}.yaml"
@@ -206,16 +143,7 @@ def _router(policy: str, urls: list[str], weights: list[float], workdir: Path) -
     pool = {"model": MODEL, "policy": name, "backends": backends,
             "weights": {"calibrate": variant == "calibrated"}}  # fmt: skip
     config.write_text(json.dumps({"pools": [pool], "seed": 1}))
-    with _process([PY, "-m", "fleetgate", "serve", "--config", str(config), "--port", "0"]) as proc:
-        assert proc.stdout is not None
-        url = ""
-        for line in proc.stdout:
-            match = re.search(r"listening on (http://\S+)", line)
-            if match:
-                url = match.group(1)
-                break
-        _drain(proc)
-        _wait_http(url + "/readyz")
+    with gateway(config) as (url, _):
         yield url
 
 
@@ -229,14 +157,12 @@ def _sample(urls: list[str], stop: threading.Event, samples: Samples) -> None:
         idle0, total0 = idle1, total1
         for url in urls:
             try:
-                text = _get(url + "/metrics", 2.0)
+                text = get(url + "/metrics", 2.0)
             except OSError:
                 continue
             at = time.monotonic() - start
-            samples.kv.setdefault(url, []).append(
-                (at, _metric_sum(text, "vllm:kv_cache_usage_perc"))
-            )
-            computed = sum(_metric_sum(text, f"vllm:{n}_total") for n in COMPUTED) - _metric_sum(
+            samples.kv.setdefault(url, []).append((at, metric(text, "vllm:kv_cache_usage_perc")))
+            computed = sum(metric(text, f"vllm:{n}_total") for n in COMPUTED) - metric(
                 text, "vllm:prefix_cache_hits_total"
             )
             samples.tokens.setdefault(url, []).append((at, computed))
@@ -245,15 +171,15 @@ def _sample(urls: list[str], stop: threading.Event, samples: Samples) -> None:
 def _cache_counters(urls: list[str]) -> tuple[float, float]:
     hits = queries = 0.0
     for url in urls:
-        text = _get(url + "/metrics")
-        hits += _metric_sum(text, "vllm:prefix_cache_hits_total")
-        queries += _metric_sum(text, "vllm:prefix_cache_queries_total")
+        text = get(url + "/metrics")
+        hits += metric(text, "vllm:prefix_cache_hits_total")
+        queries += metric(text, "vllm:prefix_cache_queries_total")
     return hits, queries
 
 
 def _over(text: str, name: str, bound_s: float) -> float:
     """The share of a histogram's observations above `bound_s` (which must be a bucket edge)."""
-    count = _metric_sum(text, name + "_count")
+    count = metric(text, name + "_count")
     within = 0.0
     for line in text.splitlines():
         if line.startswith(name + "_bucket{") and f'le="{bound_s}"' in line:
@@ -267,7 +193,7 @@ def _slo_misses(urls: list[str]) -> dict[str, tuple[float, float]]:
     histograms: where the SLO misses happen."""
     misses: dict[str, tuple[float, float]] = {}
     for url in urls:
-        text = _get(url + "/metrics")
+        text = get(url + "/metrics")
         misses[url] = (
             _over(text, "vllm:time_to_first_token_seconds", 2.5),
             _over(text, "vllm:time_per_output_token_seconds", 0.2),

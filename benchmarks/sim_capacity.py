@@ -15,16 +15,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from proc_stats import cpu_seconds
+from harness import PY, cpu_seconds, drain, process, read_until
 
-PY = sys.executable
+
+def _bench(url: str, rate: float, seconds: float, seed: int, out: str) -> list[str]:
+    return ["taskset", "-c", "1", PY, "-m", "fleetgate", "bench", "--target", url,
+            "--workload", "synthetic", "--input-len", "256", "--output-len", "256",
+            "--rate", str(rate), "--duration", str(seconds), "--grace", "10",
+            "--seed", str(seed), "--quiet", "--out", f"{out}/{seed}"]  # fmt: skip
 
 
 def main() -> int:
@@ -33,53 +36,20 @@ def main() -> int:
     parser.add_argument("--rates", default="10,20,40", help="req/s per replica, comma-separated")
     parser.add_argument("--replicas", type=int, default=4)
     args = parser.parse_args()
-    worker = subprocess.Popen(
-        ["taskset", "-c", "0", PY, "-m", "fleetgate", "worker", "sim", "--port", "0",
-         "--model", "m", "--profile", "h100-llama3-8b", "--replicas", str(args.replicas)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert worker.stdout is not None
-    urls: list[str] = []
-    while len(urls) < args.replicas:
-        match = re.search(r"on (http://\S+)", worker.stdout.readline())
-        if match:
-            urls.append(match.group(1))
-    print(f"{'req/s':>8}{'tok/s':>10}{'streams':>9}{'worker CPU':>12}{'tok/s/core':>12}"
-          f"{'TPOT p50 ms':>13}")  # fmt: skip
-    try:
+    worker_cmd = ["taskset", "-c", "0", PY, "-m", "fleetgate", "worker", "sim", "--port", "0",
+                  "--model", "m", "--profile", "h100-llama3-8b",
+                  "--replicas", str(args.replicas)]  # fmt: skip
+    with process(worker_cmd) as worker:
+        urls = [read_until(worker, r"on (http://\S+)").group(1) for _ in range(args.replicas)]
+        drain(worker)
+        print(f"{'req/s':>8}{'tok/s':>10}{'streams':>9}{'worker CPU':>12}{'tok/s/core':>12}"
+              f"{'TPOT p50 ms':>13}")  # fmt: skip
         for rate in (float(r) for r in args.rates.split(",")):
             with tempfile.TemporaryDirectory() as out:
                 cpu0, t0 = cpu_seconds(worker.pid), time.monotonic()
                 benches = [
                     subprocess.Popen(
-                        [
-                            "taskset",
-                            "-c",
-                            "1",
-                            PY,
-                            "-m",
-                            "fleetgate",
-                            "bench",
-                            "--target",
-                            url,
-                            "--workload",
-                            "synthetic",
-                            "--input-len",
-                            "256",
-                            "--output-len",
-                            "256",
-                            "--rate",
-                            str(rate),
-                            "--duration",
-                            str(args.seconds),
-                            "--grace",
-                            "10",
-                            "--seed",
-                            str(i),
-                            "--quiet",
-                            "--out",
-                            f"{out}/{i}",
-                        ],
+                        _bench(url, rate, args.seconds, i, out),
                         stdout=subprocess.DEVNULL,
                         stderr=subprocess.DEVNULL,
                     )
@@ -98,9 +68,6 @@ def main() -> int:
             tpot = max(s["tpot_ms"]["p50"] for s in summaries if s["tpot_ms"])
             print(f"{rate * len(urls):8.0f}{tokens:10,.0f}{streams:9.0f}{cpu:12.0%}"
                   f"{tokens / cpu:12,.0f}{tpot:13.1f}")  # fmt: skip
-    finally:
-        worker.terminate()
-        worker.wait()
     return 0
 
 

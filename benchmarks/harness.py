@@ -1,0 +1,105 @@
+"""What the benchmarks share: child processes on free localhost ports, waiting for them to
+answer, reading their Prometheus metrics, and what /proc says about a process."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        body: bytes = response.read()
+        return body.decode()
+
+
+def wait_http(url: str, seconds: float = 60.0) -> None:
+    """Return once `url` answers 2xx; raise if it has not within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            get(url, 2.0)
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {seconds:.0f} s")
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` in Prometheus text whose labels include `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")) and all(
+            f'{k}="{v}"' in line for k, v in labels.items()
+        ):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+@contextmanager
+def process(args: Sequence[str]) -> Iterator[subprocess.Popen[str]]:
+    """A child with its output on a pipe (read it, or `drain` it), stopped on exit."""
+    proc = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        yield proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def drain(proc: subprocess.Popen[str]) -> None:
+    """Read the rest of a child's output, so a chatty child never blocks on a full pipe (a
+    router that logs every request stops forwarding once 64 KiB of log are unread)."""
+    assert proc.stdout is not None
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+
+
+def read_until(proc: subprocess.Popen[str], pattern: str) -> re.Match[str]:
+    """The first line of the child's output that matches `pattern`."""
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        match = re.search(pattern, line)
+        if match:
+            return match
+    raise RuntimeError(f"{proc.args!r} exited before printing {pattern!r}")
+
+
+@contextmanager
+def gateway(config: Path, extra: Sequence[str] = ()) -> Iterator[tuple[str, int]]:
+    """`fleetgate serve --config` on a free port: its URL and pid, once it is ready."""
+    args = [PY, "-m", "fleetgate", "serve", "--config", str(config), "--port", "0", *extra]
+    with process(args) as proc:
+        url = read_until(proc, r"listening on (http://\S+)").group(1)
+        drain(proc)
+        wait_http(url + "/readyz")
+        yield url, proc.pid
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time `pid` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
