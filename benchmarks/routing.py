@@ -26,6 +26,10 @@ attainment by rate and the highest rate at which it still meets the SLO for 90% 
 (DistServe's goodput) and for 99% (an SLO stated on p99 latencies), interpolated linearly
 between the measured rates.
 
+A policy named `NAME/pdN` disaggregates the same fleet: its first N workers prefill, the others
+decode with the KV handed over (vLLM's kv_transfer_params protocol; the sim's decode engine
+waits for the KV to cross a 200 Gb/s link), each side routed by NAME.
+
 The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model, so
 a fleet of 8 streams within the CPU, and offered rates are scaled to match. Each run records the
 machine's CPU idle; a run where it fell under 10% is marked SATURATED and its figures are not
@@ -138,10 +142,16 @@ def _router(policy: str, urls: list[str], weights: list[float], workdir: Path) -
             yield url
         return
     config = workdir / f"{policy.replace('/', '-')}.yaml"
-    name, _, variant = policy.partition("/")  # "NAME/calibrated": self-calibrating weights
+    # "NAME/calibrated": self-calibrating weights; "NAME/pdN": the first N workers prefill,
+    # the others decode with the KV handed over (vLLM's disaggregation protocol).
+    name, _, variant = policy.partition("/")
     backends = [{"url": u, "weight": w} for u, w in zip(urls, weights, strict=True)]
-    pool = {"model": MODEL, "policy": name, "backends": backends,
-            "weights": {"calibrate": variant == "calibrated"}}  # fmt: skip
+    pool: dict[str, Any] = {"model": MODEL, "policy": name, "backends": backends,
+                            "weights": {"calibrate": variant == "calibrated"}}  # fmt: skip
+    if variant.startswith("pd"):
+        prefill = int(variant[2:])
+        pool["prefill"] = {"backends": backends[:prefill], "policy": name}
+        pool["backends"] = backends[prefill:]
     config.write_text(json.dumps({"pools": [pool], "seed": 1}))
     with gateway(config) as (url, _):
         yield url
