@@ -125,7 +125,7 @@ class Proxy:
                 if tried:
                     # A retry after a failed connect adds no work to the fleet: it is the
                     # first the request puts there, so the budget does not count it.
-                    counted = failed is None or not failed.unsent
+                    counted = 0 if failed is not None and failed.unsent else 1
                     if counted and not pool.budget.allows(pool.in_flight):
                         self._metrics.retry_refused(routing.model)
                         break
