@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -123,3 +124,13 @@ def test_request_id_is_echoed_or_made(fleet: tuple[str, list[str]], tmp_path: Pa
         assert response.headers["x-request-id"] == "abc-123"
     status, headers, _ = get(fleet[0] + "/v1/models")
     assert status == 200 and headers.get("x-request-id")
+
+
+def test_every_exported_series_is_documented_and_every_documented_one_exported(
+    fleet: tuple[str, list[str]],
+) -> None:
+    _, _, body = get(fleet[0] + "/metrics")
+    exported = set(re.findall(r"^# HELP (fleetgate_\w+)", body.decode(), re.MULTILINE))
+    docs = (Path(__file__).parents[2] / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(fleetgate_\w+)`", docs, re.MULTILINE))
+    assert exported == documented
