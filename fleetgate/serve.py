@@ -114,8 +114,9 @@ def _all_backends(pool: PoolConfig) -> list[BackendConfig]:
     return [*pool.backends, *(pool.prefill.backends if pool.prefill is not None else ())]
 
 
-def _all_states(pool: Pool) -> tuple[BackendState, ...]:
-    return pool.states + (pool.prefill.states if pool.prefill is not None else ())
+def _parts(pool: Pool) -> tuple[Pool, ...]:
+    """A pool, and its prefill pool when it is disaggregated."""
+    return (pool,) if pool.prefill is None else (pool, pool.prefill)
 
 
 def build_model_routes(config: Config, rng: random.Random) -> dict[str, ModelRoute]:
@@ -210,14 +211,15 @@ async def start_gateway(
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
     try:
         pools = build_pools(resolved, registry or default_registry(), rng)
-        metrics = GatewayMetrics(lambda: ((m, s) for m, p in pools.items() for s in _all_states(p)))
+        metrics = GatewayMetrics(
+            lambda: ((m, s) for m, p in pools.items() for part in _parts(p) for s in part.states)
+        )
         for model, built in pools.items():
             built.pipeline.set_timer(metrics.routing_timer(model))
         proxy = Proxy(client, metrics, clock, random.Random(rng.getrandbits(64)))
         admin = Admin(pools, clock) if config.server.admin else None
         for pool_config in config.pools:
-            built = pools[pool_config.model]
-            for part in (built, built.prefill) if built.prefill is not None else (built,):
+            for part in _parts(pools[pool_config.model]):
                 checker.start(part, pool_config.health_check.settings())
                 scraper.start(part, pool_config.engine_metrics.settings())
         heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None

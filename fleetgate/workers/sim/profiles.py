@@ -126,6 +126,7 @@ _H100X2_LLAMA3_70B_FP8 = EngineProfile(
     # concurrent comes out ~80% above NIM's (scripts/fit_profiles.py shows both).
     max_num_seqs=256,
     max_num_batched_tokens=2048,
+    kv_bytes_per_token=160 * 1024,  # FP8 KV: 80 layers x 8 KV heads x 128 x 2 (K and V) x 1 B
 )
 
 _H100_LLAMA3_8B = EngineProfile(
