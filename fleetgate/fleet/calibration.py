@@ -9,10 +9,13 @@ throttling) gets less until it recovers.
 Recomputed every `interval_s`. Speeds are measured under the load routing itself gives, so a
 weight-aware policy settles where the backends' per-token times are close.
 
-Off by default: on the mixed H100/A100 fleet of benchmarks/routing.py it made weighted round
-robin worse (TTFT p99 9.5 s against 5.3 s static) and least_requests no better, because a
-per-token time measured under load moves with the load the weights themselves shift. The
-load-aware `balanced` profile already gives the faster backends more.
+Off by default. On the mixed H100/A100 fleet of benchmarks/routing.py it has not beaten typed
+weights: a per-token time measured under load moves with the load the weights themselves
+shift. Speeds from prefill time per token (1 / fleet/latency.py's prefill_s_per_token) did no
+better: from equal typed weights at 34 req/s, `balanced` reached 75% SLO attainment and a 21%
+utilization spread against 85% and 12% with typed weights 2.5 / 1. A speed that does not
+depend on load (e.g. a fit of engine step time against the tokens in the step) is the next
+thing to try.
 """
 
 from __future__ import annotations
