@@ -26,6 +26,9 @@ attainment by rate and the highest rate at which it still meets the SLO for 90% 
 (DistServe's goodput) and for 99% (an SLO stated on p99 latencies), interpolated linearly
 between the measured rates.
 
+Fleetgate's policies run with its defaults: no weight typed, each backend's weight calibrated
+from its engine's measured speed. `NAME/typed` runs NAME with the workload's typed weights
+instead, static (the mixed fleet's H100s 2.5, A100s 1; `--weights` overrides them).
 A policy named `NAME/pdN` disaggregates the same fleet: its first N workers prefill, the others
 decode with the KV handed over (vLLM's kv_transfer_params protocol; the sim's decode engine
 waits for the KV to cross a 200 Gb/s link), each side routed by NAME.
@@ -84,14 +87,14 @@ WORKLOADS = {
     "mooncake-conv": Workload(((H100, 8),), "--workload mooncake-conv --rate 2"),
     "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 45"),
     # Static weights as an operator would type them from single-stream benchmarks: the H100's
-    # ITL at concurrency 1 (4.6 ms) against the A100's (11.7 ms). Every fleetgate policy gets
-    # them; the weight-aware ones (weighted_round_robin, least_requests, power_of_two) use them.
+    # ITL at concurrency 1 (4.6 ms) against the A100's (11.7 ms), for the `NAME/typed` runs;
+    # the others type none and calibrate.
     "mixed-azure-conv": Workload(
         ((H100, 4), ("a100-llama3-8b", 4)), "--workload azure-conv --rate 34", weights=(2.5, 1.0)
     ),
 }
 POLICIES = (
-    "round_robin", "weighted_round_robin", "weighted_round_robin/calibrated", "least_requests",
+    "round_robin", "weighted_round_robin/typed", "least_requests",
     "power_of_two", "least_loaded", "least_response_time", "prefix_cache", "balanced",
     "sglang:cache_aware", "sglang:power_of_two",
 )  # fmt: skip
@@ -143,17 +146,22 @@ def _router(policy: str, urls: list[str], weights: list[float], workdir: Path) -
             yield url
         return
     config = workdir / f"{policy.replace('/', '-')}.yaml"
-    # "NAME/calibrated": self-calibrating weights; "NAME/pdN": the first N workers prefill,
-    # the others decode with the KV handed over (vLLM's disaggregation protocol).
+    # "NAME": the gateway's defaults, no weight typed (they calibrate themselves); "NAME/typed":
+    # the workload's typed weights, static; "NAME/pdN": the first N workers prefill, the others
+    # decode with the KV handed over (vLLM's disaggregation protocol).
     name, _, variant = policy.partition("/")
-    backends = [{"url": u, "weight": w} for u, w in zip(urls, weights, strict=True)]
+    typed = variant == "typed"
+    backends = [
+        {"url": u, "weight": w if typed else 1.0} for u, w in zip(urls, weights, strict=True)
+    ]
     pool: dict[str, Any] = {"model": MODEL, "policy": name, "backends": backends,
-                            "weights": {"calibrate": variant == "calibrated"}}  # fmt: skip
+                            "weights": {"calibrate": not typed}}  # fmt: skip
     if variant.startswith("pd"):
         prefill = int(variant[2:])
         pool["prefill"] = {"backends": backends[:prefill], "policy": name}
         pool["backends"] = backends[prefill:]
-    config.write_text(json.dumps({"pools": [pool], "seed": 1}))
+    # /admin/backends tells the weights routing ended with (calibrated ones included).
+    config.write_text(json.dumps({"pools": [pool], "seed": 1, "server": {"admin": True}}))
     with gateway(config) as (url, _):
         yield url
 
@@ -194,17 +202,22 @@ def _over(text: str, name: str, bound_s: float) -> float:
     return 1.0 - metric(text, name + "_bucket", le=f"{bound_s}") / count if count else 0.0
 
 
-def _slo_misses(urls: list[str]) -> dict[str, tuple[float, float]]:
-    """Per backend, the shares of its finished requests over the SLO's TTFT (at TTFT_EDGE_S)
-    and TPOT bounds, from the engine's own histograms: where the SLO misses happen."""
+def _engine_figures(
+    urls: list[str],
+) -> tuple[dict[str, tuple[float, float]], dict[str, float]]:
+    """Per backend, from its own metrics: the shares of its finished requests over the SLO's
+    TTFT (at TTFT_EDGE_S) and TPOT bounds (where the SLO misses happen), and the seconds its
+    sim engine ran behind the modelled GPU (Python could not keep up)."""
     misses: dict[str, tuple[float, float]] = {}
+    late: dict[str, float] = {}
     for url in urls:
         text = get(url + "/metrics")
         misses[url] = (
             _over(text, "vllm:time_to_first_token_seconds", TTFT_EDGE_S),
             _over(text, "vllm:time_per_output_token_seconds", SLO_TPOT_S),
         )
-    return misses
+        late[url] = metric(text, "fleetgate_sim_late_seconds_total")
+    return misses, late
 
 
 def _with_rate(bench: str, rate: float | None) -> str:
@@ -268,7 +281,8 @@ def run_one(
         stop.set()
         sampler.join()
         hits, queries = _cache_counters(urls)
-        misses = _slo_misses(urls)
+        misses, late = _engine_figures(urls)
+        final_weights = {} if policy.startswith("sglang:") else _weights(url)
     summary = json.loads((out / "summary.json").read_text())["summary"]
     window = (args.duration / 2, args.duration)
     kv_use = _kv_use(samples, *window)
@@ -285,8 +299,16 @@ def run_one(
         "kv_spread": _spread(kv_use),
         "kv_use": kv_use,
         "engine_slo_misses": misses,
+        "weights": final_weights,
+        "sim_late_s": late,
         "idle_p10": idle[len(idle) // 10] if idle else 1.0,
     }
+
+
+def _weights(gateway_url: str) -> dict[str, float]:
+    """Each backend's effective weight in the gateway as the run ends."""
+    listing = json.loads(get(gateway_url + "/admin/backends", 2.0))
+    return {b["url"]: b["weight"] for b in listing}
 
 
 def _values(r: dict[str, Any]) -> list[float]:
@@ -375,7 +397,7 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument(
         "--weights", type=lambda v: tuple(float(w) for w in v.split(",")), default=None,
-        help="typed weights, one per hardware group of the fleet (e.g. 3,1), for every policy",
+        help="typed weights, one per hardware group of the fleet (e.g. 3,1), for NAME/typed runs",
     )  # fmt: skip
     args = parser.parse_args()
     policies = [p for p in args.policies.split(",") if p]

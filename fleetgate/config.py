@@ -134,10 +134,10 @@ class WeightsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_
     # Defaults live with the calibration (fleetgate/fleet/calibration.py, WeightSettings).
     calibrate: bool = _WEIGHTS.enabled  # weights follow each backend's measured speed
     interval_s: float = _WEIGHTS.interval_s  # between two recalibrations
-    min_samples: int = _WEIGHTS.min_samples  # streamed answers before a speed is trusted
+    min_intervals: int = _WEIGHTS.min_intervals  # scrapes with decoding before it is trusted
 
     def settings(self) -> WeightSettings:
-        return WeightSettings(self.calibrate, self.interval_s, self.min_samples)
+        return WeightSettings(self.calibrate, self.interval_s, self.min_intervals)
 
 
 class RoutingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
@@ -267,8 +267,8 @@ def check_config(config: Config) -> Config:
         if not (0 < m.interval_s < math.inf and m.timeout_s > 0 and m.stale_after_s > 0
                 and 0 <= m.jitter < 1):  # fmt: skip
             raise ConfigError(f"{where}.engine_metrics: times must be > 0, jitter in [0, 1)")
-        if not 0 < pool.weights.interval_s < math.inf or pool.weights.min_samples < 1:
-            raise ConfigError(f"{where}.weights: need interval_s > 0 and min_samples >= 1")
+        if not 0 < pool.weights.interval_s < math.inf or pool.weights.min_intervals < 1:
+            raise ConfigError(f"{where}.weights: need interval_s > 0 and min_intervals >= 1")
         o, r = pool.outlier, pool.retries
         if min(o.consecutive_failures, o.min_requests, r.max_attempts) < 1 or not (
             0 < o.failure_rate <= 1 and o.interval_s > 0

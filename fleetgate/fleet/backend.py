@@ -9,6 +9,7 @@ from types import MappingProxyType
 from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.fleet.latency import LatencyStats
+from fleetgate.fleet.step_fit import StepFit
 from fleetgate.http.client import Origin
 
 
@@ -44,7 +45,7 @@ class BackendState:
 
     __slots__ = (
         "backend", "backoff_until", "engine", "flags", "in_flight", "in_flight_tokens", "latency",
-        "pending_prefill", "ramp_from", "speed", "weight",
+        "pending_prefill", "ramp_from", "speed", "step_fit", "weight",
     )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
@@ -59,6 +60,7 @@ class BackendState:
         self.ramp_from: float | None = None  # when its slow start began; None: full weight
         self.engine: EngineLoad | None = None  # the engine's last reported load (scraped)
         self.latency = LatencyStats()  # what the gateway measured of its recent answers
+        self.step_fit = StepFit()  # its engine's speed, from the step metrics scraped
 
     @property
     def healthy(self) -> bool:

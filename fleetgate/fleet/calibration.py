@@ -2,20 +2,16 @@
 than an A100 without anyone typing a weight, and a backend that slows down (thermal
 throttling) gets less until it recovers.
 
-    speed_i  = 1 / tpot_i      recent seconds per output token (fleet/latency.py), trusted once
-                               the backend has streamed `min_samples` answers
+    speed_i  = 1 / c_i         c_i: the engine's compute per token, fitted from its step
+                               metrics (fleet/step_fit.py), trusted after `min_intervals`
+                               scrape intervals with decoding
     factor_i = clamp(speed_i / max_j speed_j, FLOOR, 1)          (1 while unmeasured)
     weight_i = configured weight_i * factor_i * slow-start share_i           (fleet/pool.py)
-Recomputed every `interval_s`. Speeds are measured under the load routing itself gives, so a
-weight-aware policy settles where the backends' per-token times are close.
-
-Off by default. On the mixed H100/A100 fleet of benchmarks/routing.py it has not beaten typed
-weights: a per-token time measured under load moves with the load the weights themselves
-shift. Speeds from prefill time per token (1 / fleet/latency.py's prefill_s_per_token) did no
-better: from equal typed weights at 34 req/s, `balanced` reached 75% SLO attainment and a 21%
-utilization spread against 85% and 12% with typed weights 2.5 / 1. A speed that does not
-depend on load (e.g. a fit of engine step time against the tokens in the step) is the next
-thing to try.
+Recomputed every `interval_s`. The speed does not depend on the load routing gives (a busier
+engine runs bigger, longer steps on the same line), so weights and load do not chase each
+other. A typed weight still multiplies: with calibration on it states a preference (0.5: half
+its measured share), not the hardware's speed. Backends that do not report vLLM V1's step
+histograms keep factor 1.
 """
 
 from __future__ import annotations
@@ -30,19 +26,14 @@ FLOOR = 0.1  # no backend is weighted below this share of the fastest's
 
 @dataclass(frozen=True, slots=True)
 class WeightSettings:
-    enabled: bool = False  # opt-in: see the note below
-    interval_s: float = 10.0  # between two recalibrations
-    min_samples: int = 10  # streamed answers before a backend's speed is trusted
+    enabled: bool = True
+    interval_s: float = 5.0  # between two recalibrations
+    min_intervals: int = 8  # scrape intervals with decoding before a speed is trusted
 
 
 def speed_factors(states: Sequence[BackendState], settings: WeightSettings) -> list[float]:
     """factor_i per the module docstring, for each state in order."""
-    speeds = [
-        1.0 / s.latency.tpot_s
-        if s.latency.tpot_s and s.latency.streams >= settings.min_samples
-        else None
-        for s in states
-    ]
+    speeds = [s.step_fit.speed(settings.min_intervals) for s in states]
     known = [v for v in speeds if v is not None]
     if len(known) < 2:
         return [1.0] * len(states)

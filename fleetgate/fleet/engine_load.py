@@ -1,5 +1,6 @@
 """What an engine says about its own load, read from its Prometheus /metrics: requests running
-and waiting, KV-cache use, prefix-cache hits. vLLM's names and SGLang's are both understood.
+and waiting, KV-cache use, prefix-cache hits, and (vLLM V1) its steps' sizes and times. vLLM's
+names and SGLang's are both understood.
 
 A reading is only as good as it is recent: `EngineLoad.fresh(now, stale_after_s)` is None once
 the last scrape is older than that, so routing falls back to what the gateway itself sees.
@@ -27,6 +28,23 @@ _QUERIES = "vllm:prefix_cache_queries_total"
 _SGLANG_HIT_RATE = "sglang:cache_hit_rate"
 _VLLM_CACHE_INFO = "vllm:cache_config_info"  # labels num_gpu_blocks and block_size
 _SGLANG_CAPACITY = "sglang:max_total_num_tokens"
+# vLLM V1's per-step histograms, as running totals (fleet/step_fit.py fits speed from them).
+_STEP_TOTALS = {
+    "vllm:iteration_tokens_total_count": 0,  # steps
+    "vllm:iteration_tokens_total_sum": 1,  # tokens computed in them
+    "vllm:inter_token_latency_seconds_count": 2,  # gaps between two output tokens
+    "vllm:inter_token_latency_seconds_sum": 3,  # their total time
+}
+
+
+@dataclass(frozen=True, slots=True)
+class StepTotals:
+    """Running totals of an engine's steps since it started."""
+
+    steps: float
+    tokens: float
+    gaps: float
+    gap_s: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +60,7 @@ class EngineLoad:
     scraped_at: float  # the gateway's clock when it was read
     kv_capacity_tokens: float | None = None  # the KV cache's size in tokens, if reported
     sent_tokens: int = 0  # the gateway's in-flight prompt tokens to it when this was read
+    step_totals: StepTotals | None = None  # when the engine reports its steps (vLLM V1)
 
     def fresh(self, now: float, stale_after_s: float) -> EngineLoad | None:
         return self if now - self.scraped_at <= stale_after_s else None
@@ -59,6 +78,7 @@ def parse_engine_load(text: str, now: float) -> EngineLoad | None:
     hits = queries = 0.0
     hit_rate: float | None = None
     capacity: float | None = None
+    totals: list[float] | None = None
     try:
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
@@ -77,14 +97,18 @@ def parse_engine_load(text: str, now: float) -> EngineLoad | None:
                     capacity = (capacity or 0.0) + _vllm_capacity(sample.labels)
                 elif sample.name == _SGLANG_CAPACITY:
                     capacity = (capacity or 0.0) + sample.value
+                elif (index := _STEP_TOTALS.get(sample.name)) is not None:
+                    totals = totals or [0.0] * len(_STEP_TOTALS)
+                    totals[index] += sample.value
     except ValueError as exc:
         raise MetricsFormatError(str(exc)) from None
     if not seen:
         return None
     kv = sums["kv_usage"] / kv_series if kv_series else 0.0
     return EngineLoad(
-        sums["running"], sums["waiting"], kv, hits, queries, hit_rate, now, capacity or None
-    )
+        sums["running"], sums["waiting"], kv, hits, queries, hit_rate, now, capacity or None,
+        step_totals=StepTotals(*totals) if totals else None,
+    )  # fmt: skip
 
 
 def _vllm_capacity(labels: dict[str, str]) -> float:

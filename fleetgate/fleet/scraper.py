@@ -73,4 +73,6 @@ class MetricsScraper:
         if load is None:
             return False
         state.engine = replace(load, sent_tokens=state.in_flight_tokens)
+        if load.step_totals is not None:
+            state.step_fit.add(load.step_totals)
         return True

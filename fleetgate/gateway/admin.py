@@ -46,6 +46,7 @@ class Admin:
                     "ewma_tpot_s": s.latency.tpot_s,
                     "ewma_e2e_s": s.latency.e2e_s,
                     "weight": s.weight,
+                    "speed": s.speed,
                 }
                 for model, pool in self._pools.items()
                 for s in pool.states

@@ -1,4 +1,4 @@
-"""Self-calibrating weights: shares follow measured speed, throttling lowers them."""
+"""Self-calibrating weights: shares follow the engines' fitted speed, throttling lowers them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.calibration import FLOOR, WeightSettings, speed_factors
+from fleetgate.fleet.engine_load import StepTotals
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
@@ -22,17 +23,27 @@ def states(n: int) -> list[BackendState]:
     ]
 
 
-def streamed(state: BackendState, tpot_s: float, answers: int = 10) -> None:
-    for _ in range(answers):
-        state.latency.record_stream(0.05, 0.05 + tpot_s * 100, tokens=101)
+def measured(state: BackendState, c: float, intervals: int = 12) -> None:
+    """Scrapes of an engine (restarted) whose steps take 5 ms + c per token, of 100 to 1,200
+    tokens."""
+    totals = StepTotals(0, 0, 0, 0)
+    state.step_fit.add(totals)
+    for i in range(intervals):
+        x = 100 + 100 * (i % 12)
+        steps, gaps = 10, 80
+        totals = StepTotals(
+            totals.steps + steps, totals.tokens + steps * x,
+            totals.gaps + gaps, totals.gap_s + gaps * (0.005 + c * x),
+        )  # fmt: skip
+        state.step_fit.add(totals)
 
 
-def test_factors_are_speeds_relative_to_the_fastest_once_enough_answers_are_seen() -> None:
+def test_factors_are_speeds_relative_to_the_fastest_once_enough_intervals_are_seen() -> None:
     h100, a100, new, throttled = states(4)
-    streamed(h100, 0.01)
-    streamed(a100, 0.02)
-    streamed(new, 0.01, answers=3)  # too few to trust
-    streamed(throttled, 1.0)
+    measured(h100, 1e-5)
+    measured(a100, 2e-5)
+    measured(new, 1e-5, intervals=3)  # too few to trust
+    measured(throttled, 1e-3)
     factors = speed_factors([h100, a100, new, throttled], WeightSettings())
     assert factors == pytest.approx([1.0, 0.5, 1.0, FLOOR])
     assert speed_factors([h100, new], WeightSettings()) == [1.0, 1.0]  # one known: no scale
@@ -62,21 +73,22 @@ def routed(pool: Pool, now: float, n: int = 300) -> Counter[str]:
 def test_a_faster_backend_gets_more_after_calibration_and_a_throttled_one_less() -> None:
     fast, slow = states(2)
     pool = pool_of([fast, slow], enabled=True, interval_s=10.0)
-    streamed(fast, 0.01)
-    streamed(slow, 0.02)
+    measured(fast, 1e-5)
+    measured(slow, 2e-5)
     assert routed(pool, 1.0) == {"b0": 150, "b1": 150}  # before the first calibration
     shares = routed(pool, 10.0)
     assert (fast.weight, slow.weight) == pytest.approx((1.0, 0.5))
     assert shares["b0"] == pytest.approx(200, abs=2)  # in flight per weight: 2 to 1
-    streamed(fast, 0.08)  # thermal throttling: its per-token time climbs
+    measured(fast, 8e-5, intervals=60)  # thermal throttling: its steps take longer
     routed(pool, 20.0, n=1)
     assert fast.weight < slow.weight == 1.0
 
 
-def test_calibration_is_opt_in_and_off_keeps_typed_weights() -> None:
+def test_calibration_is_on_by_default_and_off_keeps_typed_weights() -> None:
+    assert WeightSettings().enabled
     fast, slow = states(2)
-    pool = pool_of([fast, slow])
-    streamed(fast, 0.01)
-    streamed(slow, 0.02)
+    pool = pool_of([fast, slow], enabled=False)
+    measured(fast, 1e-5)
+    measured(slow, 2e-5)
     assert routed(pool, 100.0) == {"b0": 150, "b1": 150}
     assert fast.weight == slow.weight == 1.0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
+from fleetgate.fleet.engine_load import MetricsFormatError, StepTotals, parse_engine_load
 
 VLLM = """\
 # HELP vllm:num_requests_running Requests in the running batch.
@@ -17,6 +17,12 @@ vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.3
 vllm:prefix_cache_hits_total{engine="0",model_name="m"} 120.0
 vllm:prefix_cache_queries_total{engine="0",model_name="m"} 400.0
 vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1.0
+vllm:iteration_tokens_total_count{engine="0",model_name="m"} 10.0
+vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 900.0
+vllm:iteration_tokens_total_count{engine="1",model_name="m"} 5.0
+vllm:iteration_tokens_total_sum{engine="1",model_name="m"} 100.0
+vllm:inter_token_latency_seconds_count{engine="0",model_name="m"} 40.0
+vllm:inter_token_latency_seconds_sum{engine="0",model_name="m"} 0.8
 """
 
 SGLANG = """\
@@ -35,6 +41,7 @@ def test_vllm_series_are_summed_and_kv_use_averaged() -> None:
     assert load.kv_usage == pytest.approx(0.4)
     assert (load.prefix_hits, load.prefix_queries, load.hit_rate) == (120.0, 400.0, None)
     assert load.kv_capacity_tokens == 16_000
+    assert load.step_totals == StepTotals(steps=15, tokens=1000, gaps=40, gap_s=0.8)
     assert load.fresh(14.0, 5.0) is load
     assert load.fresh(15.5, 5.0) is None
 
@@ -44,6 +51,7 @@ def test_sglang_names_are_understood() -> None:
     assert load is not None
     assert (load.running, load.waiting, load.kv_usage, load.hit_rate) == (7.0, 1.0, 0.75, 0.4)
     assert load.kv_capacity_tokens == 50_000
+    assert load.step_totals is None
 
 
 def test_a_server_without_engine_metrics_gives_no_reading() -> None:

@@ -34,6 +34,10 @@ async def test_a_scrape_reads_running_requests_and_kv_use_of_a_sim_worker() -> N
             await asyncio.sleep(0.01)
         assert state.engine.running == 1
         assert state.engine.kv_usage > 0
+        points = state.step_fit.points
+        await asyncio.sleep(0.05)  # a few decode steps
+        assert await scraper.scrape(state, ScrapeSettings())
+        assert state.step_fit.points == points + 1  # the steps since the last scrape, fitted
         state.in_flight_tokens = 250  # the gateway's own count, noted beside the reading
         assert await scraper.scrape(state, ScrapeSettings())
         assert state.engine.sent_tokens == 250

@@ -25,6 +25,15 @@ class TokenSink(Protocol):
         """The last token was published; no more calls follow."""
 
 
+class StepObserver(Protocol):
+    """Told of every engine step once its tokens are published."""
+
+    def step(self, tokens: int, decodes: int, gap_s: float, late_s: float) -> None:
+        """The step computed `tokens`; `decodes` requests got a token `gap_s` after their last
+        one (the wall time since the previous step's tokens were published); its tokens were
+        published `late_s` after the modelled GPU would have had them (Python fell behind)."""
+
+
 class WallClockDriver:
     """Runs `engine` in real time until cancelled."""
 
@@ -33,10 +42,12 @@ class WallClockDriver:
         engine: Engine,
         clock: Callable[[], float],
         slowdown: Callable[[], float],
+        observer: StepObserver | None = None,
     ) -> None:
         self.engine = engine
         self._clock = clock
         self._slowdown = slowdown
+        self._observer = observer
         self._sinks: dict[str, TokenSink] = {}
         self._wake = asyncio.Event()
 
@@ -56,13 +67,13 @@ class WallClockDriver:
             self.engine.abort(request_id)
 
     async def run(self) -> None:
-        clock, engine, sinks = self._clock, self.engine, self._sinks
-        t = clock()
+        clock, engine, sinks, observer = self._clock, self.engine, self._sinks, self._observer
+        t = published = clock()
         while True:
             if not engine.has_work():
                 self._wake.clear()
                 await self._wake.wait()
-                t = clock()
+                t = published = clock()
             now = clock()
             if now > t:
                 t = now
@@ -70,6 +81,11 @@ class WallClockDriver:
             t += result.duration_s * self._slowdown()
             # Always yield, even when behind: the same loop serves this worker's HTTP.
             await asyncio.sleep(max(0.0, t - clock()))
+            if observer is not None and result.tokens:
+                now = clock()
+                decodes = len(result.emitted) - result.first_tokens
+                observer.step(result.tokens, decodes, now - published, max(0.0, now - t))
+                published = now
             for request_id in result.emitted:
                 sink = sinks.get(request_id)
                 if sink is not None:

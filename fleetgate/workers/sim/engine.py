@@ -71,6 +71,10 @@ class StepResult:
     """Request ids that produced one new token each in this step (first tokens included)."""
     finished: Sequence[FinishedRequest]
     """Requests whose last token is among `emitted`; they hold no blocks any more."""
+    tokens: int = 0
+    """Tokens the step computed (vllm:iteration_tokens_total observes this)."""
+    first_tokens: int = 0
+    """How many of `emitted` are first tokens; the rest are decodes, one inter-token gap each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,13 +272,16 @@ class Engine:
         end_s = now_s + duration
         self._generation_tokens += len(emitted)
         done: list[_Sequence] = []
+        firsts = 0
         for seq in special:
             if seq.num_tokens == seq.prompt_len + 1:
                 seq.first_token_s = end_s
                 self._prompt_tokens += seq.prompt_len
+                firsts += 1
             if seq.num_tokens > seq.last_at:
                 done.append(seq)
-        return StepResult(duration, emitted, self._finish(done, end_s) if done else ())
+        finished = self._finish(done, end_s) if done else ()
+        return StepResult(duration, emitted, finished, tokens, firsts)
 
     def _admit(
         self, budget: int, kv_read: int, emitted: list[str], special: list[_Sequence]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_left
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
+    HistogramMetricFamily,
     InfoMetricFamily,
     Metric,
 )
@@ -25,10 +27,66 @@ _TPOT_BUCKETS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
     20.0, 40.0, 80.0,
 )  # fmt: skip
+_ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 _E2E_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0,
     240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
+
+
+class _Counts:
+    """A histogram that takes many equal observations at once (a step's inter-token gaps)."""
+
+    def __init__(self, name: str, doc: str, bounds: Sequence[float]) -> None:
+        self.name, self.doc, self.bounds = name, doc, bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.total = 0.0
+
+    def observe(self, value: float, n: int = 1) -> None:
+        self.counts[bisect_left(self.bounds, value)] += n
+        self.total += value * n
+
+    def family(self, labels: list[str]) -> HistogramMetricFamily:
+        cumulative, buckets = 0, []
+        for bound, count in zip([*map(str, self.bounds), "+Inf"], self.counts, strict=True):
+            cumulative += count
+            buckets.append((bound, float(cumulative)))
+        family = HistogramMetricFamily(self.name, self.doc, labels=_LABELS)
+        family.add_metric(labels, buckets, self.total)
+        return family
+
+
+class _StepCollector(Collector):
+    """vLLM V1's per-step histograms: tokens per engine step, and the gap before each decoded
+    token (what a fit of step time against step size reads, fleet/calibration.py)."""
+
+    def __init__(self, labels: list[str]) -> None:
+        self._labels = labels
+        self.tokens = _Counts(
+            "vllm:iteration_tokens_total", "Tokens per engine step.", _ITERATION_TOKENS_BUCKETS
+        )
+        self.gaps = _Counts(
+            "vllm:inter_token_latency_seconds", "Time between two output tokens.", _TPOT_BUCKETS
+        )
+        self.late_s = 0.0
+
+    def step(self, tokens: int, decodes: int, gap_s: float, late_s: float) -> None:
+        self.tokens.observe(tokens)
+        if decodes:
+            self.gaps.observe(gap_s, decodes)
+        self.late_s += late_s
+
+    def collect(self) -> Iterator[Metric]:
+        yield self.tokens.family(self._labels)
+        yield self.gaps.family(self._labels)
+        late = CounterMetricFamily(
+            "fleetgate_sim_late_seconds",
+            "Wall seconds the engine's steps ended after the modelled GPU's would (the sim's "
+            "Python fell behind): over a few percent of the time, timings are not faithful.",
+            labels=_LABELS,
+        )
+        late.add_metric(self._labels, self.late_s)
+        yield late
 
 
 class _EngineCollector(Collector):
@@ -75,6 +133,8 @@ class WorkerMetrics:
         self.registry = CollectorRegistry(auto_describe=False)
         labels = [model, "0"]
         self.registry.register(_EngineCollector(engine, labels, block_size, num_blocks))
+        self.steps = _StepCollector(labels)
+        self.registry.register(self.steps)
         self._ttft = Histogram(
             "vllm:time_to_first_token_seconds", "Time to first token.", _LABELS,
             buckets=_TTFT_BUCKETS, registry=self.registry,

@@ -41,9 +41,11 @@ class SimWorker:
         self.profile = get_profile(spec.profile)
         self.engine = Engine(self.profile)
         self.faults = FaultState(spec.faults, rng)
-        self.driver = WallClockDriver(self.engine, time.monotonic, self._slowdown)
         self.metrics = WorkerMetrics(
             self.engine, spec.model, self.profile.block_size, self.profile.num_gpu_blocks
+        )
+        self.driver = WallClockDriver(
+            self.engine, time.monotonic, self._slowdown, self.metrics.steps
         )
         # Seconds of transfer per token of KV a remote prefill hands over: bytes * 8 / (Gb/s).
         kv_transfer_s = self.profile.kv_bytes_per_token * 8 / (spec.kv_link_gbps * 1e9)

@@ -8,6 +8,7 @@ import random
 from collections.abc import AsyncIterator
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.http.errors import ConnectError, ReadError, UpstreamError
@@ -109,6 +110,20 @@ async def test_peer_endpoints(worker: Worker) -> None:
     status, _ = await worker.call(b"POST", b"/flush_cache")
     assert status == 200
     assert (await worker.call(b"GET", b"/health"))[0] == 200
+
+
+async def test_step_histograms_count_every_step_and_every_decode_gap(worker: Worker) -> None:
+    await worker.call(b"POST", b"/v1/chat/completions", CHAT)
+    _, text = await worker.call(b"GET", b"/metrics")
+    families = {f.name: f for f in text_string_to_metric_families(text.decode())}
+    samples = {s.name: s.value for f in families.values() for s in f.samples}
+    # 6 tokens from one prompt: a prefill step with the first, then 5 decode steps of 1 token.
+    assert samples["vllm:iteration_tokens_total_count"] == 6
+    prompt = samples["vllm:prompt_tokens_total"]
+    assert samples["vllm:iteration_tokens_total_sum"] == prompt + 5
+    assert samples["vllm:inter_token_latency_seconds_count"] == 5
+    # Each gap is one decode step of an 8B model on an H100: a few milliseconds.
+    assert 0.002 < samples["vllm:inter_token_latency_seconds_sum"] / 5 < 0.05
 
 
 async def set_faults(worker: Worker, **faults: object) -> None:
