@@ -209,15 +209,15 @@ def _engine_figures(
     TTFT (at TTFT_EDGE_S) and TPOT bounds (where the SLO misses happen), and the seconds its
     sim engine ran behind the modelled GPU (Python could not keep up)."""
     misses: dict[str, tuple[float, float]] = {}
-    late: dict[str, float] = {}
+    lost: dict[str, float] = {}
     for url in urls:
         text = get(url + "/metrics")
         misses[url] = (
             _over(text, "vllm:time_to_first_token_seconds", TTFT_EDGE_S),
             _over(text, "vllm:time_per_output_token_seconds", SLO_TPOT_S),
         )
-        late[url] = metric(text, "fleetgate_sim_late_seconds_total")
-    return misses, late
+        lost[url] = metric(text, "fleetgate_sim_lost_seconds_total")
+    return misses, lost
 
 
 def _with_rate(bench: str, rate: float | None) -> str:
@@ -281,7 +281,7 @@ def run_one(
         stop.set()
         sampler.join()
         hits, queries = _cache_counters(urls)
-        misses, late = _engine_figures(urls)
+        misses, lost = _engine_figures(urls)
         final_weights = {} if policy.startswith("sglang:") else _weights(url)
     summary = json.loads((out / "summary.json").read_text())["summary"]
     window = (args.duration / 2, args.duration)
@@ -300,7 +300,7 @@ def run_one(
         "kv_use": kv_use,
         "engine_slo_misses": misses,
         "weights": final_weights,
-        "sim_late_s": late,
+        "sim_lost_s": lost,
         "idle_p10": idle[len(idle) // 10] if idle else 1.0,
     }
 

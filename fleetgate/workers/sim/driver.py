@@ -2,8 +2,10 @@
 
 The engine keeps its own timeline (`t`, the end of the last step) and each wait targets that
 absolute time, so timer granularity (uvloop's is a millisecond) jitters single tokens but never
-accumulates into a slower engine. If Python falls behind, the next step starts at the wall
-clock's now instead.
+accumulates into a slower engine: a step that starts up to CATCH_UP_S late keeps the timeline,
+and its wait is that much shorter. Only when Python falls further behind does the timeline
+move to the wall clock's now; the time lost so (the sim was slower than the GPU it models) is
+reported to the step observer.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from collections.abc import Callable
 from typing import Protocol
 
 from fleetgate.workers.sim.engine import Engine, EngineRequest, FinishedRequest
+
+CATCH_UP_S = 0.005  # a step this late is caught up by the next waits; later, time is lost
 
 
 class TokenSink(Protocol):
@@ -28,10 +32,10 @@ class TokenSink(Protocol):
 class StepObserver(Protocol):
     """Told of every engine step once its tokens are published."""
 
-    def step(self, tokens: int, decodes: int, gap_s: float, late_s: float) -> None:
+    def step(self, tokens: int, decodes: int, gap_s: float, lost_s: float) -> None:
         """The step computed `tokens`; `decodes` requests got a token `gap_s` after their last
-        one (the wall time since the previous step's tokens were published); its tokens were
-        published `late_s` after the modelled GPU would have had them (Python fell behind)."""
+        one (the wall time since the previous step's tokens were published); it started
+        `lost_s` later than the modelled GPU's timeline allowed (Python fell behind)."""
 
 
 class WallClockDriver:
@@ -75,8 +79,9 @@ class WallClockDriver:
                 await self._wake.wait()
                 t = published = clock()
             now = clock()
-            if now > t:
-                t = now
+            lost = 0.0
+            if now > t + CATCH_UP_S:
+                lost, t = now - t, now
             result = engine.step(t)
             t += result.duration_s * self._slowdown()
             # Always yield, even when behind: the same loop serves this worker's HTTP.
@@ -84,7 +89,7 @@ class WallClockDriver:
             if observer is not None and result.tokens:
                 now = clock()
                 decodes = len(result.emitted) - result.first_tokens
-                observer.step(result.tokens, decodes, now - published, max(0.0, now - t))
+                observer.step(result.tokens, decodes, now - published, lost)
                 published = now
             for request_id in result.emitted:
                 sink = sinks.get(request_id)

@@ -68,25 +68,25 @@ class _StepCollector(Collector):
         self.gaps = _Counts(
             "vllm:inter_token_latency_seconds", "Time between two output tokens.", _TPOT_BUCKETS
         )
-        self.late_s = 0.0
+        self.lost_s = 0.0
 
-    def step(self, tokens: int, decodes: int, gap_s: float, late_s: float) -> None:
+    def step(self, tokens: int, decodes: int, gap_s: float, lost_s: float) -> None:
         self.tokens.observe(tokens)
         if decodes:
             self.gaps.observe(gap_s, decodes)
-        self.late_s += late_s
+        self.lost_s += lost_s
 
     def collect(self) -> Iterator[Metric]:
         yield self.tokens.family(self._labels)
         yield self.gaps.family(self._labels)
-        late = CounterMetricFamily(
-            "fleetgate_sim_late_seconds",
-            "Wall seconds the engine's steps ended after the modelled GPU's would (the sim's "
-            "Python fell behind): over a few percent of the time, timings are not faithful.",
+        lost = CounterMetricFamily(
+            "fleetgate_sim_lost_seconds",
+            "Wall seconds the engine fell behind the modelled GPU (its Python could not keep "
+            "up): over a few percent of the time, its timings are not faithful.",
             labels=_LABELS,
         )
-        late.add_metric(self._labels, self.late_s)
-        yield late
+        lost.add_metric(self._labels, self.lost_s)
+        yield lost
 
 
 class _EngineCollector(Collector):

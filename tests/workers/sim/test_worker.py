@@ -13,7 +13,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.http.errors import ConnectError, ReadError, UpstreamError
 from fleetgate.http.sse import SseDecoder
+from fleetgate.workers.sim.engine import Engine, EngineRequest
 from fleetgate.workers.sim.fleet_process import SimSpec
+from fleetgate.workers.sim.profiles import get_profile
+from fleetgate.workers.sim.prompt import synthetic
 from fleetgate.workers.sim.worker import SimWorker
 
 GUARD_S = 10.0
@@ -124,6 +127,24 @@ async def test_step_histograms_count_every_step_and_every_decode_gap(worker: Wor
     assert samples["vllm:inter_token_latency_seconds_count"] == 5
     # Each gap is one decode step of an 8B model on an H100: a few milliseconds.
     assert 0.002 < samples["vllm:inter_token_latency_seconds_sum"] / 5 < 0.05
+
+
+async def test_a_stream_takes_as_long_as_the_modelled_gpu_not_longer(worker: Worker) -> None:
+    """Timer lateness (a millisecond a step) must not add up: 300 decode steps of ~4.6 ms."""
+    profile = get_profile("h100-llama3-8b")
+    engine = Engine(profile)
+    engine.add_request(EngineRequest("r", synthetic(2, profile.block_size, 0), 300, 0.0))
+    modelled = 0.0
+    while engine.has_work():
+        modelled += engine.step(modelled).duration_s
+    body = {"model": "m", "prompt": "hi", "max_tokens": 300}
+    started = asyncio.get_running_loop().time()
+    status, _ = await worker.call(b"POST", b"/v1/completions", body)
+    took = asyncio.get_running_loop().time() - started
+    assert status == 200
+    assert modelled < took < modelled * 1.05  # 1.13x before the timeline caught up
+    _, text = await worker.call(b"GET", b"/metrics")
+    assert b"fleetgate_sim_lost_seconds_total" in text
 
 
 async def set_faults(worker: Worker, **faults: object) -> None:
