@@ -21,6 +21,7 @@ import msgspec
 from fleetgate.http.sse import SseDecoder
 
 _DONE = b"[DONE]"
+_LAST = b"data: [DONE]\n\n"
 
 
 class _Delta(msgspec.Struct):
@@ -80,30 +81,54 @@ class StreamProgress:
         """Decode what has been recorded so far (`text`, `tokens`, `id` need it)."""
         if not self._raw:
             return
-        raw = b"".join(self._raw).replace(b"\r\n", b"\n")
+        raw = b"".join(self._raw)
         self._raw = []
-        payloads = [e[6:] for e in raw.split(b"\n\n") if e.startswith(b"data: ") and e[6:] != _DONE]
-        if not payloads:
+        if b"\r" in raw:
+            raw = raw.replace(b"\r\n", b"\n")
+        if raw.endswith(_LAST):
+            raw = raw[: -len(_LAST)]
+        if not raw:
             return
         try:
-            chunks = _decode_batch(b"[" + b",".join(payloads) + b"]")
-        except msgspec.DecodeError:  # one bad event: decode them one by one, skip it
-            chunks = []
-            for payload in payloads:
-                try:
-                    chunks.append(_decode_chunk(payload))
-                except msgspec.DecodeError:
-                    continue
+            chunks = _decode_batch(_as_array(raw))
+        except msgspec.DecodeError:  # not plain `data: {...}` events: take them one by one
+            chunks = _decode_each(raw)
+        if chunks and not self.id:
+            self.id, self.created = chunks[0].id, chunks[0].created
+        parts = self.parts
+        before = len(parts)
         for chunk in chunks:
-            if not self.id:
-                self.id, self.created = chunk.id, chunk.created
             for choice in chunk.choices:
-                piece = choice.delta.content if choice.delta is not None else choice.text
+                delta = choice.delta
+                piece = delta.content if delta is not None else choice.text
                 if piece:
-                    self.parts.append(piece)
-                    self.tokens += 1
+                    parts.append(piece)
                 if choice.finish_reason is not None:
                     self.finished = True
+        self.tokens += len(parts) - before
+
+
+def _as_array(events: bytes) -> bytes:
+    """`data: A\n\ndata: B\n\n` as the JSON array `[A,B]`, by two byte replacements.
+
+    A JSON payload holds no raw newline, so `\n\ndata: ` only ever separates events; anything
+    else in the stream (a comment, an `event:` line, a multi-line payload) leaves the result
+    invalid JSON, and the caller falls back to `_decode_each`."""
+    if not events.startswith(b"data: "):
+        return b""
+    return b"[" + events[6:].rstrip(b"\n").replace(b"\n\ndata: ", b",") + b"]"
+
+
+def _decode_each(events: bytes) -> list[_Chunk]:
+    """The data events one by one, skipping comments, other fields, [DONE] and bad JSON."""
+    chunks = []
+    for event in events.split(b"\n\n"):
+        if event.startswith(b"data: ") and event[6:] != _DONE:
+            try:
+                chunks.append(_decode_chunk(event[6:]))
+            except msgspec.DecodeError:
+                continue
+    return chunks
 
 
 def continuation_body(original: bytes, chat: bool, progress: StreamProgress) -> bytes | None:
