@@ -31,6 +31,16 @@ def get(url: str, timeout: float = 5.0) -> str:
         return body.decode()
 
 
+def post(url: str, body: bytes, timeout: float = 5.0) -> str:
+    """POST a JSON body; the response's body."""
+    request = urllib.request.Request(
+        url, data=body, headers={"content-type": "application/json"}, method="POST"
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        answer: bytes = response.read()
+        return answer.decode()
+
+
 def wait_http(url: str, seconds: float = 60.0) -> None:
     """Return once `url` answers 2xx; raise if it has not within `seconds`."""
     deadline = time.monotonic() + seconds

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/routing.py [--workloads shared-prefix,azure-conv,...]
         [--policies round_robin,least_requests,...] [--duration 60] [--slowdown 4]
-        [--rates 26,28,30] [--weights 2.5,1]
+        [--rates 26,28,30] [--weights 2.5,1] [--throttle 0=2@30]
 
 For each workload a fleet of sim workers starts afresh for every policy (so no policy inherits
 another's warm caches), the gateway routes with that policy (or sglang-router does, when
@@ -33,6 +33,11 @@ A policy named `NAME/pdN` disaggregates the same fleet: its first N workers pref
 decode with the KV handed over (vLLM's kv_transfer_params protocol; the sim's decode engine
 waits for the KV to cross a 200 Gb/s link), each side routed by NAME.
 
+`--throttle N=F@S` makes worker N (in fleet order) F times slower S seconds into sending, as a
+GPU that throttles under heat does (the sim's slowdown fault), for every policy alike: static
+weights keep sending it its old share; calibrated ones follow its speed. S must fall in the
+first half of the sending window, so the utilization figures see the throttled speed.
+
 The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model, so
 a fleet of 8 streams within the CPU, and offered rates are scaled to match. Each run records the
 machine's CPU idle; a run where it fell under 10% is marked SATURATED and its figures are not
@@ -57,7 +62,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from harness import PY, drain, free_port, gateway, get, metric, process, read_until, wait_http
+from harness import PY, drain, free_port, gateway, get, metric, post, process, read_until, wait_http
 
 from fleetgate.workers.sim.profiles import get_profile
 
@@ -73,6 +78,20 @@ class Workload:
     fleet: tuple[tuple[str, int], ...]  # (sim profile, replicas)
     bench: str  # `fleetgate bench` arguments
     weights: tuple[float, ...] = ()  # the typed weight of each fleet entry's backends; 1 if none
+
+
+@dataclass(frozen=True)
+class Throttle:
+    worker: int  # index in fleet order
+    factor: float  # its steps take this many times longer
+    at_s: float  # seconds into sending
+
+    @classmethod
+    def parse(cls, text: str) -> Throttle:
+        match = re.fullmatch(r"(\d+)=([\d.]+)@([\d.]+)", text)
+        if match is None:
+            raise argparse.ArgumentTypeError(f"--throttle takes N=FACTOR@SECONDS, not {text!r}")
+        return cls(int(match[1]), float(match[2]), float(match[3]))
 
 
 H100 = "h100-llama3-8b"
@@ -271,6 +290,7 @@ def run_one(
         samples, stop = Samples(), threading.Event()
         sampler = threading.Thread(target=_sample, args=(urls, stop, samples), daemon=True)
         sampler.start()
+        throttle = _throttle(urls, args.throttle, args.slowdown)
         bench = [PY, "-m", "fleetgate", "bench", "--target", url, "--model", MODEL,
                  "--duration", str(args.duration), "--grace", str(args.grace), "--seed", "0",
                  "--quiet", "--out", str(out), "--save-requests",
@@ -280,6 +300,8 @@ def run_one(
         subprocess.run(bench, check=False, stdout=subprocess.DEVNULL)  # failures are in the summary
         stop.set()
         sampler.join()
+        if throttle is not None:
+            throttle.cancel()
         hits, queries = _cache_counters(urls)
         misses, lost = _engine_figures(urls)
         final_weights = {} if policy.startswith("sglang:") else _weights(url)
@@ -287,6 +309,8 @@ def run_one(
     window = (args.duration / 2, args.duration)
     kv_use = _kv_use(samples, *window)
     per_token = dict(zip(urls, cost, strict=True))
+    if args.throttle is not None:
+        per_token[urls[args.throttle.worker]] *= args.throttle.factor
     utilization = _compute_use(samples, *window, per_token)
     idle = sorted(samples.idle)
     good = (summary["slo_attainment"] or 0.0) * summary["requests"]
@@ -302,7 +326,24 @@ def run_one(
         "weights": final_weights,
         "sim_lost_s": lost,
         "idle_p10": idle[len(idle) // 10] if idle else 1.0,
+        "throttle": None
+        if args.throttle is None
+        else vars(args.throttle) | {"url": urls[args.throttle.worker]},
     }
+
+
+def _throttle(
+    urls: list[str], throttle: Throttle | None, slowdown: float
+) -> threading.Timer | None:
+    """Arm the throttle: at its time, its worker's steps take `factor` times longer."""
+    if throttle is None:
+        return None
+    body = json.dumps({"slowdown": slowdown * throttle.factor}).encode()
+    url = urls[throttle.worker] + "/admin/faults"
+    timer = threading.Timer(throttle.at_s, post, args=(url, body))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def _weights(gateway_url: str) -> dict[str, float]:
@@ -399,7 +440,14 @@ def main() -> int:
         "--weights", type=lambda v: tuple(float(w) for w in v.split(",")), default=None,
         help="typed weights, one per hardware group of the fleet (e.g. 3,1), for NAME/typed runs",
     )  # fmt: skip
+    parser.add_argument(
+        "--throttle", type=Throttle.parse, default=None,
+        help="N=FACTOR@SECONDS: worker N (fleet order) becomes FACTOR times slower that many"
+        " seconds into sending (thermal throttling), e.g. 0=2@30",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.throttle is not None and args.throttle.at_s > args.duration / 2:
+        parser.error("--throttle must start in the first half of --duration")
     policies = [p for p in args.policies.split(",") if p]
     if shutil.which("sglang-router") is None:
         dropped = [p for p in policies if p.startswith("sglang:")]
