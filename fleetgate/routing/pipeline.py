@@ -37,8 +37,11 @@ class RoutingPipeline:
     Scoring is O(candidates), so with more than `shortlist` candidates a scored pipeline rates a
     shortlist instead: the backends its scorers nominate (where the prompt's prefix is cached,
     the session's home) and random others up to `shortlist`, as "power of d choices" does. A
-    pick then costs O(shortlist) whatever the pool's size. After the pick, scorers that learn
-    from decisions (the prefix index, session homes) are told which backend was chosen.
+    pick then costs O(shortlist) whatever the pool's size. Filters then narrow the shortlist,
+    not the pool, so they cost O(shortlist) too; a filter that keeps none of the shortlist is
+    given the whole pool (a backend that passes it is never missed, at O(n) for that pick).
+    After the pick, scorers that learn from decisions (the prefix index, session homes) are
+    told which backend was chosen.
     """
 
     __slots__ = (
@@ -85,23 +88,24 @@ class RoutingPipeline:
         """The chosen backend, or None when no candidate survives the filters. Each plugin's
         time (a scorer's scoring and learning together) goes to the timer, if one is set."""
         timer, clock, names = self._timer, self._clock, self._names
-        for f in self._filters:
+        scorers = self._scorers
+        if scorers and len(candidates) > self._shortlist:
             start = clock()
-            candidates = f.filter(request, candidates, now)
-            timer(names[id(f)], clock() - start)
+            shortlist = self._shortlisted(request, candidates, now)
+            timer("shortlist", clock() - start)
+            # Filters narrow the shortlist; only when it holds none they keep, the whole pool.
+            kept = self._filtered(request, shortlist, now)
+            candidates = kept or self._filtered(request, candidates, now)
+        else:
+            candidates = self._filtered(request, candidates, now)
         if not candidates:
             return None
-        scorers = self._scorers
         spent = [0.0] * len(scorers)
         if scorers and len(candidates) == 1:  # nothing to compare: no scoring, only learning
             chosen = candidates[0]
         else:
             combined: list[float] | None = None
             if scorers:
-                if len(candidates) > self._shortlist:
-                    start = clock()
-                    candidates = self._shortlisted(request, candidates, now)
-                    timer("shortlist", clock() - start)
                 combined = [0.0] * len(candidates)
                 for i, (scorer, share) in enumerate(scorers):
                     start = clock()
@@ -118,6 +122,16 @@ class RoutingPipeline:
                 spent[i] += clock() - start
             timer(names[id(scorer)], spent[i])
         return chosen
+
+    def _filtered(
+        self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
+    ) -> Sequence[BackendState]:
+        timer, clock, names = self._timer, self._clock, self._names
+        for f in self._filters:
+            start = clock()
+            candidates = f.filter(request, candidates, now)
+            timer(names[id(f)], clock() - start)
+        return candidates
 
     def _shortlisted(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float

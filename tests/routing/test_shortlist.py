@@ -1,5 +1,6 @@
 """The pipeline's shortlist: over a large pool, scorers rate at most `shortlist` candidates,
-among them every backend a scorer nominates; every plugin is timed once per pick."""
+among them every backend a scorer nominates; filters narrow the shortlist, and see the whole
+pool only when the shortlist holds none they keep; every plugin is timed once per pick."""
 
 from __future__ import annotations
 
@@ -92,6 +93,61 @@ def test_nominated_holders_are_always_in_the_shortlist_and_win() -> None:
     for t in range(50):
         assert pipeline.pick(asking(f"q{t}", other), pool, 200.0 + t) in replicas
     assert all(set(replicas) <= set(seen) for seen in recording.seen)
+
+
+class Only:
+    """Keeps the backends of `ids`; remembers how many candidates it was shown."""
+
+    name = "only"
+
+    def __init__(self, *ids: str) -> None:
+        self.ids = set(ids)
+        self.shown: list[int] = []
+
+    def filter(
+        self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
+    ) -> Sequence[BackendState]:
+        self.shown.append(len(candidates))
+        return [c for c in candidates if c.backend.id in self.ids]
+
+
+def test_filters_narrow_the_shortlist_not_the_whole_pool() -> None:
+    pool = large_pool()
+    half = Only(*(f"b{i}" for i in range(0, 1024, 2)))
+    recording = Recording()
+    pipeline = RoutingPipeline(
+        MaxScore(random.Random(0)),
+        filters=[half],
+        scorers=[(recording, 1.0)],
+        shortlist=16,
+        rng=random.Random(4),
+    )
+    for t in range(100):
+        chosen = pipeline.pick(asking(str(t)), pool, float(t))
+        assert chosen is not None and chosen.backend.id in half.ids
+    assert half.shown == [16] * 100  # never a scan of the 1,024
+    assert all(0 < len(seen) <= 16 for seen in recording.seen)
+
+
+def test_a_filter_that_keeps_none_of_the_shortlist_is_given_the_whole_pool() -> None:
+    pool = large_pool()
+    rare = Only("b777")  # one backend of 1,024: almost never shortlisted
+    pipeline = RoutingPipeline(
+        MaxScore(random.Random(0)),
+        filters=[rare],
+        scorers=[(Recording(), 1.0)],
+        shortlist=16,
+        rng=random.Random(5),
+    )
+    assert all(pipeline.pick(asking(str(t)), pool, float(t)) is pool[777] for t in range(20))
+    assert 1024 in rare.shown  # the fallback scanned the pool
+    assert pipeline.pick(asking("q"), pool, 30.0) is not None
+    assert (
+        RoutingPipeline(
+            MaxScore(random.Random(0)), filters=[Only()], scorers=[(Recording(), 1.0)], shortlist=16
+        ).pick(asking("q"), pool, 0.0)
+        is None
+    )  # none anywhere: no pick
 
 
 PROFILE_PLUGINS = ("prefix_cache", "queue", "kv_cache", "max_score", "shortlist")
