@@ -4,8 +4,10 @@
 
 Each pick is what the proxy does per request: `pool.pick`, then `pool.begin` and, once the
 request is done, `pool.end` (which keep the pickers' indexes current). Requests carry a 2 KB
-prompt from one of 64 shared system prompts and a session key from 1,000, so prefix and
-session policies do their real work; engine readings are set on every backend. The reference
+prompt from one of 64 shared system prompts (every eighth a 12 KB one, long enough for
+`long_to_fast`) and a session key from 1,000, so prefix, length and session policies do their
+real work; half the backends weigh 0.4 (A100s beside H100s), and engine readings are set on
+every backend. The reference
 in the same run is each policy's own cost at 8 backends: the ratio at 1,024 must stay within
 log2(1024) / log2(8) = 3.3 for an O(log n) pick (an O(n) one would be 128).
 """
@@ -32,7 +34,7 @@ def requests(rng: random.Random, count: int) -> list[RoutingRequest]:
     systems = [f"system prompt {g} ".encode() * 100 for g in range(64)]
     out = []
     for i in range(count):
-        prompt = systems[rng.randrange(64)] + f"question {i}".encode()
+        prompt = systems[rng.randrange(64)] * (6 if i % 8 == 0 else 1) + f"question {i}".encode()
         out.append(RoutingRequest("m", "chat", True, 128, f"user-{rng.randrange(1000)}", prompt))
     return out
 
@@ -42,6 +44,7 @@ def pool_of(policy: str, n: int, seed: int) -> Pool:
     rng = random.Random(seed)
     for i in range(n):
         state = BackendState(Backend(f"10.0.{i // 250}.{i % 250}:8000", "http://h:1", ("m",)))
+        state.weight = 0.4 if i % 2 else 1.0
         state.engine = EngineLoad(rng.randrange(8), rng.randrange(3), rng.random(), 0, 0, None, 0)
         states.append(state)
     ctx = PluginContext(random.Random(seed), stale_after_s=math.inf)

@@ -19,6 +19,7 @@ from fleetgate.routing.least_requests import LeastRequests
 from fleetgate.routing.least_response_time import LeastResponseTime
 from fleetgate.routing.length_split import LengthSplit
 from fleetgate.routing.load import STALE_AFTER_S
+from fleetgate.routing.long_to_fast import LongToFast
 from fleetgate.routing.max_score import MaxScore
 from fleetgate.routing.pipeline import SHORTLIST, RoutingPipeline
 from fleetgate.routing.power_of_two import PowerOfTwo
@@ -66,9 +67,12 @@ class Profile:
     shortlist: int = SHORTLIST
 
     @staticmethod
-    def of(*scorers: tuple[str, float]) -> Profile:
-        """A profile of parameterless scorers, e.g. Profile.of(("queue", 1), ("kv_cache", 1))."""
-        return Profile(tuple((PluginSpec(name), weight) for name, weight in scorers))
+    def of(*scorers: tuple[str, float], filters: tuple[str, ...] = ()) -> Profile:
+        """A profile of parameterless plugins, e.g. Profile.of(("queue", 1), ("kv_cache", 1))."""
+        return Profile(
+            tuple((PluginSpec(name), weight) for name, weight in scorers),
+            filters=tuple(PluginSpec(name) for name in filters),
+        )
 
 
 class UnknownPlugin(ValueError):
@@ -198,6 +202,7 @@ def default_registry() -> PluginRegistry:
     registry.add_scorer("session_affinity", from_params(SessionAffinity))
     registry.add_scorer("prefill_queue", from_params(PrefillQueue))
     registry.add_filter("length_split", from_params(LengthSplit))
+    registry.add_filter("long_to_fast", from_params(LongToFast))
     registry.add_profile("least_loaded", Profile.of(("queue", 1), ("kv_cache", 1)))
     registry.add_profile("least_response_time", Profile.of(("least_response_time", 1)))
     registry.add_profile(
@@ -206,6 +211,9 @@ def default_registry() -> PluginRegistry:
     registry.add_profile("session_affinity", Profile.of(("session_affinity", 10), ("queue", 1)))
     registry.add_profile(
         "balanced",
-        Profile.of(("prefix_cache", 3), ("queue", 2), ("prefill_queue", 2), ("kv_cache", 1)),
-    )
+        Profile.of(
+            ("prefix_cache", 3), ("queue", 2), ("prefill_queue", 2), ("kv_cache", 1),
+            filters=("long_to_fast",),
+        ),
+    )  # fmt: skip
     return registry

@@ -1,0 +1,58 @@
+"""`long_to_fast` filter: long prompts go only to the fastest backends, short ones anywhere.
+
+A prefill chunk stalls every decode that shares its engine step; the stall lasts the chunk's
+tokens times the engine's compute per token, so on a GPU 2.7x slower it stalls 2.7x longer.
+On a mixed fleet, the short answers decoding on the slow GPUs are the ones that miss a
+per-token SLO. Keeping long prompts off the slow GPUs bounds their stalls; queue-aware scorers
+then give the slow GPUs more of the short requests, so the load still evens out.
+
+    long   = estimated prompt tokens >= threshold_tokens
+    fast_i = w_i >= share x W                 (w: effective weight, calibrated from speed;
+                                               W = max_j w_j)
+    b_i    = pending_prefill_i x W / w_i      (prompt tokens awaiting prefill, in the time the
+                                               fastest backend takes over them)
+    keep   = {i : fast_i}   if long and min_{fast} b_i <= min_j b_j + slack_tokens
+             every candidate otherwise
+The guard (the second condition) keeps the fast backends from taking more than they can: when
+they are few (one H100 among seven A100s) and the long prompts many, each of them builds a
+prefill backlog `slack_tokens` longer than the least busy backend's, and long prompts overflow
+to every candidate, where the queue scorers place them. On an even fleet every backend is fast,
+and the filter changes nothing. O(n) over the candidates (the pipeline's shortlist in a large
+pool), and O(1) for a short prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.routing.base import RoutingRequest
+
+
+class LongToFast:
+    name = "long_to_fast"
+
+    def __init__(
+        self, threshold_tokens: int = 2048, share: float = 0.75, slack_tokens: int = 8192
+    ) -> None:
+        if threshold_tokens < 1 or not 0.0 < share <= 1.0 or slack_tokens < 0:
+            raise ValueError(
+                "long_to_fast needs threshold_tokens >= 1, share in (0, 1] and slack_tokens >= 0"
+            )
+        self._threshold = threshold_tokens
+        self._share = share
+        self._slack = slack_tokens
+
+    def filter(
+        self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
+    ) -> Sequence[BackendState]:
+        if request.prompt_tokens < self._threshold or len(candidates) < 2:
+            return candidates
+        top = max(s.weight for s in candidates)
+        bar = self._share * top
+        fast = [s for s in candidates if s.weight >= bar]
+        if len(fast) == len(candidates):
+            return candidates
+        least_fast = min(s.pending_prefill / s.weight for s in fast)
+        least = min(s.pending_prefill / s.weight for s in candidates)
+        return fast if (least_fast - least) * top <= self._slack else candidates

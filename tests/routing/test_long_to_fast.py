@@ -1,0 +1,102 @@
+"""`long_to_fast`: prompts of at least `threshold_tokens` keep only the backends whose effective
+weight is within `share` of the fastest's, until those build a prefill backlog `slack_tokens`
+beyond the least busy backend's; shorter prompts keep every candidate."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.long_to_fast import LongToFast
+from fleetgate.routing.registry import PluginContext, default_registry
+
+
+def weighted(*weights: float) -> tuple[BackendState, ...]:
+    states = []
+    for i, weight in enumerate(weights):
+        state = BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",)))
+        state.weight = weight  # as calibration sets it
+        states.append(state)
+    return tuple(states)
+
+
+def of_tokens(tokens: int) -> RoutingRequest:
+    return RoutingRequest("m", "chat", True, prompt=b"x" * (4 * tokens))
+
+
+MIXED = weighted(2.7, 2.5, 1.0, 1.0)  # two H100s beside two A100s
+
+
+def test_long_prompts_keep_only_the_fast_backends() -> None:
+    split = LongToFast(threshold_tokens=2048, share=0.75)
+    assert list(split.filter(of_tokens(2048), MIXED, 0.0)) == list(MIXED[:2])
+    assert list(split.filter(of_tokens(9000), MIXED, 0.0)) == list(MIXED[:2])
+
+
+def test_short_prompts_keep_every_candidate() -> None:
+    split = LongToFast(threshold_tokens=2048)
+    assert split.filter(of_tokens(2047), MIXED, 0.0) is MIXED
+
+
+def test_on_an_even_fleet_nothing_is_filtered() -> None:
+    even = weighted(1.0, 1.0, 1.0)
+    assert list(LongToFast(threshold_tokens=10).filter(of_tokens(500), even, 0.0)) == list(even)
+
+
+def test_the_share_sets_how_close_to_the_fastest_a_backend_must_be() -> None:
+    loose = LongToFast(threshold_tokens=10, share=0.35)
+    assert list(loose.filter(of_tokens(500), MIXED, 0.0)) == list(MIXED)
+    strict = LongToFast(threshold_tokens=10, share=1.0)
+    assert list(strict.filter(of_tokens(500), MIXED, 0.0)) == [MIXED[0]]
+
+
+def test_long_prompts_overflow_once_the_fast_backends_are_backlogged() -> None:
+    fleet = weighted(2.5, 1.0, 1.0, 1.0)  # one H100 beside three A100s
+    split = LongToFast(threshold_tokens=2048, share=0.75, slack_tokens=8192)
+    fleet[0].pending_prefill = 8192 // 2  # 4,096 tokens: 1,638 in the fastest's time...
+    fleet[1].pending_prefill = 0  # ...beyond an idle A100: within the slack
+    assert list(split.filter(of_tokens(4000), fleet, 0.0)) == [fleet[0]]
+    fleet[0].pending_prefill = 8192 + 8192 // 2 + 1  # (12,289 - 0) tokens > 8,192 of slack
+    fleet[1].pending_prefill = 0
+    assert split.filter(of_tokens(4000), fleet, 0.0) is fleet
+    fleet[1].pending_prefill = 2000  # an A100's backlog counts in the fastest's time: 5,000
+    fleet[2].pending_prefill = fleet[3].pending_prefill = 2000
+    assert list(split.filter(of_tokens(4000), fleet, 0.0)) == [fleet[0]]
+
+
+def test_the_guard_compares_backlogs_in_the_fastest_backends_time() -> None:
+    fleet = weighted(1.0, 0.4)  # calibrated weights: relative speeds
+    fleet[0].pending_prefill = 9000
+    fleet[1].pending_prefill = 400  # 1,000 tokens in the fastest's time: 8,000 behind it
+    assert list(LongToFast(slack_tokens=8000).filter(of_tokens(3000), fleet, 0.0)) == [fleet[0]]
+    assert LongToFast(slack_tokens=7999).filter(of_tokens(3000), fleet, 0.0) is fleet
+
+
+@pytest.mark.parametrize(
+    ("threshold", "share", "slack"), [(0, 0.5, 0), (10, 0.0, 0), (10, 1.5, 0), (10, 0.5, -1)]
+)
+def test_bad_parameters_are_refused(threshold: int, share: float, slack: int) -> None:
+    with pytest.raises(ValueError, match="long_to_fast needs"):
+        LongToFast(threshold_tokens=threshold, share=share, slack_tokens=slack)
+
+
+def test_the_balanced_profile_keeps_long_prompts_on_the_fast_backends() -> None:
+    fleet = weighted(1.0, 1.0, 0.4, 0.4, 0.4, 0.4)  # calibrated: two H100s, four A100s
+    pipeline = default_registry().build_pipeline("balanced", {}, PluginContext(random.Random(7)))
+
+    def send(tokens: int, i: int) -> BackendState:
+        request = RoutingRequest("m", "chat", True, prompt=f"{i:08d}".encode() * (tokens // 2))
+        chosen = pipeline.pick(request, fleet, 0.0)
+        assert chosen is not None
+        chosen.in_flight += 1  # as the pool's begin() counts it
+        chosen.pending_prefill += request.prompt_tokens
+        return chosen
+
+    picks = Counter(send(3000 if i % 4 == 0 else 300, i) for i in range(80))
+    long_ones = {send(3000, 1000 + i) for i in range(5)}
+    assert long_ones <= set(fleet[:2])
+    assert all(picks[s] > 0 for s in fleet)  # the A100s serve short ones: the load evens out
