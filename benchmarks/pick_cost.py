@@ -7,9 +7,9 @@ request is done, `pool.end` (which keep the pickers' indexes current). Requests 
 prompt from one of 64 shared system prompts (every eighth a 12 KB one, long enough for
 `long_to_fast`) and a session key from 1,000, so prefix, length and session policies do their
 real work; half the backends weigh 0.4 (A100s beside H100s), and engine readings are set on
-every backend. The reference
-in the same run is each policy's own cost at 8 backends: the ratio at 1,024 must stay within
-log2(1024) / log2(8) = 3.3 for an O(log n) pick (an O(n) one would be 128).
+every backend. The reference in the same run is each policy's own cost at 8 backends: the
+ratio at 1,024 must stay within log2(1024) / log2(8) = 3.3 for an O(log n) pick (an O(n) one
+would be 128).
 """
 
 from __future__ import annotations
