@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from array import array
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,16 @@ def record_json(record: RequestRecord) -> dict[str, Any]:
     doc = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
     doc["itl_s"] = [round(x, 6) for x in record.itl_s]
     return doc
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    """A requests.jsonl written by `write_results`, back as records."""
+    records = []
+    for line in path.read_text().splitlines():
+        doc = json.loads(line)
+        doc["itl_s"] = array("d", doc["itl_s"])
+        records.append(RequestRecord(**doc))
+    return records
 
 
 def write_results(

@@ -9,7 +9,13 @@ from pathlib import Path
 
 from rich.console import Console
 
-from fleetgate.bench.report import RECORDS_FILE, SUMMARY_FILE, summary_table, write_results
+from fleetgate.bench.report import (
+    RECORDS_FILE,
+    SUMMARY_FILE,
+    read_records,
+    summary_table,
+    write_results,
+)
 from fleetgate.bench.stats import RequestRecord, Slo, summarize
 
 RECORDS = [
@@ -51,3 +57,8 @@ def test_table_shows_throughput_latencies_errors_and_goodput() -> None:
     text = out.getvalue()
     for needle in ("latency (ms)", "TTFT", "ITL", "E2E", "http_503", "req/s", "goodput", "100.0"):
         assert needle in text, needle
+
+
+def test_records_read_back_as_written(tmp_path: Path) -> None:
+    write_results(tmp_path, summarize(RECORDS, 1.0, Slo()), {}, RECORDS)
+    assert read_records(tmp_path / RECORDS_FILE) == RECORDS
