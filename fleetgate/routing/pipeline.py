@@ -88,16 +88,19 @@ class RoutingPipeline:
         """The chosen backend, or None when no candidate survives the filters. Each plugin's
         time (a scorer's scoring and learning together) goes to the timer, if one is set."""
         timer, clock, names = self._timer, self._clock, self._names
-        scorers = self._scorers
+        scorers, filters = self._scorers, self._filters
+        filtering = [0.0] * len(filters)  # each filter's time, over one or two passes
         if scorers and len(candidates) > self._shortlist:
             start = clock()
             shortlist = self._shortlisted(request, candidates, now)
             timer("shortlist", clock() - start)
             # Filters narrow the shortlist; only when it holds none they keep, the whole pool.
-            kept = self._filtered(request, shortlist, now)
-            candidates = kept or self._filtered(request, candidates, now)
+            kept = self._filtered(request, shortlist, now, filtering)
+            candidates = kept or self._filtered(request, candidates, now, filtering)
         else:
-            candidates = self._filtered(request, candidates, now)
+            candidates = self._filtered(request, candidates, now, filtering)
+        for f, seconds in zip(filters, filtering, strict=True):
+            timer(names[id(f)], seconds)
         if not candidates:
             return None
         spent = [0.0] * len(scorers)
@@ -124,13 +127,18 @@ class RoutingPipeline:
         return chosen
 
     def _filtered(
-        self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
+        self,
+        request: RoutingRequest,
+        candidates: Sequence[BackendState],
+        now: float,
+        spent: list[float],
     ) -> Sequence[BackendState]:
-        timer, clock, names = self._timer, self._clock, self._names
-        for f in self._filters:
+        """What every filter keeps of `candidates`, each filter's time added to `spent`."""
+        clock = self._clock
+        for i, f in enumerate(self._filters):
             start = clock()
             candidates = f.filter(request, candidates, now)
-            timer(names[id(f)], clock() - start)
+            spent[i] += clock() - start
         return candidates
 
     def _shortlisted(

@@ -139,8 +139,13 @@ def test_a_filter_that_keeps_none_of_the_shortlist_is_given_the_whole_pool() -> 
         shortlist=16,
         rng=random.Random(5),
     )
+    calls: list[tuple[str, float]] = []
+    pipeline.set_timer(lambda plugin, seconds: calls.append((plugin, seconds)))
     assert all(pipeline.pick(asking(str(t)), pool, float(t)) is pool[777] for t in range(20))
     assert 1024 in rare.shown  # the fallback scanned the pool
+    # two passes of the filter in a pick, yet one timing of it per pick
+    assert len(rare.shown) > 20 and [p for p, _ in calls].count("only") == 20
+    pipeline.set_timer(None)
     assert pipeline.pick(asking("q"), pool, 30.0) is not None
     assert (
         RoutingPipeline(
