@@ -284,9 +284,10 @@ class Proxy:
                 now = self._clock()
                 pool.succeeded(state, now)
                 if first_at is not None:
-                    progress.settle()
+                    # One event per token from a streaming engine (an opening role event
+                    # counts one over, on every backend alike): no decoding needed.
                     state.latency.record_stream(
-                        first_at - sent, now - sent, progress.tokens, ahead + prompt
+                        first_at - sent, now - sent, progress.events, ahead + prompt
                     )
                 return None
             data = await response.read()

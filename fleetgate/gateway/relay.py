@@ -21,8 +21,8 @@ class StreamRelay:
     """
 
     __slots__ = (
-        "_clock", "_held", "_lost", "_pending", "_progress", "_response", "_rewrite", "_start",
-        "_writer", "first_at",
+        "_clock", "_held", "_lost", "_progress", "_response", "_rewrite", "_start", "_writer",
+        "first_at", "pending",
     )  # fmt: skip
 
     def __init__(
@@ -41,19 +41,18 @@ class StreamRelay:
         self._clock = clock
         self._progress = progress
         self._rewrite = rewrite
-        self._pending: list[bytes] = []
+        self.pending: list[bytes] = []  # the pieces of the current read, appended by the parser
         self._held = b""  # the start of an event whose end has not come yet
         self.first_at: float | None = None
 
-    def chunk(self, data: bytes) -> None:
-        self._pending.append(data)
-
     def flush(self) -> None:
-        pending = self._pending
-        if not pending or self._lost:
+        pending = self.pending
+        if not pending:
             return
-        self._pending = []
         data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        if self._lost:
+            return
         if self._held:
             data = self._held + data
         if data.endswith(b"\n\n"):  # the usual case: whole events only
@@ -79,7 +78,6 @@ class StreamRelay:
         if progress.done:  # the stream's last event: end it in the same write
             writer.end(data)
             return
-        writer.write(data)
-        if writer.paused:
+        if not writer.write(data):  # the client is not keeping up
             self._response.pause_reading()
             writer.when_drained(self._response.resume_reading)

@@ -25,7 +25,7 @@ from fleetgate.http.errors import (
     ReadError,
     UpstreamTimeout,
 )
-from fleetgate.http.response import UpstreamResponse
+from fleetgate.http.response import RelaySink, UpstreamResponse
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +69,7 @@ class _Connection(asyncio.Protocol):
         self._parser = httptools.HttpResponseParser(self)
         self._transport: asyncio.Transport | None = None
         self._response: UpstreamResponse | None = None
+        self.sink: RelaySink | None = None  # set while `UpstreamResponse.relay` runs
         self._head: asyncio.Future[UpstreamResponse] | None = None
         self._busy = busy  # connections carrying a request: the client's sweeper checks them
         self.deadline = NEVER  # loop time by which the head (or the body) must have come
@@ -99,13 +100,13 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
-        response = self._response
+        sink = self.sink  # taken first: the read may end the response, which clears it
         try:
             self._parser.feed_data(data)
-            if response is not None and response._sink is not None:
-                response._sink.flush()
-            if self._idle_s is not None:
-                self._rearm_idle()
+            if sink is not None:
+                sink.flush()
+            if self._idle_s is not None and not self._reading_paused:  # _rearm_idle, inlined
+                self.deadline = min(self._total_at, self.loop.time() + self._idle_s)
         except httptools.HttpParserError as exc:
             error = ProtocolError(f"invalid HTTP from upstream: {exc}")
             if self._head is not None and not self._head.done():
@@ -138,13 +139,17 @@ class _Connection(asyncio.Protocol):
                 head.set_result(response)
 
     def on_body(self, body: bytes) -> None:
-        if self._response is not None:
+        sink = self.sink
+        if sink is not None:
+            sink.pending.append(body)
+        elif self._response is not None:
             self._response._feed(body)
 
     def on_message_complete(self) -> None:
         if 100 <= self._parser.get_status_code() < 200:
             return  # an interim response: keep waiting for the final one
         response, self._response = self._response, None
+        self.sink = None  # the connection may carry another request before the relay returns
         if response is None:
             return
         response._finish()

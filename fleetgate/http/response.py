@@ -14,13 +14,13 @@ if TYPE_CHECKING:
 
 
 class RelaySink(Protocol):
-    """Where `UpstreamResponse.relay` hands a body, from the socket's own callback."""
+    """Where `UpstreamResponse.relay` hands a body, from the socket's own callback: the pieces
+    of one read are appended to `pending`, then `flush()` passes them on."""
 
-    def chunk(self, data: bytes) -> None:
-        """One piece of the body."""
+    pending: list[bytes]
 
     def flush(self) -> None:
-        """The end of one read from the socket: pass on what `chunk` was given, in one go."""
+        """The end of one read from the socket: pass on (and clear) `pending`, in one go."""
 
 
 _READ_HIGH_WATER = 1024 * 1024  # pause the socket when this much body is unread
@@ -30,8 +30,7 @@ class UpstreamResponse:
     """A response whose headers have arrived; its body arrives through `chunks()` or `read()`."""
 
     __slots__ = (
-        "_buffered", "_chunks", "_conn", "_done", "_error", "_sink", "_waiter", "headers",
-        "status",
+        "_buffered", "_chunks", "_conn", "_done", "_error", "_waiter", "headers", "status",
     )  # fmt: skip
 
     def __init__(self, conn: _Connection) -> None:
@@ -43,7 +42,6 @@ class UpstreamResponse:
         self._done = False
         self._error: UpstreamError | None = None
         self._waiter: asyncio.Future[None] | None = None
-        self._sink: RelaySink | None = None
 
     def header(self, name: bytes) -> bytes | None:
         """The value of a header (lower-case name), or None."""
@@ -97,17 +95,19 @@ class UpstreamResponse:
         `pause_reading()` and later `resume_reading()`.
         """
         if self._chunks:
-            while self._chunks:
-                chunk = self._chunks.popleft()
-                self._buffered -= len(chunk)
-                sink.chunk(chunk)
+            sink.pending.extend(self._chunks)
+            self._chunks.clear()
+            self._buffered = 0
+            self.resume_reading()  # had the body reached the high-water mark before the relay
             sink.flush()
-        self._sink = sink
+        conn = self._conn
+        conn.sink = sink  # the connection's parser appends to it directly: the hot path
         try:
             while not self._done and self._error is None:
                 await self._wait()
         finally:
-            self._sink = None
+            if conn.sink is sink:
+                conn.sink = None
         if self._error is not None:
             raise self._error
 
@@ -137,9 +137,6 @@ class UpstreamResponse:
     # -- fed by the connection --------------------------------------------------------------
 
     def _feed(self, chunk: bytes) -> None:
-        if self._sink is not None:
-            self._sink.chunk(chunk)
-            return
         self._chunks.append(chunk)
         self._buffered += len(chunk)
         if self._buffered >= _READ_HIGH_WATER:

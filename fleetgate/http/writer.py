@@ -81,11 +81,14 @@ class ResponseWriter:
         # Held back until the first chunk so both leave in one packet (one syscall fewer).
         self._head = self._render_head(status, headers, b"transfer-encoding: chunked\r\n")
 
-    def write(self, chunk: bytes) -> None:
-        """Send one chunk of a streamed response; an empty chunk is skipped (it would end it)."""
+    def write(self, chunk: bytes) -> bool:
+        """Send one chunk of a streamed response; an empty chunk is skipped (it would end it).
+        False when the client is not keeping up (as `paused`): wait before writing more."""
+        conn = self._conn
         if chunk and not self.finished:
-            self._conn.write(b"%b%x\r\n%b\r\n" % (self._head, len(chunk), chunk))
+            conn.write(b"%b%x\r\n%b\r\n" % (self._head, len(chunk), chunk))
             self._head = b""
+        return not conn.paused
 
     async def drain(self) -> None:
         """Wait while the client is slower than the handler; raise if the client went away."""

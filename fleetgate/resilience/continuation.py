@@ -53,7 +53,7 @@ class StreamProgress:
     continuation needs the text), not one by one on the relay's hot path.
     """
 
-    __slots__ = ("_raw", "created", "done", "finished", "id", "parts", "tokens")
+    __slots__ = ("_raw", "created", "done", "events", "finished", "id", "parts", "tokens")
 
     def __init__(self) -> None:
         self._raw: list[bytes] = []  # whole SSE events as sent, not decoded yet
@@ -61,6 +61,9 @@ class StreamProgress:
         self.created = 0
         self.parts: list[str] = []
         self.tokens = 0  # events that carried text: one token each from a streaming engine
+        # Data events sent, [DONE] aside: counted as they pass, without decoding, for the
+        # latency stats (a stream that ends without a failure is never decoded at all).
+        self.events = 0
         self.finished = False  # a finish_reason was sent: the answer is complete
         self.done = False  # [DONE] was sent
 
@@ -71,8 +74,11 @@ class StreamProgress:
 
     def feed(self, events: bytes) -> None:
         """Record complete SSE events as sent to the client."""
+        count = events.count(b"\ndata:") + events.startswith(b"data:")
         if events.endswith((b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")):
             self.done = True
+            count -= 1
+        self.events += count
         self._raw.append(events)
         if len(self._raw) >= _BATCH:
             self.settle()

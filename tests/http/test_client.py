@@ -20,7 +20,7 @@ from fleetgate.http.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from fleetgate.http.response import UpstreamResponse
+from fleetgate.http.response import _READ_HIGH_WATER, UpstreamResponse
 from fleetgate.http.server import HttpConnection, HttpServer, Request, start_server
 from fleetgate.http.writer import ResponseWriter
 
@@ -71,17 +71,17 @@ def endless_stream(cancelled: asyncio.Event) -> Handler:
 
 
 class Sink:
-    """A relay sink that hands each chunk to a function and counts the flushes."""
+    """A relay sink that hands each chunk of a read to a function when the read is flushed."""
 
     def __init__(self, on_chunk: Callable[[bytes], object]) -> None:
         self._on_chunk = on_chunk
-        self.flushes = 0
-
-    def chunk(self, data: bytes) -> None:
-        self._on_chunk(data)
+        self.pending: list[bytes] = []
 
     def flush(self) -> None:
-        self.flushes += 1
+        chunks = list(self.pending)
+        self.pending.clear()
+        for chunk in chunks:
+            self._on_chunk(chunk)
 
 
 @pytest.fixture
@@ -310,6 +310,39 @@ async def test_a_sink_that_pauses_reading_pauses_the_server(
     response.resume_reading()
     await asyncio.wait_for(relaying, GUARD_S)
     assert b"".join(relayed) == block * (sent // len(block))
+
+
+async def test_a_relay_started_late_takes_the_buffered_body_and_reads_on(
+    client: HttpClient, upstream: StartUpstream
+) -> None:
+    # Unread, the body fills the response's buffer and the socket is paused; a relay that
+    # starts then gets what was buffered and the rest, instead of waiting on a paused socket.
+    block = bytes(range(256)) * 256  # 64 KiB
+    server_paused = asyncio.Event()
+    sent = 0
+
+    async def flood(request: Request, writer: ResponseWriter) -> None:
+        nonlocal sent
+        writer.start(200, [])
+        while not writer.paused and sent < 256 * len(block):
+            writer.write(block)
+            sent += len(block)
+        server_paused.set()
+        await writer.drain()
+        writer.end(b"tail")
+
+    up = await upstream(flood)
+    response = await get(client, up, b"/big")
+    await asyncio.wait_for(server_paused.wait(), GUARD_S)
+    assert sent < 256 * len(block)  # the unread body paused the socket
+    for _ in range(int(GUARD_S / 0.01)):  # until the client has buffered its fill and paused
+        if response._buffered >= _READ_HIGH_WATER:
+            break
+        await asyncio.sleep(0.01)
+    assert response._buffered >= _READ_HIGH_WATER
+    relayed: list[bytes] = []
+    await asyncio.wait_for(response.relay(Sink(relayed.append)), GUARD_S)
+    assert b"".join(relayed) == block * (sent // len(block)) + b"tail"
 
 
 async def test_cancelling_a_relay_aborts_the_upstream_request(

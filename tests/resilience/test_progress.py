@@ -25,7 +25,7 @@ def test_plain_events_give_text_tokens_id_and_the_end() -> None:
     progress = _fed(
         _event(""), _event("Hel"), _event("lo"), _event(None, "stop"), b"data: [DONE]\n\n"
     )
-    assert (progress.text, progress.tokens) == ("Hello", 2)
+    assert (progress.text, progress.tokens, progress.events) == ("Hello", 2, 4)
     assert (progress.id, progress.created) == ("c-1", 7)
     assert progress.finished and progress.done
 
@@ -33,6 +33,7 @@ def test_plain_events_give_text_tokens_id_and_the_end() -> None:
 def test_several_events_in_one_read_count_like_one_by_one() -> None:
     events = [_event(str(i)) for i in range(100)]
     assert _fed(b"".join(events)).tokens == _fed(*events).tokens == 100
+    assert _fed(b"".join(events)).events == _fed(*events).events == 100
     assert _fed(b"".join(events)).text == "".join(str(i) for i in range(100))
 
 
@@ -45,6 +46,7 @@ def test_crlf_comments_other_fields_and_a_bad_payload_are_read_around() -> None:
         b"data: [DONE]\r\n\r\n",
     )
     assert (progress.text, progress.tokens, progress.done) == ("ab", 2, True)
+    assert progress.events == 3  # the comment is no data event, [DONE] is not counted
 
 
 def test_a_completion_stream_counts_its_text() -> None:
