@@ -100,16 +100,20 @@ class UpstreamResponse:
             self._buffered = 0
             self.resume_reading()  # had the body reached the high-water mark before the relay
             sink.flush()
-        conn = self._conn
-        conn.sink = sink  # the connection's parser appends to it directly: the hot path
-        try:
-            while not self._done and self._error is None:
-                await self._wait()
-        finally:
-            if conn.sink is sink:
-                conn.sink = None
+        if not self._ended():  # else the connection is no longer this response's
+            conn = self._conn
+            conn.sink = sink  # the connection's parser appends to it directly: the hot path
+            try:
+                while not self._ended():
+                    await self._wait()
+            finally:
+                if conn.sink is sink:
+                    conn.sink = None
         if self._error is not None:
             raise self._error
+
+    def _ended(self) -> bool:
+        return self._done or self._error is not None
 
     def pause_reading(self) -> None:
         if not self._done and self._error is None:  # once done, the connection is not ours
