@@ -30,6 +30,7 @@ from fleetgate.routing.random_pick import RandomPick
 from fleetgate.routing.round_robin import RoundRobin
 from fleetgate.routing.session_affinity import SessionAffinity
 from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
+from fleetgate.routing.work_share import WorkShare
 
 T = TypeVar("T")
 
@@ -201,6 +202,7 @@ def default_registry() -> PluginRegistry:
     registry.add_scorer("prefix_cache", from_params(PrefixCacheScorer, **stale))
     registry.add_scorer("session_affinity", from_params(SessionAffinity))
     registry.add_scorer("prefill_queue", from_params(PrefillQueue))
+    registry.add_scorer("work_share", from_params(WorkShare))
     registry.add_filter("length_split", from_params(LengthSplit))
     registry.add_filter("long_to_fast", from_params(LongToFast))
     registry.add_profile("least_loaded", Profile.of(("queue", 1), ("kv_cache", 1)))
@@ -212,8 +214,8 @@ def default_registry() -> PluginRegistry:
     registry.add_profile(
         "balanced",
         Profile.of(
-            ("prefix_cache", 3), ("queue", 2), ("prefill_queue", 2), ("kv_cache", 1),
-            filters=("long_to_fast",),
+            ("prefix_cache", 3), ("queue", 2), ("prefill_queue", 2), ("work_share", 2),
+            ("kv_cache", 1), filters=("long_to_fast",),
         ),
     )  # fmt: skip
     return registry

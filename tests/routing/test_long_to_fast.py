@@ -92,8 +92,7 @@ def test_the_balanced_profile_keeps_long_prompts_on_the_fast_backends() -> None:
         request = RoutingRequest("m", "chat", True, prompt=f"{i:08d}".encode() * (tokens // 2))
         chosen = pipeline.pick(request, fleet, 0.0)
         assert chosen is not None
-        chosen.in_flight += 1  # as the pool's begin() counts it
-        chosen.pending_prefill += request.prompt_tokens
+        chosen.in_flight += 1  # as the pool's begin() counts it; prefilled since, decoding
         return chosen
 
     picks = Counter(send(3000 if i % 4 == 0 else 300, i) for i in range(80))
