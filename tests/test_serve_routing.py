@@ -29,7 +29,7 @@ def test_the_default_policy_and_a_composed_profile_are_built() -> None:
     default = pools_for()["m"].pipeline
     assert isinstance(default.picker, MaxScore)
     assert [plugin_name(s) for s in default.scorers] == [
-        "prefix_cache", "queue", "prefill_queue", "kv_cache"
+        "prefix_cache", "queue", "prefill_queue", "work_share", "kv_cache"
     ]  # fmt: skip
     assert isinstance(pools_for(policy="least_requests")["m"].pipeline.picker, LeastRequests)
     composed = pools_for(routing={"scorers": [{"type": "prefix_cache", "weight": 3}]})
