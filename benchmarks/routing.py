@@ -66,7 +66,7 @@ from typing import Any
 from harness import PY, drain, free_port, gateway, get, metric, post, process, read_until, wait_http
 
 from fleetgate.bench.report import RECORDS_FILE, read_records
-from fleetgate.bench.stats import Slo
+from fleetgate.bench.stats import Slo, summarize
 from fleetgate.workers.sim.profiles import get_profile
 
 MODEL = "sim-8b"
@@ -321,7 +321,7 @@ def run_one(
     idle = sorted(samples.idle)
     good = (summary["slo_attainment"] or 0.0) * summary["requests"]
     records = read_records(out / RECORDS_FILE)
-    tight = sum(SLO_TIGHT.met_by(r) for r in records) / len(records) if records else 0.0
+    tight = summarize(records, args.duration, SLO_TIGHT).slo_attainment or 0.0
     return {
         "summary": summary,
         "goodput": good / args.duration,

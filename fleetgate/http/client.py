@@ -105,8 +105,8 @@ class _Connection(asyncio.Protocol):
             self._parser.feed_data(data)
             if sink is not None:
                 sink.flush()
-            if self._idle_s is not None and not self._reading_paused:  # _rearm_idle, inlined
-                self.deadline = min(self._total_at, self.loop.time() + self._idle_s)
+            if self._idle_s is not None:
+                self._rearm_idle()
         except httptools.HttpParserError as exc:
             error = ProtocolError(f"invalid HTTP from upstream: {exc}")
             if self._head is not None and not self._head.done():

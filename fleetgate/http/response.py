@@ -116,11 +116,11 @@ class UpstreamResponse:
         return self._done or self._error is not None
 
     def pause_reading(self) -> None:
-        if not self._done and self._error is None:  # once done, the connection is not ours
+        if not self._ended():  # once done, the connection is not ours
             self._conn.pause_reading()
 
     def resume_reading(self) -> None:
-        if not self._done and self._error is None:
+        if not self._ended():
             self._conn.resume_reading()
 
     def expire_in(
@@ -129,12 +129,12 @@ class UpstreamResponse:
         """Fail with `UpstreamTimeout(message)` and abort unless the body ends within delay_s,
         or with `UpstreamTimeout(idle_message)` if `idle_s` pass without a byte of it (time
         spent paused because the gateway's own client is slow does not count)."""
-        if not self._done and self._error is None:
+        if not self._ended():
             self._conn.set_body_deadlines(delay_s, message, idle_s, idle_message)
 
     def close(self) -> None:
         """Stop reading; an unfinished response aborts its connection (that cancels upstream)."""
-        if not self._done and self._error is None:
+        if not self._ended():
             self._fail(ReadError("response abandoned by the gateway"))
             self._conn.abort()
 
@@ -152,7 +152,7 @@ class UpstreamResponse:
         self._wake()
 
     def _fail(self, error: UpstreamError) -> None:
-        if not self._done and self._error is None:  # the first cause is the one to report
+        if not self._ended():  # the first cause is the one to report
             self._error = error
             self._wake()
 

@@ -84,6 +84,32 @@ class Sink:
             self._on_chunk(chunk)
 
 
+class Flood:
+    """A handler that writes 64 KiB blocks until its writer reports `paused` (or 16 MiB went),
+    then waits for the reader to catch up and ends with `tail`."""
+
+    BLOCK = bytes(range(256)) * 256
+    CAP = 256 * len(BLOCK)
+
+    def __init__(self, tail: bytes = b"") -> None:
+        self.tail = tail
+        self.sent = 0
+        self.paused = asyncio.Event()
+
+    async def __call__(self, request: Request, writer: ResponseWriter) -> None:
+        writer.start(200, [])
+        while not writer.paused and self.sent < self.CAP:
+            writer.write(self.BLOCK)
+            self.sent += len(self.BLOCK)
+        self.paused.set()
+        await writer.drain()  # returns once the client reads again
+        writer.end(self.tail)
+
+    def body(self) -> bytes:
+        """What it sent, as the client should read it."""
+        return self.BLOCK * (self.sent // len(self.BLOCK)) + self.tail
+
+
 @pytest.fixture
 async def client() -> AsyncIterator[HttpClient]:
     http = HttpClient(connect_timeout_s=GUARD_S)
@@ -278,20 +304,7 @@ async def test_relay_raises_when_the_upstream_breaks_off(
 async def test_a_sink_that_pauses_reading_pauses_the_server(
     client: HttpClient, upstream: StartUpstream
 ) -> None:
-    block = bytes(range(256)) * 256  # 64 KiB
-    server_paused = asyncio.Event()
-    sent = 0
-
-    async def flood(request: Request, writer: ResponseWriter) -> None:
-        nonlocal sent
-        writer.start(200, [])
-        while not writer.paused and sent < 256 * len(block):
-            writer.write(block)
-            sent += len(block)
-        server_paused.set()
-        await writer.drain()
-        writer.end()
-
+    flood = Flood()
     up = await upstream(flood)
     response = await get(client, up, b"/big")
     relayed: list[bytes] = []
@@ -303,13 +316,13 @@ async def test_a_sink_that_pauses_reading_pauses_the_server(
             response.pause_reading()  # as the gateway does when its own client falls behind
 
     relaying = asyncio.create_task(response.relay(Sink(sink)))
-    await asyncio.wait_for(server_paused.wait(), GUARD_S)
-    assert sent < 256 * len(block)  # the pause reached the server
-    assert sum(map(len, relayed)) < sent
+    await asyncio.wait_for(flood.paused.wait(), GUARD_S)
+    assert flood.sent < Flood.CAP  # the pause reached the server
+    assert sum(map(len, relayed)) < flood.sent
     behind = False
     response.resume_reading()
     await asyncio.wait_for(relaying, GUARD_S)
-    assert b"".join(relayed) == block * (sent // len(block))
+    assert b"".join(relayed) == flood.body()
 
 
 async def test_a_relay_started_late_takes_the_buffered_body_and_reads_on(
@@ -317,24 +330,11 @@ async def test_a_relay_started_late_takes_the_buffered_body_and_reads_on(
 ) -> None:
     # Unread, the body fills the response's buffer and the socket is paused; a relay that
     # starts then gets what was buffered and the rest, instead of waiting on a paused socket.
-    block = bytes(range(256)) * 256  # 64 KiB
-    server_paused = asyncio.Event()
-    sent = 0
-
-    async def flood(request: Request, writer: ResponseWriter) -> None:
-        nonlocal sent
-        writer.start(200, [])
-        while not writer.paused and sent < 256 * len(block):
-            writer.write(block)
-            sent += len(block)
-        server_paused.set()
-        await writer.drain()
-        writer.end(b"tail")
-
+    flood = Flood(tail=b"tail")
     up = await upstream(flood)
     response = await get(client, up, b"/big")
-    await asyncio.wait_for(server_paused.wait(), GUARD_S)
-    assert sent < 256 * len(block)  # the unread body paused the socket
+    await asyncio.wait_for(flood.paused.wait(), GUARD_S)
+    assert flood.sent < Flood.CAP  # the unread body paused the socket
     for _ in range(int(GUARD_S / 0.01)):  # until the client has buffered its fill and paused
         if response._buffered >= _READ_HIGH_WATER:
             break
@@ -342,7 +342,7 @@ async def test_a_relay_started_late_takes_the_buffered_body_and_reads_on(
     assert response._buffered >= _READ_HIGH_WATER
     relayed: list[bytes] = []
     await asyncio.wait_for(response.relay(Sink(relayed.append)), GUARD_S)
-    assert b"".join(relayed) == block * (sent // len(block)) + b"tail"
+    assert b"".join(relayed) == flood.body()
 
 
 async def test_cancelling_a_relay_aborts_the_upstream_request(
@@ -365,31 +365,15 @@ async def test_a_reader_that_stops_pauses_the_server(
 ) -> None:
     # Not reading makes the client pause its socket, so the server's writes back up until its
     # writer reports `paused`; nothing is lost when reading resumes.
-    block = bytes(range(256)) * 256  # 64 KiB
-    server_paused = asyncio.Event()
-    sent = 0
-
-    async def flood(request: Request, writer: ResponseWriter) -> None:
-        nonlocal sent
-        writer.start(200, [])
-        while not writer.paused and sent < 256 * len(block):
-            writer.write(block)
-            sent += len(block)
-        server_paused.set()
-        await writer.drain()  # returns once the client reads again
-        writer.write(b"tail")
-        writer.end()
-
+    flood = Flood(tail=b"tail")
     up = await upstream(flood)
     response = await get(client, up, b"/big")
     chunks = response.chunks()
     received = [await asyncio.wait_for(anext(chunks), GUARD_S)]
-    await asyncio.wait_for(server_paused.wait(), GUARD_S)
-    assert sent < 256 * len(block)  # it paused: the loop did not run to its cap
+    await asyncio.wait_for(flood.paused.wait(), GUARD_S)
+    assert flood.sent < Flood.CAP  # it paused: the loop did not run to its cap
     received += [chunk async for chunk in chunks]
-    body = b"".join(received)
-    assert len(body) == sent + 4
-    assert body == block * (sent // len(block)) + b"tail"
+    assert b"".join(received) == flood.body()
 
 
 async def test_a_closed_port_is_a_connect_error(client: HttpClient) -> None:
