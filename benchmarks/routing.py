@@ -399,7 +399,7 @@ def print_table(title: str, results: dict[str, dict[str, Any]]) -> None:
         print("  ".join(cells))
 
 
-ATTAINMENT_GOALS = (0.90, 0.99)  # DistServe's goodput at 90%; 99% as p99-bound SLOs ask
+ATTAINMENT_GOALS = (0.90, 0.95, 0.99)  # DistServe's goodput at 90%; 99% as p99-bound SLOs ask
 
 
 def sustained(points: list[tuple[float, float]], goal: float) -> str:
@@ -417,7 +417,8 @@ def print_sweep(
     title: str, sweep: dict[float, dict[str, dict[str, Any]]], policies: list[str]
 ) -> None:
     """SLO attainment per policy and rate, and the highest rate each policy sustains: under the
-    goodput SLO, then under the tight one."""
+    goodput SLO, then under the tight one. A rate some policy did not run at shows "-" for it
+    (sweeps merged from several runs)."""
     slos: dict[str, Callable[[dict[str, Any]], float]] = {
         f"TTFT {SLO_TTFT_S:g} s, TPOT {SLO_TPOT_S * 1e3:g} ms": lambda r: (
             r["summary"]["slo_attainment"] or 0.0
@@ -431,8 +432,9 @@ def print_sweep(
     for slo, attainment in slos.items():
         rows = [["policy", *[f"@{r:g}" for r in rates], *goals]]
         for policy in policies:
-            points = [(r, attainment(sweep[r][policy])) for r in rates]
-            rows.append([policy, *[f"{a:.3f}" for _, a in points],
+            points = [(r, attainment(sweep[r][policy])) for r in rates if policy in sweep[r]]
+            ran = dict(points)
+            rows.append([policy, *[f"{ran[r]:.3f}" if r in ran else "-" for r in rates],
                          *[sustained(points, g) for g in ATTAINMENT_GOALS]])  # fmt: skip
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         print(f"\n== {title}: SLO attainment by offered req/s ({slo}) ==")
@@ -440,6 +442,32 @@ def print_sweep(
             cells = [row[0].ljust(widths[0])]
             cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:], strict=True)]
             print("  ".join(cells))
+
+
+def report(paths: list[str], out: str) -> int:
+    """Print the tables of saved results.json files, merged by workload@rate and policy (a
+    later file's entry replaces an earlier one's), and write the merged file to `out`."""
+    merged: dict[str, dict[str, dict[str, Any]]] = {}
+    for path in paths:
+        for title, results in json.loads(Path(path).read_text()).items():
+            merged.setdefault(title, {}).update(results)
+    sweeps: dict[str, dict[float, dict[str, dict[str, Any]]]] = {}
+    for title, results in merged.items():
+        name, _, at = title.partition("@")
+        if at:
+            sweeps.setdefault(name, {})[float(at)] = results
+        else:
+            print_table(title, results)
+    for name, sweep in sweeps.items():
+        for rate in sorted(sweep):
+            print_table(f"{name}@{rate:g}", sweep[rate])
+        policies = list(dict.fromkeys(p for ran in sweep.values() for p in ran))
+        if len(sweep) > 1:
+            print_sweep(name, sweep, policies)
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / "results.json").write_text(json.dumps(merged, indent=1))
+    return 0
 
 
 def main() -> int:
@@ -464,7 +492,14 @@ def main() -> int:
         help="N=FACTOR@SECONDS: worker N (fleet order) becomes FACTOR times slower that many"
         " seconds into sending (thermal throttling), e.g. 0=2@30",
     )  # fmt: skip
+    parser.add_argument(
+        "--report", nargs="+", default=None, metavar="RESULTS_JSON",
+        help="run nothing: print the tables of saved results.json files, merged by rate and"
+        " policy (and write the merged file to --out, if given)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.report:
+        return report(args.report, args.out)
     if args.throttle is not None and args.throttle.at_s > args.duration / 2:
         parser.error("--throttle must start in the first half of --duration")
     policies = [p for p in args.policies.split(",") if p]
