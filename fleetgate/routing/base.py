@@ -87,15 +87,16 @@ class Learner(Protocol):
 
 @runtime_checkable
 class Nominator(Protocol):
-    """A scorer that can name the few backends it would score highest, without a scan, so a
-    shortlist of a large pool includes them."""
+    """A scorer (or filter) that can name the few backends it would score highest (or keep),
+    without a scan, so a shortlist of a large pool includes them."""
 
     def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]: ...
 
 
 @runtime_checkable
 class Roster(Protocol):
-    """A scorer that keeps state over the whole candidate set (a hash ring): told the set
-    whenever it changes, since with a shortlist it only ever scores a part of it."""
+    """A scorer (or filter) that keeps state over the whole candidate set (a hash ring, the
+    pool's fastest weight): told the set whenever it changes, since with a shortlist it only
+    ever sees a part of it."""
 
     def roster(self, candidates: Sequence[BackendState]) -> None: ...

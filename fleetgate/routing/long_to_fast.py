@@ -17,23 +17,37 @@ The guard (the second condition) keeps the fast backends from taking more than t
 they are few (one H100 among seven A100s) and the long prompts many, each of them builds a
 prefill backlog `slack_tokens` longer than the least busy backend's, and long prompts overflow
 to every candidate, where the queue scorers place them. On an even fleet every backend is fast,
-and the filter changes nothing. O(n) over the candidates (the pipeline's shortlist in a large
-pool), and O(1) for a short prompt.
+and the filter changes nothing. O(n) over the candidates, and O(1) for a short prompt.
+
+In a pool larger than the pipeline's shortlist, the candidates are a sample of it, which may
+hold no fast backend: W is then the pool's, not the sample's (the pipeline tells the filter the
+whole candidate set, `roster`; W and the fast backends are found again at most every
+`REFRESH_S`, O(n) a second), and for a long prompt the filter nominates up to `NOMINATED` of
+the fast backends, drawn at random, so the shortlist holds some. So a pick stays O(shortlist).
 """
 
 from __future__ import annotations
 
+import math
+import random
 from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+
+REFRESH_S = 1.0  # how old the pool's fastest weight may be, judging a shortlist
+NOMINATED = 4  # fast backends put in a large pool's shortlist for a long prompt
 
 
 class LongToFast:
     name = "long_to_fast"
 
     def __init__(
-        self, threshold_tokens: int = 2048, share: float = 0.75, slack_tokens: int = 8192
+        self,
+        threshold_tokens: int = 2048,
+        share: float = 0.75,
+        slack_tokens: int = 8192,
+        rng: random.Random | None = None,
     ) -> None:
         if threshold_tokens < 1 or not 0.0 < share <= 1.0 or slack_tokens < 0:
             raise ValueError(
@@ -42,6 +56,32 @@ class LongToFast:
         self._threshold = threshold_tokens
         self._share = share
         self._slack = slack_tokens
+        self._rng = rng or random.Random(0)
+        self._members: Sequence[BackendState] = ()  # the whole candidate set, when told it
+        self._top = 0.0  # the members' greatest weight (W) ...
+        self._fast: list[BackendState] = []  # ... and those within `share` of it
+        self._found_at = -math.inf  # when those two were found
+
+    def roster(self, candidates: Sequence[BackendState]) -> None:
+        self._members = candidates
+        self._found_at = -math.inf
+
+    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]:
+        """Some fast backends of the pool, for a long prompt; none for a short one."""
+        if request.prompt_tokens < self._threshold or not self._members:
+            return []
+        fast = self._pool(now)[1]
+        return fast if len(fast) <= NOMINATED else self._rng.sample(fast, NOMINATED)
+
+    def _pool(self, now: float) -> tuple[float, list[BackendState]]:
+        """W over the whole candidate set, and its fast backends, found at most every
+        REFRESH_S."""
+        if now - self._found_at >= REFRESH_S:
+            self._top = max((s.weight for s in self._members), default=0.0)
+            bar = self._share * self._top
+            self._fast = [s for s in self._members if s.weight >= bar]
+            self._found_at = now
+        return self._top, self._fast
 
     def filter(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
@@ -49,9 +89,11 @@ class LongToFast:
         if request.prompt_tokens < self._threshold or len(candidates) < 2:
             return candidates
         top = max(s.weight for s in candidates)
+        if self._members and candidates is not self._members:  # a shortlist of a larger pool
+            top = max(top, self._pool(now)[0])
         bar = self._share * top
         fast = [s for s in candidates if s.weight >= bar]
-        if len(fast) == len(candidates):
+        if not fast or len(fast) == len(candidates):
             return candidates
         least_fast = min(s.pending_prefill / s.weight for s in fast)
         least = min(s.pending_prefill / s.weight for s in candidates)

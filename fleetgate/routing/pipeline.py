@@ -35,8 +35,9 @@ class RoutingPipeline:
     in [0, 1]. With no scorers the picker decides alone (round robin, power of two, ...).
 
     Scoring is O(candidates), so with more than `shortlist` candidates a scored pipeline rates a
-    shortlist instead: the backends its scorers nominate (where the prompt's prefix is cached,
-    the session's home) and random others up to `shortlist`, as "power of d choices" does. A
+    shortlist instead: the backends its plugins nominate (where the prompt's prefix is cached,
+    the session's home, the fast backends a long prompt is kept to) and random others up to
+    `shortlist`, as "power of d choices" does. A
     pick then costs O(shortlist) whatever the pool's size. Filters then narrow the shortlist,
     not the pool, so they cost O(shortlist) too; a filter that keeps none of the shortlist is
     given the whole pool (a backend that passes it is never missed, at O(n) for that pick).
@@ -63,8 +64,9 @@ class RoutingPipeline:
         total = sum(w for _, w in scorers) or 1.0
         self._scorers = tuple((scorer, weight / total) for scorer, weight in scorers)
         self._learns = tuple(isinstance(s, Learner) for s, _ in scorers)
-        self._nominators = tuple(s for s, _ in scorers if isinstance(s, Nominator))
-        self._rosters = tuple(s for s, _ in scorers if isinstance(s, Roster))
+        plugins = (*(s for s, _ in scorers), *filters)
+        self._nominators = tuple(p for p in plugins if isinstance(p, Nominator))
+        self._rosters = tuple(p for p in plugins if isinstance(p, Roster))
         self._names = {id(p): plugin_name(p) for p in (picker, *filters, *(s for s, _ in scorers))}
         self._shortlist = max(1, shortlist)
         self._rng = rng or random.Random(0)
@@ -90,6 +92,8 @@ class RoutingPipeline:
         timer, clock, names = self._timer, self._clock, self._names
         scorers, filters = self._scorers, self._filters
         filtering = [0.0] * len(filters)  # each filter's time, over one or two passes
+        if candidates is not self._members and self._rosters:
+            self._enroll(candidates)
         if scorers and len(candidates) > self._shortlist:
             start = clock()
             shortlist = self._shortlisted(request, candidates, now)
@@ -141,13 +145,18 @@ class RoutingPipeline:
             spent[i] += clock() - start
         return candidates
 
+    def _enroll(self, candidates: Sequence[BackendState]) -> None:
+        """A new candidate set (the pool rebuilds its tuple on health changes; a retry passes
+        the backends not yet tried): the plugins that keep state over it are told."""
+        self._members, self._member_set = candidates, frozenset(candidates)
+        for roster in self._rosters:
+            roster.roster(candidates)
+
     def _shortlisted(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[BackendState]:
-        if candidates is not self._members:  # the pool rebuilds its tuple on health changes
-            self._members, self._member_set = candidates, frozenset(candidates)
-            for roster in self._rosters:
-                roster.roster(candidates)
+        if candidates is not self._members:
+            self._enroll(candidates)
         members, size = self._member_set, self._shortlist
         picked: dict[BackendState, None] = {}
         for nominator in self._nominators:

@@ -204,7 +204,7 @@ def default_registry() -> PluginRegistry:
     registry.add_scorer("prefill_queue", from_params(PrefillQueue))
     registry.add_scorer("work_share", from_params(WorkShare))
     registry.add_filter("length_split", from_params(LengthSplit))
-    registry.add_filter("long_to_fast", from_params(LongToFast))
+    registry.add_filter("long_to_fast", from_params(LongToFast, rng="rng"))
     registry.add_profile("least_loaded", Profile.of(("queue", 1), ("kv_cache", 1)))
     registry.add_profile("least_response_time", Profile.of(("least_response_time", 1)))
     registry.add_profile(

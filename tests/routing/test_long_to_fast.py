@@ -99,3 +99,34 @@ def test_the_balanced_profile_keeps_long_prompts_on_the_fast_backends() -> None:
     long_ones = {send(3000, 1000 + i) for i in range(5)}
     assert long_ones <= set(fleet[:2])
     assert all(picks[s] > 0 for s in fleet)  # the A100s serve short ones: the load evens out
+
+
+def test_in_a_pool_larger_than_the_shortlist_long_prompts_still_reach_the_fast_backends() -> None:
+    # 4 H100s among 60 A100s: a random shortlist of 16 holds none of them 29% of the time, and
+    # judged by the shortlist's own fastest an A100 would then count as fast.
+    fleet = weighted(*([1.0] * 4 + [0.4] * 60))
+    pipeline = default_registry().build_pipeline("balanced", {}, PluginContext(random.Random(3)))
+
+    def distinct(tokens: int, i: int) -> RoutingRequest:  # no two share a cached prefix
+        return RoutingRequest("m", "chat", True, prompt=f"{i:08d}".encode() * (tokens // 2))
+
+    chosen = [pipeline.pick(distinct(3000, i), fleet, i * 0.01) for i in range(200)]
+    assert set(chosen) <= set(fleet[:4])
+    short = {pipeline.pick(distinct(300, i), fleet, 2.0 + i * 0.01) for i in range(200, 400)}
+    assert len(short - set(fleet[:4])) > 20  # short prompts go anywhere
+
+
+def test_a_shortlist_judged_by_the_pools_fastest_weight_found_again_as_weights_change() -> None:
+    fleet = weighted(1.0, 1.0, 0.4, 0.4, 0.4)
+    split = LongToFast(threshold_tokens=10)
+    split.roster(fleet)
+    sample = fleet[2:]  # a shortlist of A100s only: none is fast, none is dropped
+    assert split.filter(of_tokens(500), sample, 0.0) is sample
+    assert split.nominate(of_tokens(500), 0.0) == list(fleet[:2])
+    assert split.nominate(of_tokens(5), 0.0) == []
+    fleet[0].weight = fleet[1].weight = 0.4  # both H100s throttle: every backend is as fast
+    fleet[2].weight = 0.5
+    assert split.nominate(of_tokens(500), 0.5) == list(fleet[:2])  # not found again yet
+    again = split.nominate(of_tokens(500), 1.0)  # REFRESH_S later: all five, four drawn
+    assert len(again) == 4 and len(set(again)) == 4
+    assert list(split.filter(of_tokens(500), sample, 1.0)) == list(sample)
