@@ -446,11 +446,16 @@ def print_sweep(
 
 def report(paths: list[str], out: str) -> int:
     """Print the tables of saved results.json files, merged by workload@rate and policy (a
-    later file's entry replaces an earlier one's), and write the merged file to `out`."""
+    later file's entry replaces an earlier one's), and write the merged file to `out`. Runs
+    made with different --throttle settings are refused: they do not compare."""
     merged: dict[str, dict[str, dict[str, Any]]] = {}
     for path in paths:
         for title, results in json.loads(Path(path).read_text()).items():
-            merged.setdefault(title, {}).update(results)
+            entries = merged.setdefault(title, {})
+            if len({_setting(r) for r in (*entries.values(), *results.values())}) > 1:
+                print(f"{title} in {path}: ran with another --throttle; not merging them")
+                return 2
+            entries.update(results)
     sweeps: dict[str, dict[float, dict[str, dict[str, Any]]]] = {}
     for title, results in merged.items():
         name, _, at = title.partition("@")
@@ -468,6 +473,12 @@ def report(paths: list[str], out: str) -> int:
         Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "results.json").write_text(json.dumps(merged, indent=1))
     return 0
+
+
+def _setting(result: dict[str, Any]) -> str:
+    """A run's --throttle, less the throttled worker's URL (a port of that run's own fleet)."""
+    throttle = result.get("throttle") or {}
+    return json.dumps({k: v for k, v in throttle.items() if k != "url"}, sort_keys=True)
 
 
 def main() -> int:

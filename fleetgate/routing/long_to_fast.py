@@ -19,11 +19,13 @@ prefill backlog `slack_tokens` longer than the least busy backend's, and long pr
 to every candidate, where the queue scorers place them. On an even fleet every backend is fast,
 and the filter changes nothing. O(n) over the candidates, and O(1) for a short prompt.
 
-In a pool larger than the pipeline's shortlist, the candidates are a sample of it, which may
-hold no fast backend: W is then the pool's, not the sample's (the pipeline tells the filter the
-whole candidate set, `roster`; W and the fast backends are found again at most every
-`REFRESH_S`, O(n) a second), and for a long prompt the filter nominates up to `NOMINATED` of
-the fast backends, drawn at random, so the shortlist holds some. So a pick stays O(shortlist).
+In a pool larger than the pipeline's shortlist the candidates are a random sample of it, which
+may hold no fast backend, and then W would be a slow one's. So for a long prompt the filter
+nominates up to `NOMINATED` of the pool's fast backends, drawn at random, and the shortlist
+holds some (the pipeline tells it the whole candidate set, `roster`; the pool's fast backends
+are found again at most every `REFRESH_S`, O(n) a second). W stays the candidates' own: after
+another filter has dropped the fastest kind, the fastest that remain are the ones to keep.
+A pick stays O(shortlist).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from collections.abc import Sequence
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
 
-REFRESH_S = 1.0  # how old the pool's fastest weight may be, judging a shortlist
+REFRESH_S = 1.0  # how old the list of the pool's fast backends may be
 NOMINATED = 4  # fast backends put in a large pool's shortlist for a long prompt
 
 
@@ -58,9 +60,8 @@ class LongToFast:
         self._slack = slack_tokens
         self._rng = rng or random.Random(0)
         self._members: Sequence[BackendState] = ()  # the whole candidate set, when told it
-        self._top = 0.0  # the members' greatest weight (W) ...
-        self._fast: list[BackendState] = []  # ... and those within `share` of it
-        self._found_at = -math.inf  # when those two were found
+        self._fast: list[BackendState] = []  # those of it within `share` of its fastest
+        self._found_at = -math.inf  # when they were found
 
     def roster(self, candidates: Sequence[BackendState]) -> None:
         self._members = candidates
@@ -70,18 +71,17 @@ class LongToFast:
         """Some fast backends of the pool, for a long prompt; none for a short one."""
         if request.prompt_tokens < self._threshold or not self._members:
             return []
-        fast = self._pool(now)[1]
+        fast = self._pool_fast(now)
         return fast if len(fast) <= NOMINATED else self._rng.sample(fast, NOMINATED)
 
-    def _pool(self, now: float) -> tuple[float, list[BackendState]]:
-        """W over the whole candidate set, and its fast backends, found at most every
-        REFRESH_S."""
-        if now - self._found_at >= REFRESH_S:
-            self._top = max((s.weight for s in self._members), default=0.0)
-            bar = self._share * self._top
+    def _pool_fast(self, now: float) -> list[BackendState]:
+        """The fast backends of the whole candidate set, found again when REFRESH_S has passed
+        (or the clock went back: a simulator's virtual time may restart)."""
+        if not 0.0 <= now - self._found_at < REFRESH_S:
+            bar = self._share * max((s.weight for s in self._members), default=0.0)
             self._fast = [s for s in self._members if s.weight >= bar]
             self._found_at = now
-        return self._top, self._fast
+        return self._fast
 
     def filter(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
@@ -89,11 +89,9 @@ class LongToFast:
         if request.prompt_tokens < self._threshold or len(candidates) < 2:
             return candidates
         top = max(s.weight for s in candidates)
-        if self._members and candidates is not self._members:  # a shortlist of a larger pool
-            top = max(top, self._pool(now)[0])
         bar = self._share * top
         fast = [s for s in candidates if s.weight >= bar]
-        if not fast or len(fast) == len(candidates):
+        if len(fast) == len(candidates):
             return candidates
         least_fast = min(s.pending_prefill / s.weight for s in fast)
         least = min(s.pending_prefill / s.weight for s in candidates)

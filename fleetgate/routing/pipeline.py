@@ -92,8 +92,6 @@ class RoutingPipeline:
         timer, clock, names = self._timer, self._clock, self._names
         scorers, filters = self._scorers, self._filters
         filtering = [0.0] * len(filters)  # each filter's time, over one or two passes
-        if candidates is not self._members and self._rosters:
-            self._enroll(candidates)
         if scorers and len(candidates) > self._shortlist:
             start = clock()
             shortlist = self._shortlisted(request, candidates, now)
@@ -145,18 +143,13 @@ class RoutingPipeline:
             spent[i] += clock() - start
         return candidates
 
-    def _enroll(self, candidates: Sequence[BackendState]) -> None:
-        """A new candidate set (the pool rebuilds its tuple on health changes; a retry passes
-        the backends not yet tried): the plugins that keep state over it are told."""
-        self._members, self._member_set = candidates, frozenset(candidates)
-        for roster in self._rosters:
-            roster.roster(candidates)
-
     def _shortlisted(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[BackendState]:
-        if candidates is not self._members:
-            self._enroll(candidates)
+        if candidates is not self._members:  # the pool rebuilds its tuple on health changes
+            self._members, self._member_set = candidates, frozenset(candidates)
+            for roster in self._rosters:
+                roster.roster(candidates)
         members, size = self._member_set, self._shortlist
         picked: dict[BackendState, None] = {}
         for nominator in self._nominators:

@@ -116,17 +116,26 @@ def test_in_a_pool_larger_than_the_shortlist_long_prompts_still_reach_the_fast_b
     assert len(short - set(fleet[:4])) > 20  # short prompts go anywhere
 
 
-def test_a_shortlist_judged_by_the_pools_fastest_weight_found_again_as_weights_change() -> None:
+def test_long_prompts_nominate_the_pools_fast_backends_found_again_as_weights_change() -> None:
     fleet = weighted(1.0, 1.0, 0.4, 0.4, 0.4)
     split = LongToFast(threshold_tokens=10)
     split.roster(fleet)
-    sample = fleet[2:]  # a shortlist of A100s only: none is fast, none is dropped
-    assert split.filter(of_tokens(500), sample, 0.0) is sample
     assert split.nominate(of_tokens(500), 0.0) == list(fleet[:2])
     assert split.nominate(of_tokens(5), 0.0) == []
+    sample = fleet[2:]  # a shortlist of A100s only: judged among themselves, none is dropped
+    assert split.filter(of_tokens(500), sample, 0.0) is sample
     fleet[0].weight = fleet[1].weight = 0.4  # both H100s throttle: every backend is as fast
     fleet[2].weight = 0.5
     assert split.nominate(of_tokens(500), 0.5) == list(fleet[:2])  # not found again yet
     again = split.nominate(of_tokens(500), 1.0)  # REFRESH_S later: all five, four drawn
     assert len(again) == 4 and len(set(again)) == 4
-    assert list(split.filter(of_tokens(500), sample, 1.0)) == list(sample)
+    fleet[3].weight = fleet[4].weight = 0.1
+    assert split.nominate(of_tokens(500), 0.2) == list(fleet[:3])  # the clock went back
+
+
+def test_a_filter_before_it_sets_what_counts_as_fast() -> None:
+    fleet = weighted(1.0, 0.4, 0.4, 0.1, 0.1)
+    split = LongToFast(threshold_tokens=10)
+    split.roster(fleet)
+    allowed = fleet[1:]  # an earlier filter (a label, a region) dropped the fastest
+    assert list(split.filter(of_tokens(500), allowed, 0.0)) == list(fleet[1:3])
