@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/routing.py [--workloads shared-prefix,azure-conv,...]
         [--policies round_robin,least_requests,...] [--duration 60] [--slowdown 4]
         [--rates 26,28,30] [--weights 2.5,1] [--throttle 0=2@30]
+    .venv/bin/python benchmarks/routing.py --report RESULTS_JSON... [--out DIR]
 
 For each workload a fleet of sim workers starts afresh for every policy (so no policy inherits
 another's warm caches), the gateway routes with that policy (or sglang-router does, when
@@ -23,9 +24,10 @@ shared); spread = (max - min) / mean over backends.
 
 With several `--rates`, every policy runs at each, and a last table gives each policy's SLO
 attainment by rate and the highest rate at which it still meets the SLO for 90% of requests
-(DistServe's goodput) and for 99% (an SLO stated on p99 latencies), interpolated linearly
+(DistServe's goodput), 95% and 99% (an SLO stated on p99 latencies), interpolated linearly
 between the measured rates; then the same for a tight SLO (the first token within 1 s instead
-of 2 s), from the same requests.
+of 2 s), from the same requests. `--report` runs nothing: it prints the same tables from saved
+results.json files, merged by rate and policy, so one sweep can be made of several runs.
 
 Fleetgate's policies run with its defaults: no weight typed, each backend's weight calibrated
 from its engine's measured speed. `NAME/typed` runs NAME with the workload's typed weights
@@ -399,7 +401,7 @@ def print_table(title: str, results: dict[str, dict[str, Any]]) -> None:
         print("  ".join(cells))
 
 
-ATTAINMENT_GOALS = (0.90, 0.95, 0.99)  # DistServe's goodput at 90%; 99% as p99-bound SLOs ask
+ATTAINMENT_GOALS = (0.90, 0.95, 0.99)  # DistServe's goodput at 90%; p95- and p99-bound SLOs
 
 
 def sustained(points: list[tuple[float, float]], goal: float) -> str:

@@ -96,7 +96,7 @@ class Nominator(Protocol):
 @runtime_checkable
 class Roster(Protocol):
     """A scorer (or filter) that keeps state over the whole candidate set (a hash ring, the
-    pool's fastest weight): told the set whenever it changes, since with a shortlist it only
+    pool's fast backends): told the set whenever it changes, since with a shortlist it only
     ever sees a part of it."""
 
     def roster(self, candidates: Sequence[BackendState]) -> None: ...
