@@ -14,9 +14,9 @@ import asyncio
 
 import uvloop
 
-from fleetgate.gateway.errors import send_error
 from fleetgate.http.server import Handler, Request, start_server
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.openai_api import send_error
 
 BODY = (
     b'{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"fast",'

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/pick_cost.py [--picks 20000]
 
-Each pick is what the proxy does per request: `pool.pick`, then `pool.begin` and, once the
+Each pick is what a request costs routing: `router.pick`, then `pool.begin` and, once the
 request is done, `pool.end` (which keep the pickers' indexes current). Requests carry a 2 KB
 prompt from one of 64 shared system prompts (every eighth a 12 KB one, long enough for
 `long_to_fast`) and a session key from 1,000, so prefix, length and session policies do their
@@ -25,6 +25,7 @@ from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
+from fleetgate.routing.router import Router
 
 SIZES = (8, 128, 1024)
 IN_FLIGHT = 4  # requests in flight per backend, on average
@@ -39,7 +40,7 @@ def requests(rng: random.Random, count: int) -> list[RoutingRequest]:
     return out
 
 
-def pool_of(policy: str, n: int, seed: int) -> Pool:
+def router_of(policy: str, n: int, seed: int) -> Router:
     states = []
     rng = random.Random(seed)
     for i in range(n):
@@ -48,19 +49,20 @@ def pool_of(policy: str, n: int, seed: int) -> Pool:
         state.engine = EngineLoad(rng.randrange(8), rng.randrange(3), rng.random(), 0, 0, None, 0)
         states.append(state)
     ctx = PluginContext(random.Random(seed), stale_after_s=math.inf)
-    return Pool("m", states, default_registry().build_pipeline(policy, {}, ctx))
+    return Router(Pool("m", states), default_registry().build_pipeline(policy, {}, ctx))
 
 
 def cost_us(policy: str, n: int, picks: int) -> float:
     """Mean microseconds per pick + begin + end, in steady state."""
-    pool = pool_of(policy, n, seed=n)
+    router = router_of(policy, n, seed=n)
+    pool = router.pool
     reqs = requests(random.Random(1), 2048)
     live: deque[BackendState] = deque()
     depth = IN_FLIGHT * n
 
     def run(count: int) -> None:
         for i in range(count):
-            state = pool.pick(reqs[i % len(reqs)], 1.0)
+            state = router.pick(reqs[i % len(reqs)], 1.0)
             assert state is not None
             pool.begin(state, 1.0)
             live.append(state)

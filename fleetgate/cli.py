@@ -55,7 +55,8 @@ def _positive(text: str) -> float:
 
 def _worker_sim(args: argparse.Namespace) -> int:
     from fleetgate.workers.sim.faults import faults_from_args
-    from fleetgate.workers.sim.fleet_process import SimSpec, serve_specs
+    from fleetgate.workers.sim.fleet_process import serve_specs
+    from fleetgate.workers.sim.spec import SimSpec
 
     faults = faults_from_args(args)
     specs = [

@@ -15,7 +15,6 @@ import yaml
 
 from fleetgate.fleet.calibration import WeightSettings
 from fleetgate.fleet.health import HealthSettings
-from fleetgate.fleet.pool import Timeouts
 from fleetgate.fleet.scraper import ScrapeSettings
 from fleetgate.health.active import ActiveCheckSettings
 from fleetgate.health.outlier import OutlierSettings
@@ -25,6 +24,7 @@ from fleetgate.resilience.hedge import HedgeSettings
 from fleetgate.resilience.retry import RetrySettings
 from fleetgate.routing.pipeline import SHORTLIST
 from fleetgate.routing.registry import DEFAULT_POLICY, PluginSpec, Profile
+from fleetgate.upstream.timeouts import Timeouts
 from fleetgate.workers.sim.profiles import PROFILES
 
 _LIMITS = ServerLimits()

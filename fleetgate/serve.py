@@ -20,25 +20,38 @@ from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig, che
 from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.health import HealthSettings
-from fleetgate.fleet.pool import Pool, Timeouts
+from fleetgate.fleet.pool import Pool
 from fleetgate.fleet.scraper import MetricsScraper
 from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.app import Gateway, RequestIds
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
-from fleetgate.gateway.proxy import Proxy
 from fleetgate.health.active import ActiveChecker
+from fleetgate.health.outlier import OutlierDetector
 from fleetgate.http.client import HttpClient
 from fleetgate.http.server import HttpServer, ServerLimits, start_server
+from fleetgate.http.transport import Transport
+from fleetgate.lifecycle.accounting import FleetAccounting
+from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.metrics import GatewayMetrics
+from fleetgate.resilience.cluster import Cluster
+from fleetgate.resilience.failover import Failover
+from fleetgate.resilience.hedge import TtftWindow
+from fleetgate.resilience.retry import RetryBudget
 from fleetgate.routing.models import Alias, LengthKeywords, ModelRoute, Split, Tiers
+from fleetgate.routing.pipeline import RoutingPipeline
 from fleetgate.routing.registry import (
     DEFAULT_POLICY,
     PluginContext,
     PluginRegistry,
     default_registry,
 )
+from fleetgate.routing.router import Router
 from fleetgate.runtime import settle_heap
-from fleetgate.workers.sim.fleet_process import SimFleetProcess, SimSpec
+from fleetgate.upstream.attempt import Attempts
+from fleetgate.upstream.prefill import Prefill
+from fleetgate.upstream.timeouts import Timeouts
+from fleetgate.workers.sim.fleet_process import SimFleetProcess
+from fleetgate.workers.sim.spec import SimSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,40 +86,76 @@ def _backend_id(url: str) -> str:
     return f"{origin.host}:{origin.port}{origin.base_path.decode()}"
 
 
-def build_pools(
-    resolved: list[ResolvedPool], registry: PluginRegistry, rng: random.Random
-) -> dict[str, Pool]:
-    pools: dict[str, Pool] = {}
+def _pipeline(
+    config: PoolConfig, registry: PluginRegistry, ctx: PluginContext, prefill: bool
+) -> RoutingPipeline:
+    try:
+        if prefill:
+            assert config.prefill is not None
+            return registry.build_pipeline(config.prefill.policy, {}, ctx)
+        if config.routing is not None:
+            return registry.build_profile(config.routing.profile("routing"), ctx)
+        return registry.build_pipeline(config.policy, config.policy_params, ctx)
+    except ValueError as exc:
+        part = " prefill" if prefill else ""
+        raise ConfigError(f"pool {config.model!r}{part}: {exc}") from None
+
+
+def _routed(
+    config: PoolConfig,
+    backends: tuple[Backend, ...],
+    pipeline: RoutingPipeline,
+    subscribe: Callable[[Hooks], None],
+    ttft: TtftWindow | None,
+) -> tuple[Router, Emitters]:
+    """A pool of `backends` routed by `pipeline`, and the emitters of its events: its own
+    fleet accounting, outlier detector and (decode pools) the hedge's TTFT window hear them,
+    and whatever `subscribe` adds."""
+    health = HealthSettings(config.panic_threshold, config.slow_start_s)
+    states = [BackendState(b) for b in backends]
+    pool = Pool(config.model, states, health, config.weights.settings())
+    hooks = Hooks()
+    FleetAccounting(pool).subscribe(hooks)
+    OutlierDetector(config.outlier.settings(), pool).subscribe(hooks)
+    if ttft is not None:
+        ttft.subscribe(hooks)
+    subscribe(hooks)
+    return Router(pool, pipeline), Emitters(hooks)
+
+
+def build_clusters(
+    resolved: list[ResolvedPool],
+    registry: PluginRegistry,
+    rng: random.Random,
+    *,
+    transport: Transport,
+    clock: Callable[[], float],
+    subscribe: Callable[[Hooks], None],
+) -> dict[str, Cluster]:
+    """Each pool with its routing, policies and event subscribers (`subscribe` adds those
+    every pool shares, such as metrics)."""
+    clusters: dict[str, Cluster] = {}
     for item in resolved:
         c = item.config
         ctx = PluginContext(random.Random(rng.getrandbits(64)), c.engine_metrics.stale_after_s)
-        try:
-            if c.routing is not None:
-                pipeline = registry.build_profile(c.routing.profile("routing"), ctx)
-            else:
-                pipeline = registry.build_pipeline(c.policy, c.policy_params, ctx)
-        except ValueError as exc:
-            raise ConfigError(f"pool {item.config.model!r}: {exc}") from None
-        states = [BackendState(b) for b in item.backends]
         timeouts = Timeouts(
             c.first_byte_timeout_s, c.total_timeout_s, c.idle_timeout_s, c.connect_timeout_s
         )
-        health = HealthSettings(c.panic_threshold, c.slow_start_s)
-        pools[c.model] = Pool(
-            c.model, states, pipeline, timeouts, health,
-            outliers=c.outlier.settings(), retries=c.retries.settings(), hedge=c.hedge.settings(),
-            weights=c.weights.settings(),
-        )  # fmt: skip
+        hedge = c.hedge.settings()
+        ttft = TtftWindow(hedge)
+        router, emit = _routed(
+            c, item.backends, _pipeline(c, registry, ctx, False), subscribe, ttft
+        )
+        prefill = None
         if c.prefill is not None:
-            try:
-                prefill = registry.build_pipeline(c.prefill.policy, {}, ctx)
-            except ValueError as exc:
-                raise ConfigError(f"pool {c.model!r} prefill: {exc}") from None
-            pools[c.model].prefill = Pool(
-                c.model, [BackendState(b) for b in item.prefill], prefill, timeouts, health,
-                outliers=c.outlier.settings(), weights=c.weights.settings(),
-            )  # fmt: skip
-    return pools
+            pipeline = _pipeline(c, registry, ctx, True)
+            prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None)
+            prefill = Prefill(transport, clock, prefill_router, timeouts, prefill_emit)
+        retries = c.retries.settings()
+        clusters[c.model] = Cluster(
+            router, timeouts, retries, RetryBudget(retries), hedge, ttft, emit, prefill
+        )
+    return clusters
 
 
 def _all_backends(pool: PoolConfig) -> list[BackendConfig]:
@@ -114,9 +163,11 @@ def _all_backends(pool: PoolConfig) -> list[BackendConfig]:
     return [*pool.backends, *(pool.prefill.backends if pool.prefill is not None else ())]
 
 
-def _parts(pool: Pool) -> tuple[Pool, ...]:
-    """A pool, and its prefill pool when it is disaggregated."""
-    return (pool,) if pool.prefill is None else (pool, pool.prefill)
+def _parts(cluster: Cluster) -> tuple[Pool, ...]:
+    """A cluster's pool, and its prefill pool when it is disaggregated."""
+    if cluster.prefill is None:
+        return (cluster.pool,)
+    return (cluster.pool, cluster.prefill.router.pool)
 
 
 def build_model_routes(config: Config, rng: random.Random) -> dict[str, ModelRoute]:
@@ -210,22 +261,32 @@ async def start_gateway(
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
     try:
-        pools = build_pools(resolved, registry or default_registry(), rng)
+        clusters: dict[str, Cluster] = {}
         metrics = GatewayMetrics(
-            lambda: ((m, s) for m, p in pools.items() for part in _parts(p) for s in part.states)
+            lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states)
         )
-        for model, built in pools.items():
-            built.pipeline.set_timer(metrics.routing_timer(model))
-        proxy = Proxy(client, metrics, clock, random.Random(rng.getrandbits(64)))
+        clusters.update(
+            build_clusters(
+                resolved, registry or default_registry(), rng, transport=client, clock=clock,
+                subscribe=metrics.subscribe,
+            )
+        )  # fmt: skip
+        for model, cluster in clusters.items():
+            cluster.router.pipeline.set_timer(metrics.routing_timer(model))
+        pools = {model: cluster.pool for model, cluster in clusters.items()}
+        failover = Failover(Attempts(client, clock), clock, random.Random(rng.getrandbits(64)))
         admin = Admin(pools, clock) if config.server.admin else None
         for pool_config in config.pools:
-            for part in _parts(pools[pool_config.model]):
-                checker.start(part, pool_config.health_check.settings())
-                scraper.start(part, pool_config.engine_metrics.settings())
+            health_check = pool_config.health_check.settings()
+            for part in _parts(clusters[pool_config.model]):
+                checker.start(part.model, part.states, health_check, part.refresh)
+                scraper.start(part.states, pool_config.engine_metrics.settings())
         heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
+        edge = Hooks()
+        metrics.subscribe(edge)
         gateway = Gateway(
-            pools, proxy, metrics, clock, RequestIds(), int(time.time()), admin, heartbeats,
-            build_model_routes(config, rng),
+            clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
+            int(time.time()), admin, heartbeats, build_model_routes(config, rng),
         )  # fmt: skip
         s = config.server
         limits = ServerLimits(

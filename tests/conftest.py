@@ -1,4 +1,5 @@
-"""Fixtures shared by the routing and fleet tests: a pool of real backends, driven by traffic."""
+"""Fixtures shared by the routing and fleet tests: a routed pool of real backends, driven by
+traffic."""
 
 from __future__ import annotations
 
@@ -12,36 +13,38 @@ from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
+from fleetgate.routing.router import Router
 
-MakePool = Callable[[str, Sequence[float]], Pool]
-RunTraffic = Callable[[Pool, Mapping[str, int], int, int], tuple[Counter[str], dict[str, float]]]
+MakeRouter = Callable[[str, Sequence[float]], Router]
+RunTraffic = Callable[[Router, Mapping[str, int], int, int], tuple[Counter[str], dict[str, float]]]
 
 
 @pytest.fixture
-def make_pool() -> MakePool:
-    """`make_pool(policy, weights)`: a pool of model "m" whose backends are b0, b1, ... with
-    those weights, routed by the named policy with a seeded random source."""
+def make_router() -> MakeRouter:
+    """`make_router(policy, weights)`: a router over a pool of model "m" whose backends are
+    b0, b1, ... with those weights, routed by the named policy with a seeded random source."""
 
-    def build(policy: str, weights: Sequence[float]) -> Pool:
+    def build(policy: str, weights: Sequence[float]) -> Router:
         states = [
             BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",), w))
             for i, w in enumerate(weights)
         ]
         ctx = PluginContext(random.Random(1234))
-        return Pool("m", states, default_registry().build_pipeline(policy, {}, ctx))
+        return Router(Pool("m", states), default_registry().build_pipeline(policy, {}, ctx))
 
     return build
 
 
 def run_traffic(
-    pool: Pool, service_ticks: Mapping[str, int], arrivals_per_tick: int, ticks: int
+    router: Router, service_ticks: Mapping[str, int], arrivals_per_tick: int, ticks: int
 ) -> tuple[Counter[str], dict[str, float]]:
     """Discrete-time traffic: each tick, the requests due finish (`pool.end`), then
-    `arrivals_per_tick` new ones are routed (`pool.pick`, `pool.begin`); a request sent to
+    `arrivals_per_tick` new ones are routed (`router.pick`, `pool.begin`); a request sent to
     backend b finishes `service_ticks[b]` ticks later. The tick is the clock routing is given.
 
     Returns the requests routed to each backend id and each one's in-flight count averaged
     over the ticks."""
+    pool = router.pool
     request = RoutingRequest("m", "chat", stream=True)
     finishing: defaultdict[int, list[BackendState]] = defaultdict(list)
     picks: Counter[str] = Counter()
@@ -50,7 +53,7 @@ def run_traffic(
         for state in finishing.pop(tick, ()):
             pool.end(state, 0.0)
         for _ in range(arrivals_per_tick):
-            state = pool.pick(request, now=float(tick))
+            state = router.pick(request, now=float(tick))
             assert state is not None
             pool.begin(state, 0.0)
             picks[state.backend.id] += 1
@@ -63,5 +66,5 @@ def run_traffic(
 
 @pytest.fixture
 def traffic() -> RunTraffic:
-    """`traffic(pool, service_ticks, arrivals_per_tick, ticks)`: see `run_traffic`."""
+    """`traffic(router, service_ticks, arrivals_per_tick, ticks)`: see `run_traffic`."""
     return run_traffic

@@ -4,36 +4,46 @@ from __future__ import annotations
 
 import random
 import re
+import time
 from typing import Any
 
 import pytest
 
 from fleetgate.config import ConfigError, parse_config
 from fleetgate.fleet.backend import Backend
+from fleetgate.http.client import HttpClient
+from fleetgate.resilience.cluster import Cluster
 from fleetgate.routing.least_requests import LeastRequests
 from fleetgate.routing.max_score import MaxScore
 from fleetgate.routing.pipeline import plugin_name
 from fleetgate.routing.registry import default_registry
-from fleetgate.serve import ResolvedPool, build_pools
+from fleetgate.serve import ResolvedPool, build_clusters
 
 
-def pools_for(**pool: Any) -> dict[str, Any]:
+def clusters_for(**pool: Any) -> dict[str, Cluster]:
     config = parse_config({"pools": [{"model": "m", "backends": [{"url": "http://h:1"}], **pool}]})
     backend = Backend("h:1", "http://h:1", ("m",))
-    return build_pools(
-        [ResolvedPool(config.pools[0], (backend,))], default_registry(), random.Random(0)
+    return build_clusters(
+        [ResolvedPool(config.pools[0], (backend,))],
+        default_registry(),
+        random.Random(0),
+        transport=HttpClient(),
+        clock=time.monotonic,
+        subscribe=lambda hooks: None,
     )
 
 
 def test_the_default_policy_and_a_composed_profile_are_built() -> None:
-    default = pools_for()["m"].pipeline
+    default = clusters_for()["m"].router.pipeline
     assert isinstance(default.picker, MaxScore)
     assert [plugin_name(s) for s in default.scorers] == [
         "prefix_cache", "queue", "prefill_queue", "work_share", "kv_cache"
     ]  # fmt: skip
-    assert isinstance(pools_for(policy="least_requests")["m"].pipeline.picker, LeastRequests)
-    composed = pools_for(routing={"scorers": [{"type": "prefix_cache", "weight": 3}]})
-    assert isinstance(composed["m"].pipeline.picker, MaxScore)
+    least = clusters_for(policy="least_requests")["m"].router
+    assert isinstance(least.pipeline.picker, LeastRequests)
+    assert least.pool.load_changed == least.pipeline.picker.load_changed  # its index is told
+    composed = clusters_for(routing={"scorers": [{"type": "prefix_cache", "weight": 3}]})
+    assert isinstance(composed["m"].router.pipeline.picker, MaxScore)
 
 
 @pytest.mark.parametrize(
@@ -49,4 +59,4 @@ def test_the_default_policy_and_a_composed_profile_are_built() -> None:
 )  # fmt: skip
 def test_a_bad_plugin_is_a_config_error_naming_the_pool(routing: Any, expected: str) -> None:
     with pytest.raises(ConfigError, match="pool 'm': .*" + re.escape(expected)):
-        pools_for(routing=routing)
+        clusters_for(routing=routing)

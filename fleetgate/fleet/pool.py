@@ -1,41 +1,25 @@
-"""A pool: the backends that serve one model, their health, and the pipeline that picks one."""
+"""A pool: the backends that serve one model (the host set), and its health verdict.
+
+What routes over it is routing/router.py's; what is counted on it comes from the request
+lifecycle's events (lifecycle/accounting.py); the detectors (health/) set its backends' flags
+and eject them through it.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.calibration import WeightSettings, speed_factors
-from fleetgate.fleet.health import NEVER_ROUTE, HealthSettings
-from fleetgate.health.outlier import OutlierDetector, OutlierSettings
-from fleetgate.resilience.hedge import HedgeSettings, TtftWindow
-from fleetgate.resilience.retry import RetryBudget, RetrySettings
-from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.pipeline import RoutingPipeline
+from fleetgate.fleet.health import NEVER_ROUTE, HealthFlag, HealthSettings
 
 SLOW_START_FLOOR = 0.1  # a returning backend starts at this share of its weight
 SLOW_START_STEPS = 10  # its weight is raised this many times over the window
 
 
-@dataclass(frozen=True, slots=True)
-class Timeouts:
-    """How long the gateway waits on a backend of the pool (connecting: the client's own)."""
-
-    first_byte_s: float = 180.0  # from sending the request to the answer's head; then 504
-    total_s: float = 1800.0  # the whole exchange, a stream's last chunk included; then 504
-    idle_s: float = 60.0  # longest silence inside an answer (between stream chunks)
-    connect_s: float = 5.0  # opening a new connection to a backend; then the next one
-    # What each timeout says when it fires, made once rather than per request.
-    total_message: str = field(init=False, repr=False, compare=False)
-    idle_message: str = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        total = f"the answer took longer than the total timeout of {self.total_s:g} s"
-        idle = f"the backend sent nothing for the idle timeout of {self.idle_s:g} s"
-        object.__setattr__(self, "total_message", total)
-        object.__setattr__(self, "idle_message", idle)
+def _ignore(state: BackendState) -> None:
+    """The load listener while none is set."""
 
 
 class Pool:
@@ -43,56 +27,33 @@ class Pool:
 
     `candidates` is a tuple rebuilt only when health changes, so policies can keep indexes
     keyed on its identity. Time-driven changes (an ejection ending, a backoff expiring, a slow
-    start stepping up) are applied lazily by the first pick at or after `next_check`.
+    start stepping up, a calibration) are applied lazily by `update`, which whoever reads the
+    candidates calls once `now >= next_check`.
     """
 
     __slots__ = (
-        "_full",
-        "_health",
-        "_next_calibration",
-        "_next_check",
-        "_outliers",
-        "_weights",
-        "budget",
-        "candidates",
-        "hedge",
-        "in_flight",
-        "model",
-        "pipeline",
-        "prefill",
-        "retries",
-        "states",
-        "timeouts",
-        "ttft",
+        "_ejected", "_full", "_health", "_next_calibration", "_weights", "candidates",
+        "in_flight", "load_changed", "model", "next_check", "states",
     )  # fmt: skip
 
     def __init__(
         self,
         model: str,
         states: Sequence[BackendState],
-        pipeline: RoutingPipeline,
-        timeouts: Timeouts | None = None,
         health: HealthSettings | None = None,
-        outliers: OutlierSettings | None = None,
-        retries: RetrySettings | None = None,
-        hedge: HedgeSettings | None = None,
         weights: WeightSettings | None = None,
     ) -> None:
         self.model = model
-        self.hedge = hedge or HedgeSettings()
-        self.ttft = TtftWindow(self.hedge)  # recent times to first token, for hedging
-        self.retries = retries or RetrySettings()
-        self.budget = RetryBudget(self.retries)
         self.in_flight = 0  # requests in flight to any backend of the pool
         self.states = tuple(states)
-        self.pipeline = pipeline
-        self.prefill: Pool | None = None  # prefill/decode disaggregation: the prefill backends
-        self.timeouts = timeouts or Timeouts()
+        # Told whenever a backend's in-flight count or effective weight changed (a picker
+        # that keeps an index over them sets it: routing/router.py).
+        self.load_changed: Callable[[BackendState], None] = _ignore
         self._health = health or HealthSettings()
-        self._outliers = OutlierDetector(outliers or OutlierSettings(), len(self.states))
         self._weights = weights or WeightSettings()
         self._next_calibration = self._weights.interval_s if self._weights.enabled else math.inf
-        self._next_check = math.inf
+        self._ejected: dict[BackendState, float] = {}  # ejected backends: when each returns
+        self.next_check = math.inf
         self._full: set[BackendState] = set()  # at their max_in_flight
         self.candidates: tuple[BackendState, ...] = ()
         self.refresh(0.0)
@@ -115,9 +76,8 @@ class Pool:
             self.candidates = candidates
         backoffs = [s.backoff_until for s in healthy if s.backoff_until > now]
         ramps = [now + self._health.slow_start_s / SLOW_START_STEPS] if self._ramping() else []
-        self._next_check = min(
-            [*backoffs, *ramps, self._outliers.next_return(), self._next_calibration]
-        )
+        returns = min(self._ejected.values(), default=math.inf)
+        self.next_check = min([*backoffs, *ramps, returns, self._next_calibration])
 
     def _ramping(self) -> bool:
         return any(s.ramp_from is not None for s in self.states)
@@ -127,26 +87,11 @@ class Pool:
         """Some backend is healthy (a pool in panic is not ready)."""
         return any(not s.flags for s in self.states)
 
-    def pick(self, request: RoutingRequest, now: float) -> BackendState | None:
-        if now >= self._next_check:
-            self._tick(now)
-        if not self.candidates:
-            return None
-        return self.pipeline.pick(request, self.candidates, now)
-
-    def pick_other(
-        self, request: RoutingRequest, now: float, tried: Sequence[BackendState]
-    ) -> BackendState | None:
-        """A pick among the candidates not in `tried` (for a retry); O(n), only on retries."""
-        if now >= self._next_check:
-            self._tick(now)
-        others = [s for s in self.candidates if s not in tried]
-        if not others:
-            return None
-        return self.pipeline.pick(request, others, now)
-
-    def _tick(self, now: float) -> None:
-        for state in self._outliers.return_due(now):
+    def update(self, now: float) -> None:
+        """Apply what time has changed: ejections ended, slow starts, calibrated speeds."""
+        for state in [s for s, until in self._ejected.items() if until <= now]:
+            del self._ejected[state]
+            state.flags &= ~HealthFlag.EJECTED
             state.ramp_from = now
         changed = [s for s in self.states if s.ramp_from is not None]
         if now >= self._next_calibration:
@@ -168,8 +113,27 @@ class Pool:
             weight = state.backend.weight * state.speed * share
             if weight != state.weight:
                 state.weight = weight
-                self.pipeline.picker.load_changed(state)
+                self.load_changed(state)
         self.refresh(now)
+
+    # -- what the detectors decide ------------------------------------------------------------
+
+    def eject(self, state: BackendState, now: float, until: float) -> None:
+        """Take `state` out of routing until `until`; it then returns at a slow start."""
+        self._ejected[state] = until
+        state.flags |= HealthFlag.EJECTED
+        self.refresh(now)
+
+    @property
+    def ejected(self) -> int:
+        return len(self._ejected)
+
+    def backpressure(self, state: BackendState, now: float, retry_after_s: float) -> None:
+        """The engine asked for no traffic for a while: not a failure, just skip it."""
+        state.backoff_until = max(state.backoff_until, now + retry_after_s)
+        self.refresh(now)
+
+    # -- what the lifecycle counts (lifecycle/accounting.py) ----------------------------------
 
     def begin(self, state: BackendState, now: float, prompt_tokens: int = 0) -> None:
         """A request with this many prompt tokens (estimated) was sent to `state`."""
@@ -177,7 +141,7 @@ class Pool:
         state.in_flight_tokens += prompt_tokens
         state.pending_prefill += prompt_tokens
         self.in_flight += 1
-        self.pipeline.picker.load_changed(state)
+        self.load_changed(state)
         limit = state.backend.max_in_flight
         if limit is not None and state.in_flight >= limit:
             self._full.add(state)
@@ -196,25 +160,7 @@ class Pool:
         state.in_flight_tokens -= prompt_tokens
         state.pending_prefill -= unprefilled
         self.in_flight -= 1
-        self.pipeline.picker.load_changed(state)
+        self.load_changed(state)
         if state in self._full and state.in_flight < (state.backend.max_in_flight or 0):
             self._full.discard(state)
             self.refresh(now)
-
-    # -- what the proxy learnt ----------------------------------------------------------------
-
-    def succeeded(self, state: BackendState, now: float) -> None:
-        self._outliers.success(state, now)
-
-    def failed(self, state: BackendState, now: float) -> None:
-        """A failure that is the backend's fault: it may eject it."""
-        if self._outliers.failure(state, now):
-            self.refresh(now)
-
-    def backpressure(self, state: BackendState, now: float, retry_after_s: float) -> None:
-        """The engine asked for no traffic for a while: not a failure, just skip it."""
-        state.backoff_until = max(state.backoff_until, now + retry_after_s)
-        self.refresh(now)
-
-    def ejections(self, state: BackendState) -> int:
-        return self._outliers.ejections(state)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
 from fleetgate.fleet.periodic import PeriodicTasks
-from fleetgate.fleet.pool import Pool
 from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import UpstreamError
 
@@ -41,10 +40,11 @@ class MetricsScraper:
         self._clock = clock
         self._tasks = PeriodicTasks(rng, sleep)
 
-    def start(self, pool: Pool, settings: ScrapeSettings) -> None:
+    def start(self, states: Iterable[BackendState], settings: ScrapeSettings) -> None:
+        """Scrape each of `states` on its own jittered interval until `stop()`."""
         if not settings.enabled:
             return
-        for state in pool.states:
+        for state in states:
 
             async def scrape(state: BackendState = state) -> None:
                 await self.scrape(state, settings)

@@ -13,9 +13,9 @@ import msgspec
 
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
-from fleetgate.gateway.errors import error_body
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.openai_api import error_body
 
 _JSON = b"application/json"
 

@@ -8,11 +8,8 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import msgspec
 
-from fleetgate.fleet.pool import Pool
 from fleetgate.gateway.admin import Admin
-from fleetgate.gateway.errors import error_body
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
-from fleetgate.gateway.proxy import Proxy
 from fleetgate.gateway.requests import (
     BadRequest,
     parse_chat,
@@ -23,11 +20,18 @@ from fleetgate.gateway.requests import (
 )
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
-from fleetgate.observe.metrics import NO_BACKEND, GatewayMetrics
+from fleetgate.lifecycle.events import NO_BACKEND, Admitted, Finished, Received, Rejected
+from fleetgate.lifecycle.hooks import Emitters
+from fleetgate.openai_api import JSON, error_body
+from fleetgate.resilience.cluster import Cluster
+from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.models import ModelRoute
+from fleetgate.upstream.attempt import Exchange
 
-_JSON = b"application/json"
+_JSON = JSON
+# Request headers passed on to the backend; all others stay at the gateway.
+_FORWARDED = (b"authorization", b"traceparent", b"tracestate")
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
 
@@ -48,9 +52,10 @@ class Gateway:
 
     def __init__(
         self,
-        pools: Mapping[str, Pool],
-        proxy: Proxy,
-        metrics: GatewayMetrics,
+        clusters: Mapping[str, Cluster],
+        failover: Failover,
+        emit: Emitters,
+        metrics: Callable[[], bytes],
         clock: Callable[[], float],
         ids: RequestIds,
         created: int,
@@ -58,13 +63,14 @@ class Gateway:
         heartbeats: HeartbeatEndpoint | None = None,
         routes: Mapping[str, ModelRoute] | None = None,
     ) -> None:
-        self._pools = dict(pools)
+        self._clusters = dict(clusters)
         self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py
-        self._proxy = proxy
-        self._metrics = metrics
+        self._failover = failover
+        self._emit = emit  # for what happens before a request reaches its pool
+        self._metrics = metrics  # the Prometheus text of the moment
         self._clock = clock
         self._ids = ids
-        names = sorted([*self._pools, *self._model_routes])
+        names = sorted([*self._clusters, *self._model_routes])
         self._known = ", ".join(names)
         self._models_body = msgspec.json.encode(
             {
@@ -138,6 +144,8 @@ class Gateway:
     def _inference(self, parse: _Parser) -> _Handler:
         async def handle(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
             started = self._clock()
+            emit = self._emit
+            emit.received(Received(request_id, started, request.path))
             try:
                 if request.body_too_large:
                     raise BadRequest(
@@ -146,27 +154,42 @@ class Gateway:
                     )  # fmt: skip
                 routing = parse(request.body, request.headers)
                 body = request.body
-                pool = self._pools.get(routing.model)
-                route = self._model_routes.get(routing.model) if pool is None else None
+                cluster = self._clusters.get(routing.model)
+                route = self._model_routes.get(routing.model) if cluster is None else None
                 if route is not None:
                     routing.model = route.target(routing, request.headers)
-                    pool = self._pools[routing.model]
+                    cluster = self._clusters[routing.model]
                     body = with_model(body, routing.model)
-                if pool is None:
+                if cluster is None:
                     raise BadRequest(
                         f"The model {routing.model!r} does not exist here; known models: "
                         f"{self._known}.", "model", 404, "model_not_found",
                     )  # fmt: skip
-                timeouts = request_timeouts(pool.timeouts, request.headers)
+                timeouts = request_timeouts(cluster.timeouts, request.headers)
             except BadRequest as exc:
                 self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code)
-                # Counted without the model name: a client may send any string there.
-                self._metrics.request_done("", NO_BACKEND, exc.status, self._clock() - started)
+                now = self._clock()
+                emit.rejected(Rejected(request_id, now, exc.status, exc.code or "invalid_request"))
+                # Without the model name: a client may send any string there.
+                emit.finished(
+                    Finished(
+                        request_id, now, "", started, exc.status, NO_BACKEND, "rejected", None,
+                        None,
+                    )
+                )  # fmt: skip
                 return
-            await self._proxy.forward(
-                pool, routing, request.path, request.headers, body, request_id,
-                writer, started, timeouts,
+            model = cluster.model
+            emit.admitted(Admitted(request_id, self._clock(), model, routing))
+            headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
+            for name in _FORWARDED:
+                value = request.headers.get(name)
+                if value is not None:
+                    headers.append((name, value))
+            exchange = Exchange(
+                model, routing, request.path, headers, body, request_id, writer, started,
+                timeouts, cluster.emit,
             )  # fmt: skip
+            await self._failover.forward(cluster, exchange)
 
         return handle
 
@@ -181,7 +204,7 @@ class Gateway:
         )
 
     async def _readyz(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
-        unready = sorted(m for m, p in self._pools.items() if not p.ready)
+        unready = sorted(m for m, c in self._clusters.items() if not c.pool.ready)
         headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
         if unready:
             body = msgspec.json.encode({"status": "not ready", "models_without_backend": unready})
@@ -196,5 +219,5 @@ class Gateway:
                 (b"content-type", b"text/plain; version=0.0.4; charset=utf-8"),
                 (b"x-request-id", request_id),
             ],
-            self._metrics.render(),
+            self._metrics(),
         )

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import msgspec
 
-from fleetgate.gateway.errors import error_body
 from fleetgate.health.active import ActiveChecker
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.openai_api import error_body
 
 _JSON = b"application/json"
 

@@ -10,8 +10,9 @@ import math
 
 import msgspec
 
-from fleetgate.fleet.pool import Timeouts
+from fleetgate.openai_api import with_fields
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.upstream.timeouts import Timeouts
 
 
 class BadRequest(Exception):
@@ -49,56 +50,9 @@ class EmbeddingBody(msgspec.Struct):
     user: str | None = None
 
 
-_top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_encode = msgspec.json.Encoder().encode
-
-
-def with_fields(body: bytes, drop: tuple[str, ...] = (), **fields: object) -> bytes:
-    """The body with top-level `fields` set and `drop` removed; every other field passes
-    through as the client wrote it (only the top level is decoded)."""
-    top = _top_level.decode(body)
-    for name in drop:
-        top.pop(name, None)
-    for name, value in fields.items():
-        top[name] = msgspec.Raw(_encode(value))
-    return _encode(top)
-
-
 def with_model(body: bytes, model: str) -> bytes:
     """The body with its `model` replaced (for a model alias, split or tier)."""
     return with_fields(body, model=model)
-
-
-# What a prefill engine is asked for, as vLLM's disaggregation proxies ask it.
-PREFILL_HANDOFF = {
-    "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-    "remote_block_ids": None, "remote_host": None, "remote_port": None,
-}  # fmt: skip
-
-
-def prefill_body(body: bytes) -> bytes:
-    """The body for the prefill half of a disaggregated request: one token (whichever limit
-    the client used), not streamed, with kv_transfer_params asking the engine to keep the KV
-    for a remote decode."""
-    return with_fields(
-        body, ("stream_options", "min_tokens", "max_completion_tokens"), stream=False,
-        max_tokens=1, kv_transfer_params=PREFILL_HANDOFF,
-    )  # fmt: skip
-
-
-class _Handoff(msgspec.Struct):
-    kv_transfer_params: dict[str, msgspec.Raw] | None = None
-
-
-_handoff = msgspec.json.Decoder(_Handoff)
-
-
-def handoff_params(prefill_answer: bytes) -> dict[str, msgspec.Raw] | None:
-    """The kv_transfer_params a prefill engine answered with, or None."""
-    try:
-        return _handoff.decode(prefill_answer).kv_transfer_params
-    except msgspec.DecodeError:
-        return None
 
 
 _chat = msgspec.json.Decoder(ChatBody)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -21,7 +21,6 @@ import msgspec
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.periodic import PeriodicTasks
-from fleetgate.fleet.pool import Pool
 from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import UpstreamError
 
@@ -81,13 +80,22 @@ class ActiveChecker:
         self._tasks = PeriodicTasks(rng, sleep)
         self._beats: dict[str, int] = {}  # heartbeats received per backend id, for kind heartbeat
 
-    def start(self, pool: Pool, settings: ActiveCheckSettings) -> None:
+    def start(
+        self,
+        model: str,
+        states: Iterable[BackendState],
+        settings: ActiveCheckSettings,
+        changed: Callable[[float], None],
+    ) -> None:
+        """Probe each of `states` (backends of `model`) until `stop()`; `changed(now)` is
+        called whenever a backend's flag flips (its pool recomputes its candidates)."""
         if not settings.enabled:
             return
-        for state in pool.states:
+        for state in states:
             if settings.kind == "heartbeat":
                 self._beats.setdefault(state.backend.id, 0)
-            check = self._check(pool, state, ProbeTracker(settings, state), settings)
+            tracker = ProbeTracker(settings, state)
+            check = self._check(model, state, tracker, settings, changed)
             self._tasks.every(settings.interval_s, settings.jitter, check, wait_first=True)
 
     def beat(self, backend_id: str) -> bool:
@@ -105,7 +113,12 @@ class ActiveChecker:
         self._tasks.stop()
 
     def _check(
-        self, pool: Pool, state: BackendState, tracker: ProbeTracker, s: ActiveCheckSettings
+        self,
+        model: str,
+        state: BackendState,
+        tracker: ProbeTracker,
+        s: ActiveCheckSettings,
+        changed: Callable[[float], None],
     ) -> Callable[[], Awaitable[None]]:
         """One round of checking `state`: a probe, or counting heartbeats since the last."""
         seen = 0
@@ -116,9 +129,9 @@ class ActiveChecker:
                 beats = self._beats[state.backend.id]
                 ok, seen = beats > seen, beats
             else:
-                ok = await self.probe(pool.model, state, s)
+                ok = await self.probe(model, state, s)
             if tracker.record(ok):
-                pool.refresh(self._clock())
+                changed(self._clock())
 
         return check
 

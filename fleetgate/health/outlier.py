@@ -1,4 +1,4 @@
-"""Passive outlier detection, fed by the proxy path: a backend is ejected after
+"""Passive outlier detection, fed by the request lifecycle's events: a backend is ejected after
 `consecutive_failures` failures in a row, or when at least `failure_rate` of its requests in
 an interval failed (once it had `min_requests` there): the second catches a backend failing
 30% of the time, which rarely fails five times running.
@@ -9,9 +9,11 @@ and n falls back by one for every max_ejection_s it then stays un-ejected (Envoy
 At most `max_ejected_share` of a pool is ejected at once. A returning backend is half-open:
 its first failure ejects it again at once; its first success closes the circuit.
 
-What counts: connection failures, timeouts, broken responses and 5xx are failures. An engine's
-429, or 503 with Retry-After, is backpressure, not a failure; a 4xx the request caused is
-never the backend's fault. Those two are simply not reported here.
+What counts is decided here, from each attempt's end (lifecycle/events.py AttemptEnded): a
+connection that failed, a timeout, a broken response or a 5xx is the backend's failure. An
+engine's 429, or 503 with Retry-After, is backpressure: the backend is skipped until then (a
+429 without Retry-After: for a second), not failed. A 4xx is the request's fault and counts as
+a success; an attempt the gateway cancelled (the client left, a hedge won) counts for nothing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from dataclasses import dataclass
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import HealthFlag
+from fleetgate.fleet.pool import Pool
+from fleetgate.lifecycle.events import AttemptEnded
+from fleetgate.lifecycle.hooks import Hooks
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +40,8 @@ class OutlierSettings:
 
 class _Record:
     __slots__ = (
-        "ejected_until", "ejections", "failures", "half_open", "returned_at", "window_failures",
-        "window_requests", "window_start",
+        "ejections", "failures", "half_open", "returned_at", "window_failures", "window_requests",
+        "window_start",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -45,19 +50,35 @@ class _Record:
         self.window_failures = 0
         self.failures = 0
         self.ejections = 0
-        self.ejected_until = 0.0
         self.returned_at = 0.0
         self.half_open = False
 
 
 class OutlierDetector:
-    """Ejects and returns the backends of one pool; O(1) per result, O(ejected) per tick."""
+    """Ejects the backends of one pool (through the pool, which returns them when their time is
+    up); O(1) per result. A returning backend is half-open from the moment it was ejected."""
 
-    def __init__(self, settings: OutlierSettings, pool_size: int) -> None:
+    def __init__(self, settings: OutlierSettings, pool: Pool) -> None:
         self._settings = settings
-        self._pool_size = pool_size
+        self._pool = pool
         self._records: dict[BackendState, _Record] = {}
-        self._ejected: set[BackendState] = set()
+
+    def subscribe(self, hooks: Hooks) -> None:
+        hooks.subscribe(AttemptEnded, self.on_attempt_ended)
+
+    def on_attempt_ended(self, event: AttemptEnded) -> None:
+        """The rule of what an attempt's end says of its backend (the module's docstring)."""
+        error, status = event.error, event.status
+        if error is not None:
+            if error != "cancelled":
+                self.failure(event.backend, event.at)
+        elif status == 429 or (status == 503 and event.retry_after_s is not None):
+            wait_s = 1.0 if event.retry_after_s is None else event.retry_after_s
+            self._pool.backpressure(event.backend, event.at, wait_s)
+        elif status >= 500:
+            self.failure(event.backend, event.at)
+        else:
+            self.success(event.backend, event.at)
 
     def _record(self, state: BackendState) -> _Record:
         record = self._records.get(state)
@@ -75,8 +96,9 @@ class OutlierDetector:
         record = self._record(state)
         self._count(record, now, False)
         record.failures = 0
-        if record.half_open:
-            record.half_open = False
+        if state.flags & HealthFlag.EJECTED:
+            return  # an answer that was on its way: the return is still half-open
+        record.half_open = False
         # Forgive one past ejection per max_ejection_s of good behaviour since the return.
         if record.ejections and now - record.returned_at > self._settings.max_ejection_s:
             record.ejections -= 1
@@ -87,7 +109,7 @@ class OutlierDetector:
         record = self._record(state)
         record.failures += 1
         self._count(record, now, True)
-        if state in self._ejected:
+        if state.flags & HealthFlag.EJECTED:
             return False
         s = self._settings
         rate_too_high = (
@@ -96,34 +118,17 @@ class OutlierDetector:
         )
         if not (record.half_open or record.failures >= s.consecutive_failures or rate_too_high):
             return False
-        if len(self._ejected) + 1 > self._settings.max_ejected_share * self._pool_size:
+        pool = self._pool
+        if pool.ejected + 1 > s.max_ejected_share * len(pool.states):
             return False  # too many out already: keep serving rather than shrink further
         record.ejections += 1
-        duration = min(
-            self._settings.base_ejection_s * record.ejections, self._settings.max_ejection_s
-        )
-        record.ejected_until = now + duration
+        until = now + min(s.base_ejection_s * record.ejections, s.max_ejection_s)
         record.failures = 0
         record.window_start, record.window_requests, record.window_failures = now, 0, 0
-        record.half_open = False
-        self._ejected.add(state)
-        state.flags |= HealthFlag.EJECTED
+        record.half_open = True  # from its return on, one failure ejects it again
+        record.returned_at = until
+        pool.eject(state, now, until)
         return True
-
-    def next_return(self) -> float:
-        """When the next ejected backend is due back (inf when none is ejected)."""
-        return min((self._records[s].ejected_until for s in self._ejected), default=float("inf"))
-
-    def return_due(self, now: float) -> list[BackendState]:
-        """Un-eject the backends whose time is up, half-open; returns them."""
-        due = [s for s in self._ejected if self._records[s].ejected_until <= now]
-        for state in due:
-            self._ejected.discard(state)
-            record = self._records[state]
-            record.half_open = True
-            record.returned_at = now
-            state.flags &= ~HealthFlag.EJECTED
-        return due
 
     def ejections(self, state: BackendState) -> int:
         record = self._records.get(state)

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from fleetgate.http.errors import ReadError, UpstreamError
-
-if TYPE_CHECKING:
-    from fleetgate.http.client import _Connection
 
 
 class RelaySink(Protocol):
@@ -23,6 +20,23 @@ class RelaySink(Protocol):
         """The end of one read from the socket: pass on (and clear) `pending`, in one go."""
 
 
+class UpstreamConnection(Protocol):
+    """What a response needs of the connection that carries it (http/client.py's)."""
+
+    loop: asyncio.AbstractEventLoop
+    sink: RelaySink | None  # while `relay` runs: the connection's parser feeds it directly
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def set_body_deadlines(
+        self, delay_s: float, message: str, idle_s: float | None, idle_message: str
+    ) -> None: ...
+
+    def abort(self) -> None: ...
+
+
 _READ_HIGH_WATER = 1024 * 1024  # pause the socket when this much body is unread
 
 
@@ -33,7 +47,7 @@ class UpstreamResponse:
         "_buffered", "_chunks", "_conn", "_done", "_error", "_waiter", "headers", "status",
     )  # fmt: skip
 
-    def __init__(self, conn: _Connection) -> None:
+    def __init__(self, conn: UpstreamConnection) -> None:
         self._conn = conn
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []

@@ -3,18 +3,36 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fleetgate.http.status import reason_phrase
-
-if TYPE_CHECKING:
-    from fleetgate.http.server import HttpConnection
 
 _CRLF = b"\r\n"
 
 
 class ClientDisconnected(Exception):
     """The client closed its connection while the handler was still answering."""
+
+
+class ClientConnection(Protocol):
+    """What a writer needs of the client's connection (http/server.py's)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def paused(self) -> bool:
+        """The client is not keeping up: the connection's write buffer is over its mark."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def writelines(self, parts: tuple[bytes, bytes]) -> None: ...
+
+    async def drain(self) -> None: ...
+
+    def when_drained(self, callback: Callable[[], None]) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 class ResponseWriter:
@@ -26,7 +44,7 @@ class ResponseWriter:
 
     __slots__ = ("_conn", "_head", "_head_only", "_keep_alive", "finished", "started", "status")
 
-    def __init__(self, conn: HttpConnection, keep_alive: bool, head_only: bool = False) -> None:
+    def __init__(self, conn: ClientConnection, keep_alive: bool, head_only: bool = False) -> None:
         self._conn = conn
         self._keep_alive = keep_alive
         self._head_only = head_only  # a HEAD request: the same head, never a body

@@ -1,4 +1,5 @@
-"""The gateway's Prometheus metrics, in a registry of their own (no process-wide default).
+"""The gateway's Prometheus metrics, in a registry of their own (no process-wide default),
+kept from the request lifecycle's events (lifecycle/events.py).
 
 Per request: a dictionary add and a bisect into a bucket list (observe/series.py, no locks);
 in-flight gauges cost nothing per request because they are read from the pools' live state
@@ -14,9 +15,17 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.lifecycle.events import (
+    AttemptEnded,
+    Continued,
+    Finished,
+    FirstToken,
+    Hedged,
+    Retried,
+    RetryRefused,
+)
+from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.observe.series import CounterSeries, HistogramSeries
-
-NO_BACKEND = "none"  # the backend label of requests the gateway answered itself
 
 # Latency buckets (seconds) spanning a cached 5 ms TTFT to a queued 2-minute request.
 LATENCY_BUCKETS = (
@@ -114,30 +123,43 @@ class GatewayMetrics(Collector):
 
         return timed
 
-    def request_done(self, model: str, backend: str, status: int, seconds: float) -> None:
+    def subscribe(self, hooks: Hooks) -> None:
+        hooks.subscribe(Finished, self.on_finished)
+        hooks.subscribe(FirstToken, self.on_first_token)
+        hooks.subscribe(AttemptEnded, self.on_attempt_ended)
+        hooks.subscribe(Retried, self.on_retried)
+        hooks.subscribe(RetryRefused, self.on_retry_refused)
+        hooks.subscribe(Hedged, self.on_hedged)
+        hooks.subscribe(Continued, self.on_continued)
+
+    def on_finished(self, event: Finished) -> None:
+        status = event.status
         text = self._status_text.get(status)
         if text is None:
             text = self._status_text[status] = str(status)
-        self._requests.inc((model, backend, text))
-        self._e2e.observe((model,), seconds)
+        self._requests.inc((event.model, event.backend, text))
+        self._e2e.observe((event.model,), event.at - event.started)
 
-    def first_token(self, model: str, seconds: float) -> None:
-        self._ttft.observe((model,), seconds)
+    def on_first_token(self, event: FirstToken) -> None:
+        if event.ttft_s is not None:
+            self._ttft.observe((event.model,), event.ttft_s)
 
-    def hedge(self, model: str) -> None:
-        self._hedges.inc((model,))
+    def on_attempt_ended(self, event: AttemptEnded) -> None:
+        error = event.error
+        if error is not None and error != "cancelled":
+            self._errors.inc((event.model, event.backend.backend.id, error))
 
-    def continuation(self, model: str) -> None:
-        self._continuations.inc((model,))
+    def on_hedged(self, event: Hedged) -> None:
+        self._hedges.inc((event.model,))
 
-    def retry(self, model: str) -> None:
-        self._retries.inc((model,))
+    def on_continued(self, event: Continued) -> None:
+        self._continuations.inc((event.model,))
 
-    def retry_refused(self, model: str) -> None:
-        self._retries_refused.inc((model,))
+    def on_retried(self, event: Retried) -> None:
+        self._retries.inc((event.model,))
 
-    def upstream_error(self, model: str, backend: str, kind: str) -> None:
-        self._errors.inc((model, backend, kind))
+    def on_retry_refused(self, event: RetryRefused) -> None:
+        self._retries_refused.inc((event.model,))
 
     def collect(self) -> Iterator[Metric]:
         for series in (

@@ -1,140 +1,33 @@
 """Continuing a stream on another backend after its backend failed mid-answer.
 
-The relay keeps a `StreamProgress` of what the client has been sent (the text, how many
-tokens, the stream's id). When the backend breaks off, `continuation_body` asks another
-backend for the rest: the prompt plus the text already streamed, with `max_tokens` reduced by
-what was sent; for chat the partial answer goes in as an assistant message to continue
-(vLLM's `continue_final_message`, `add_generation_prompt: false`), for completions it is
-appended to the prompt. `Splicer` rewrites the new backend's events so that the client sees
-one stream: the same id and creation time, no second role chunk, usage counting every token.
+The relay keeps a `StreamProgress` (upstream/progress.py) of what the client has been sent
+(the text, how many tokens, the stream's id). When the backend breaks off,
+`continuation_body` asks another backend for the rest: the prompt plus the text already
+streamed, with `max_tokens` reduced by what was sent; for chat the partial answer goes in as
+an assistant message to continue (vLLM's `continue_final_message`, `add_generation_prompt:
+false`), for completions it is appended to the prompt. `Splicer` rewrites the new backend's
+events so that the client sees one stream: the same id and creation time, no second role
+chunk, usage counting every token.
 
 Requests that cannot be resumed this way (n > 1, prompts given as token ids or batches) get
-None, and the client an error event instead.
+None, and the client an error event instead. `Continuation` runs the whole step: up to
+`max_attempts - 1` backends not tried yet, each asked for the rest of what is still missing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
+from fleetgate.http.errors import UpstreamError
 from fleetgate.http.sse import SseDecoder
-
-_DONE = b"[DONE]"
-_LAST = b"data: [DONE]\n\n"
-
-
-class _Delta(msgspec.Struct):
-    content: str | None = None
-
-
-class _Choice(msgspec.Struct):
-    delta: _Delta | None = None
-    text: str | None = None
-    finish_reason: str | None = None
-
-
-class _Chunk(msgspec.Struct):
-    id: str = ""
-    created: int = 0
-    choices: list[_Choice] = []
-
-
-_decode_chunk = msgspec.json.Decoder(_Chunk).decode
-_decode_batch = msgspec.json.Decoder(list[_Chunk]).decode
-_BATCH = 64  # events recorded before they are decoded
-
-
-class StreamProgress:
-    """What one stream has delivered to its client so far.
-
-    Recording is cheap because it is lazy: events are kept as the bytes that were sent and
-    decoded in batches (one msgspec call per batch, when 64 have gathered or when a
-    continuation needs the text), not one by one on the relay's hot path.
-    """
-
-    __slots__ = ("_raw", "created", "done", "events", "finished", "id", "parts", "tokens")
-
-    def __init__(self) -> None:
-        self._raw: list[bytes] = []  # whole SSE events as sent, not decoded yet
-        self.id = ""
-        self.created = 0
-        self.parts: list[str] = []
-        self.tokens = 0  # events that carried text: one token each from a streaming engine
-        # Data events sent, [DONE] aside: counted as they pass, without decoding, for the
-        # latency stats (a stream that ends without a failure is never decoded at all).
-        self.events = 0
-        self.finished = False  # a finish_reason was sent: the answer is complete
-        self.done = False  # [DONE] was sent
-
-    @property
-    def text(self) -> str:
-        self.settle()
-        return "".join(self.parts)
-
-    def feed(self, events: bytes) -> None:
-        """Record complete SSE events as sent to the client."""
-        count = events.count(b"\ndata:") + events.startswith(b"data:")
-        if events.endswith((b"data: [DONE]\n\n", b"data: [DONE]\r\n\r\n")):
-            self.done = True
-            count -= 1
-        self.events += count
-        self._raw.append(events)
-        if len(self._raw) >= _BATCH:
-            self.settle()
-
-    def settle(self) -> None:
-        """Decode what has been recorded so far (`text`, `tokens`, `id` need it)."""
-        if not self._raw:
-            return
-        raw = b"".join(self._raw)
-        self._raw = []
-        if b"\r" in raw:
-            raw = raw.replace(b"\r\n", b"\n")
-        if raw.endswith(_LAST):
-            raw = raw[: -len(_LAST)]
-        if not raw:
-            return
-        try:
-            chunks = _decode_batch(_as_array(raw))
-        except msgspec.DecodeError:  # not plain `data: {...}` events: take them one by one
-            chunks = _decode_each(raw)
-        if chunks and not self.id:
-            self.id, self.created = chunks[0].id, chunks[0].created
-        parts = self.parts
-        before = len(parts)
-        for chunk in chunks:
-            for choice in chunk.choices:
-                delta = choice.delta
-                piece = delta.content if delta is not None else choice.text
-                if piece:
-                    parts.append(piece)
-                if choice.finish_reason is not None:
-                    self.finished = True
-        self.tokens += len(parts) - before
-
-
-def _as_array(events: bytes) -> bytes:
-    """`data: A\n\ndata: B\n\n` as the JSON array `[A,B]`, by two byte replacements.
-
-    A JSON payload holds no raw newline, so `\n\ndata: ` only ever separates events; anything
-    else in the stream (a comment, an `event:` line, a multi-line payload) leaves the result
-    invalid JSON, and the caller falls back to `_decode_each`."""
-    if not events.startswith(b"data: "):
-        return b""
-    return b"[" + events[6:].rstrip(b"\n").replace(b"\n\ndata: ", b",") + b"]"
-
-
-def _decode_each(events: bytes) -> list[_Chunk]:
-    """The data events one by one, skipping comments, other fields, [DONE] and bad JSON."""
-    chunks = []
-    for event in events.split(b"\n\n"):
-        if event.startswith(b"data: ") and event[6:] != _DONE:
-            try:
-                chunks.append(_decode_chunk(event[6:]))
-            except msgspec.DecodeError:
-                continue
-    return chunks
+from fleetgate.lifecycle.events import Continued, Routed
+from fleetgate.openai_api import DONE, DONE_EVENT, error_event
+from fleetgate.resilience.cluster import Cluster
+from fleetgate.upstream.attempt import Attempts, Broken, Exchange, error_code
+from fleetgate.upstream.progress import StreamProgress
 
 
 def continuation_body(original: bytes, chat: bool, progress: StreamProgress) -> bytes | None:
@@ -188,8 +81,8 @@ class Splicer:
     def rewrite(self, events: bytes) -> bytes:
         out: list[bytes] = []
         for payload in self._decoder.feed(events):
-            if payload == _DONE:
-                out.append(b"data: [DONE]\n\n")
+            if payload == DONE:
+                out.append(DONE_EVENT)
                 continue
             try:
                 chunk: dict[str, Any] = msgspec.json.decode(payload)
@@ -214,3 +107,40 @@ def _role_only(choice: Any) -> bool:
     return (
         isinstance(delta, dict) and not delta.get("content") and choice.get("finish_reason") is None
     )
+
+
+class Continuation:
+    """Finishes a broken stream on other backends of its pool, or ends it with an error
+    event: never silently."""
+
+    def __init__(self, attempts: Attempts, clock: Callable[[], float]) -> None:
+        self._attempts = attempts
+        self._clock = clock
+
+    async def finish(self, cluster: Cluster, ex: Exchange, broken: Broken) -> None:
+        progress = broken.progress
+        error: UpstreamError = broken.error
+        chat = ex.routing.endpoint == "chat"
+        for _ in range(cluster.retries.max_attempts - 1):
+            progress.settle()
+            if progress.finished:  # only [DONE] was missing: nothing left to generate
+                ex.writer.end(DONE_EVENT)
+                return
+            rest = continuation_body(ex.body, chat, progress)
+            if rest is None:
+                break
+            now = self._clock()
+            state = cluster.router.pick_other(ex.routing, now, ex.tried)
+            cluster.emit.routed(Routed(ex.request_id, now, ex.model, state, "continuation"))
+            if state is None:
+                break
+            ex.tried.append(state)
+            cluster.emit.continued(Continued(ex.request_id, now, ex.model, state, progress.tokens))
+            again = await self._attempts.resume(
+                ex, state, rest, progress, Splicer(progress).rewrite
+            )
+            if again is None:
+                return
+            error = again
+        message = f"The stream broke off and could not go on: {error}"
+        ex.writer.end(error_event(502, message, error_code(error)))

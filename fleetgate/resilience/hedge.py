@@ -14,6 +14,9 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from fleetgate.lifecycle.events import FirstToken
+from fleetgate.lifecycle.hooks import Hooks
+
 MIN_SAMPLES = 20  # TTFTs needed before the percentile is trusted
 _RECOMPUTE_EVERY = 32  # new samples between two sorts of the window
 
@@ -26,13 +29,10 @@ class HedgeSettings:
     max_delay_s: float = 5.0  # never wait longer (and the delay before there is data)
     window: int = 256  # recent TTFTs the percentile is taken over
 
-    def delay_s(self, ttfts: TtftWindow) -> float:
-        """How long the first attempt may go without a token before the hedge is sent."""
-        return ttfts.value_s
-
 
 class TtftWindow:
-    """The last `window` TTFTs of a pool and the hedge delay they give; O(1) per sample."""
+    """The last `window` TTFTs of a pool's clients and the hedge delay they give; O(1) per
+    sample, taken from the pool's FirstToken events."""
 
     __slots__ = ("_added", "_delay", "_next", "_samples", "_settings")
 
@@ -42,6 +42,13 @@ class TtftWindow:
         self._next = 0
         self._added = 0
         self._delay = settings.max_delay_s
+
+    def subscribe(self, hooks: Hooks) -> None:
+        hooks.subscribe(FirstToken, self.on_first_token)
+
+    def on_first_token(self, event: FirstToken) -> None:
+        if event.ttft_s is not None:
+            self.add(event.ttft_s)
 
     def add(self, seconds: float) -> None:
         if len(self._samples) < self._settings.window:
@@ -62,7 +69,8 @@ class TtftWindow:
         self._delay = min(s.max_delay_s, max(s.min_delay_s, value))
 
     @property
-    def value_s(self) -> float:
+    def delay_s(self) -> float:
+        """How long a first attempt may go without a token before the hedge is sent."""
         return self._delay
 
 

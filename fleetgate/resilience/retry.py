@@ -34,7 +34,8 @@ def backoff_s(settings: RetrySettings, retry: int, rng: random.Random) -> float:
 
 
 class RetryBudget:
-    """Counts the retries of one pool in flight against its requests in flight."""
+    """Counts the retries (and hedges) of one pool in flight against its requests in flight:
+    each one holds a share from `try_acquire` until its `release`."""
 
     __slots__ = ("_settings", "retrying")
 
@@ -42,6 +43,13 @@ class RetryBudget:
         self._settings = settings
         self.retrying = 0
 
-    def allows(self, in_flight: int) -> bool:
+    def try_acquire(self, in_flight: int) -> bool:
+        """Take a share for one retry if the budget allows it with `in_flight` requests."""
         s = self._settings
-        return self.retrying < max(s.budget_min, s.budget_ratio * in_flight)
+        if self.retrying < max(s.budget_min, s.budget_ratio * in_flight):
+            self.retrying += 1
+            return True
+        return False
+
+    def release(self) -> None:
+        self.retrying -= 1

@@ -74,8 +74,13 @@ class Picker(Protocol):
         now: float,
     ) -> BackendState: ...
 
-    def load_changed(self, state: BackendState) -> None:
-        """Called after a backend's in-flight count changed; indexes keep themselves current."""
+
+@runtime_checkable
+class LoadTracker(Protocol):
+    """A picker that keeps an index over in-flight counts or weights (a heap): told after
+    every change to a backend's, so the index keeps itself current."""
+
+    def load_changed(self, state: BackendState) -> None: ...
 
 
 @runtime_checkable

@@ -30,6 +30,3 @@ class MaxScore:
         best = max(scores)
         top = [i for i, s in enumerate(scores) if s >= best - 1e-9]
         return candidates[top[0] if len(top) == 1 else top[self._rng.randrange(len(top))]]
-
-    def load_changed(self, state: BackendState) -> None:
-        pass

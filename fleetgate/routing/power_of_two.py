@@ -39,6 +39,3 @@ class PowerOfTwo:
         if (b.in_flight + 1) * a.weight < (a.in_flight + 1) * b.weight:
             return b
         return a
-
-    def load_changed(self, state: BackendState) -> None:
-        pass

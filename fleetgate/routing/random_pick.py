@@ -25,6 +25,3 @@ class RandomPick:
         now: float,
     ) -> BackendState:
         return candidates[self._rng.randrange(len(candidates))]
-
-    def load_changed(self, state: BackendState) -> None:
-        pass

@@ -30,6 +30,3 @@ class RoundRobin:
         i = self._next
         self._next = i + 1
         return candidates[i % len(candidates)]
-
-    def load_changed(self, state: BackendState) -> None:
-        pass

@@ -55,6 +55,3 @@ class WeightedRoundRobin:
         self._due[chosen] += 1.0 / chosen.weight
         self._heap.update(chosen)
         return chosen
-
-    def load_changed(self, state: BackendState) -> None:
-        pass

@@ -13,6 +13,7 @@ from fleetgate.fleet.engine_load import StepTotals
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
+from fleetgate.routing.router import Router
 
 REQUEST = RoutingRequest("m", "chat", True)
 
@@ -49,18 +50,20 @@ def test_factors_are_speeds_relative_to_the_fastest_once_enough_intervals_are_se
     assert speed_factors([h100, new], WeightSettings()) == [1.0, 1.0]  # one known: no scale
 
 
-def pool_of(backends: list[BackendState], **settings: object) -> Pool:
+def router_of(backends: list[BackendState], **settings: object) -> Router:
     pipeline = default_registry().build_pipeline(
         "least_requests", {}, PluginContext(random.Random(0))
     )
-    return Pool("m", backends, pipeline, weights=WeightSettings(**settings))  # type: ignore[arg-type]
+    pool = Pool("m", backends, weights=WeightSettings(**settings))  # type: ignore[arg-type]
+    return Router(pool, pipeline)
 
 
-def routed(pool: Pool, now: float, n: int = 300) -> Counter[str]:
+def routed(router: Router, now: float, n: int = 300) -> Counter[str]:
+    pool = router.pool
     picks: Counter[str] = Counter()
     held = []
     for _ in range(n):
-        state = pool.pick(REQUEST, now)
+        state = router.pick(REQUEST, now)
         assert state is not None
         pool.begin(state, now)
         held.append(state)
@@ -72,23 +75,23 @@ def routed(pool: Pool, now: float, n: int = 300) -> Counter[str]:
 
 def test_a_faster_backend_gets_more_after_calibration_and_a_throttled_one_less() -> None:
     fast, slow = states(2)
-    pool = pool_of([fast, slow], enabled=True, interval_s=10.0)
+    router = router_of([fast, slow], enabled=True, interval_s=10.0)
     measured(fast, 1e-5)
     measured(slow, 2e-5)
-    assert routed(pool, 1.0) == {"b0": 150, "b1": 150}  # before the first calibration
-    shares = routed(pool, 10.0)
+    assert routed(router, 1.0) == {"b0": 150, "b1": 150}  # before the first calibration
+    shares = routed(router, 10.0)
     assert (fast.weight, slow.weight) == pytest.approx((1.0, 0.5))
     assert shares["b0"] == pytest.approx(200, abs=2)  # in flight per weight: 2 to 1
     measured(fast, 8e-5, intervals=60)  # thermal throttling: its steps take longer
-    routed(pool, 20.0, n=1)
+    routed(router, 20.0, n=1)
     assert fast.weight < slow.weight == 1.0
 
 
 def test_calibration_is_on_by_default_and_off_keeps_typed_weights() -> None:
     assert WeightSettings().enabled
     fast, slow = states(2)
-    pool = pool_of([fast, slow], enabled=False)
+    router = router_of([fast, slow], enabled=False)
     measured(fast, 1e-5)
     measured(slow, 2e-5)
-    assert routed(pool, 100.0) == {"b0": 150, "b1": 150}
+    assert routed(router, 100.0) == {"b0": 150, "b1": 150}
     assert fast.weight == slow.weight == 1.0

@@ -1,4 +1,5 @@
-"""A pool: candidates follow health, in-flight counts follow begin/end, every policy keeps up."""
+"""A pool: candidates follow health, in-flight counts follow begin/end, every policy routing
+over it (a Router) keeps up."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.registry import PluginContext, default_registry
+from fleetgate.routing.registry import default_registry
+from fleetgate.routing.router import Router
 
-MakePool = Callable[[str, Sequence[float]], Pool]
+MakeRouter = Callable[[str, Sequence[float]], Router]
 REQUEST = RoutingRequest("m", "chat", stream=True)
 POLICIES = default_registry().picker_names
-CTX = PluginContext(random.Random(0))
 
 
-def test_candidates_are_the_healthy_states_and_keep_their_identity(make_pool: MakePool) -> None:
-    pool = make_pool("round_robin", [1, 1, 1])
+def test_candidates_are_the_healthy_states_and_keep_their_identity(
+    make_router: MakeRouter,
+) -> None:
+    pool = make_router("round_robin", [1, 1, 1]).pool
     assert pool.candidates == pool.states
     assert pool.ready
     before = pool.candidates
@@ -33,41 +36,45 @@ def test_candidates_are_the_healthy_states_and_keep_their_identity(make_pool: Ma
     assert pool.candidates == (pool.states[0], pool.states[2])
 
 
-def test_no_healthy_backend_means_not_ready_yet_panic_routes_to_all(make_pool: MakePool) -> None:
-    pool = make_pool("least_requests", [1, 1])
+def test_no_healthy_backend_means_not_ready_yet_panic_routes_to_all(
+    make_router: MakeRouter,
+) -> None:
+    router = make_router("least_requests", [1, 1])
+    pool = router.pool
     for state in pool.states:
         state.flags = HealthFlag.ACTIVE_CHECK_FAILED
     pool.refresh(0.0)
     assert not pool.ready
-    assert pool.pick(REQUEST, 0.0) in pool.states  # below the panic threshold: all of them
+    assert router.pick(REQUEST, 0.0) in pool.states  # below the panic threshold: all of them
     for state in pool.states:
         state.flags = HealthFlag.DRAINING
     pool.refresh(0.0)
-    assert pool.pick(REQUEST, 0.0) is None  # but never to backends leaving on purpose
+    assert router.pick(REQUEST, 0.0) is None  # but never to backends leaving on purpose
 
 
 def test_begin_and_end_count_requests() -> None:
     state = BackendState(Backend("b0", "http://127.0.0.1:8100", ("m",), 2.0))
-    pool = Pool("m", [state], default_registry().build_pipeline("random", {}, CTX))
+    pool = Pool("m", [state])
     assert (state.in_flight, state.weight) == (0, 2.0)
     pool.begin(state, 0.0)
     pool.begin(state, 0.0)
     pool.end(state, 0.0)
-    assert state.in_flight == 1
+    assert (state.in_flight, pool.in_flight) == (1, 1)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
-    policy: str, make_pool: MakePool
+    policy: str, make_router: MakeRouter
 ) -> None:
-    pool = make_pool(policy, [1, 2, 1, 1])
+    router = make_router(policy, [1, 2, 1, 1])
+    pool = router.pool
     rng = random.Random(3)
     in_flight: list[BackendState] = []
 
     def serve(count: int, start: float) -> Counter[BackendState]:
         picks: Counter[BackendState] = Counter()
         for t in range(count):
-            chosen = pool.pick(REQUEST, start + t)
+            chosen = router.pick(REQUEST, start + t)
             assert chosen is not None
             pool.begin(chosen, 0.0)
             in_flight.append(chosen)
@@ -91,8 +98,10 @@ def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
     assert all(state.in_flight == 0 for state in pool.states)
 
 
-def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(make_pool: MakePool) -> None:
-    pool = make_pool("least_requests", [1])
+def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(
+    make_router: MakeRouter,
+) -> None:
+    pool = make_router("least_requests", [1]).pool
     state = pool.states[0]
     pool.begin(state, 0.0, prompt_tokens=500)
     pool.begin(state, 0.0, prompt_tokens=300)

@@ -1,5 +1,6 @@
-"""A pool's candidates as health changes over (injected) time: ejection and return with slow
-start, backpressure backoff, and the panic threshold."""
+"""A pool's candidates as health changes over (injected) time: ejection (by the outlier
+detector, through the pool) and return with slow start, backpressure backoff, and the panic
+threshold; picks go through the pool's Router."""
 
 from __future__ import annotations
 
@@ -8,71 +9,88 @@ import random
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.health import HealthFlag, HealthSettings
 from fleetgate.fleet.pool import Pool
-from fleetgate.health.outlier import OutlierSettings
+from fleetgate.health.outlier import OutlierDetector, OutlierSettings
+from fleetgate.lifecycle.events import AttemptEnded
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
+from fleetgate.routing.router import Router
 
 REQUEST = RoutingRequest("m", "chat", False)
 
 
-def make(n: int, panic: float = 0.5, slow_start_s: float = 10.0) -> Pool:
+def make(n: int, panic: float = 0.5, slow_start_s: float = 10.0) -> Router:
     states = [
         BackendState(Backend(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m",))) for i in range(n)
     ]
     pipeline = default_registry().build_pipeline(
         "least_requests", {}, PluginContext(random.Random(0))
     )
-    return Pool(
-        "m", states, pipeline,
-        health=HealthSettings(panic_threshold=panic, slow_start_s=slow_start_s),
-        outliers=OutlierSettings(consecutive_failures=2, base_ejection_s=5.0),
+    health = HealthSettings(panic_threshold=panic, slow_start_s=slow_start_s)
+    return Router(Pool("m", states, health), pipeline)
+
+
+def detector_of(pool: Pool) -> OutlierDetector:
+    return OutlierDetector(OutlierSettings(consecutive_failures=2, base_ejection_s=5.0), pool)
+
+
+def ended(state: BackendState, at: float, status: int, retry_after_s: float | None) -> AttemptEnded:
+    """An attempt's end at `state` with this answer (no transport error)."""
+    return AttemptEnded(
+        b"r", at, "m", state, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
+        status=status, error=None, retry_after_s=retry_after_s, first_token_at=None, events=0,
+        stream=False,
     )  # fmt: skip
 
 
 def test_an_ejected_backend_leaves_the_candidates_and_returns_with_slow_start() -> None:
-    pool = make(4)
+    router = make(4)
+    pool = router.pool
+    detector = detector_of(pool)
     bad = pool.states[0]
-    pool.failed(bad, 0.0)
-    pool.failed(bad, 0.0)
+    assert not detector.failure(bad, 0.0)
+    assert detector.failure(bad, 0.0)
     assert bad.flags == HealthFlag.EJECTED
     assert bad not in pool.candidates
-    assert all(pool.pick(REQUEST, t / 10) is not bad for t in range(40))
-    pool.pick(REQUEST, 5.0)  # its ejection is over: back, at a tenth of its weight
+    assert all(router.pick(REQUEST, t / 10) is not bad for t in range(40))
+    router.pick(REQUEST, 5.0)  # its ejection is over: back, at a tenth of its weight
     assert bad in pool.candidates
     assert bad.weight == 0.1
-    pool.pick(REQUEST, 10.0)
+    router.pick(REQUEST, 10.0)
     assert 0.4 < bad.weight < 0.6
-    pool.pick(REQUEST, 15.0)
+    router.pick(REQUEST, 15.0)
     assert bad.weight == 1.0
     assert bad.ramp_from is None
 
 
 def test_backpressure_skips_a_backend_until_its_retry_after_without_ejecting_it() -> None:
-    pool = make(3)
+    router = make(3)
+    pool = router.pool
+    detector = detector_of(pool)
     busy = pool.states[1]
-    pool.backpressure(busy, 0.0, 2.0)
+    for _ in range(3):  # more 429s than the failures in a row that would eject it
+        detector.on_attempt_ended(ended(busy, 0.0, 429, 2.0))
     assert busy.healthy
     assert busy not in pool.candidates
-    assert pool.ejections(busy) == 0
-    pool.pick(REQUEST, 2.0)
+    assert detector.ejections(busy) == 0
+    router.pick(REQUEST, 2.0)
     assert busy in pool.candidates
 
 
 def test_when_every_backend_backs_off_they_are_still_candidates() -> None:
-    pool = make(2)
+    pool = make(2).pool
     for state in pool.states:
         pool.backpressure(state, 0.0, 5.0)
     assert set(pool.candidates) == set(pool.states)  # better a busy backend than a 503
 
 
 def test_panic_below_the_threshold_routes_across_the_whole_pool() -> None:
-    pool = make(4, panic=0.5)
+    pool = make(4, panic=0.5).pool
     for state in pool.states[:3]:
         state.flags = HealthFlag.ACTIVE_CHECK_FAILED
     pool.refresh(0.0)
     assert set(pool.candidates) == set(pool.states)  # 1 of 4 healthy < 50%
     assert pool.ready
-    no_panic = make(4, panic=0.0)
+    no_panic = make(4, panic=0.0).pool
     for state in no_panic.states[:3]:
         state.flags = HealthFlag.ACTIVE_CHECK_FAILED
     no_panic.refresh(0.0)
@@ -80,13 +98,13 @@ def test_panic_below_the_threshold_routes_across_the_whole_pool() -> None:
 
 
 def test_a_retry_avoids_the_backends_already_tried() -> None:
-    pool = make(3)
-    first = pool.pick(REQUEST, 0.0)
+    router = make(3)
+    first = router.pick(REQUEST, 0.0)
     assert first is not None
-    second = pool.pick_other(REQUEST, 0.0, [first])
+    second = router.pick_other(REQUEST, 0.0, [first])
     assert second is not None
     assert second is not first
-    assert pool.pick_other(REQUEST, 0.0, pool.states) is None
+    assert router.pick_other(REQUEST, 0.0, router.pool.states) is None
 
 
 def test_a_backend_at_its_concurrency_limit_is_skipped_until_one_finishes() -> None:
@@ -95,14 +113,15 @@ def test_a_backend_at_its_concurrency_limit_is_skipped_until_one_finishes() -> N
         for i in range(2)
     ]
     pipeline = default_registry().build_pipeline("round_robin", {}, PluginContext(random.Random(0)))
-    pool = Pool("m", states, pipeline)
+    router = Router(Pool("m", states), pipeline)
+    pool = router.pool
     picked = []
     for _ in range(4):
-        state = pool.pick(REQUEST, 0.0)
+        state = router.pick(REQUEST, 0.0)
         assert state is not None
         pool.begin(state, 0.0)
         picked.append(state)
     assert sorted(s.in_flight for s in states) == [2, 2]
-    assert pool.pick(REQUEST, 0.0) is None  # every backend full: the gateway answers 503
+    assert router.pick(REQUEST, 0.0) is None  # every backend full: the gateway answers 503
     pool.end(states[0], 1.0)
-    assert pool.pick(REQUEST, 1.0) is states[0]
+    assert router.pick(REQUEST, 1.0) is states[0]

@@ -9,7 +9,7 @@ import random
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.scraper import MetricsScraper, ScrapeSettings
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.workers.sim.fleet_process import SimSpec
+from fleetgate.workers.sim.spec import SimSpec
 from fleetgate.workers.sim.worker import SimWorker
 
 

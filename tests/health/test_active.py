@@ -9,7 +9,7 @@ from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.health.active import ActiveChecker, ActiveCheckSettings, ProbeTracker
 from fleetgate.http.client import HttpClient
-from fleetgate.workers.sim.fleet_process import SimSpec
+from fleetgate.workers.sim.spec import SimSpec
 from fleetgate.workers.sim.worker import SimWorker
 
 SETTINGS = ActiveCheckSettings(unhealthy_threshold=3, healthy_threshold=2, timeout_s=0.2)

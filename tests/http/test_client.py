@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from fleetgate.gateway.errors import send_error
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.http.errors import (
     ConnectError,
@@ -23,6 +22,7 @@ from fleetgate.http.errors import (
 from fleetgate.http.response import _READ_HIGH_WATER, UpstreamResponse
 from fleetgate.http.server import HttpConnection, HttpServer, Request, start_server
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.openai_api import send_error
 
 GUARD_S = 5.0
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from fleetgate.gateway.errors import send_error
 from fleetgate.http.server import HttpServer, Request, ServerLimits, start_server
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.openai_api import send_error
 
 GUARD_S = 5.0
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from fleetgate.resilience.continuation import StreamProgress
+from fleetgate.upstream.progress import StreamProgress
 
 
 def _event(content: str | None, finish: str | None = None, id_: str = "c-1") -> bytes:

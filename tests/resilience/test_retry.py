@@ -21,9 +21,28 @@ def test_backoff_is_full_jitter_under_a_doubling_ceiling_and_a_cap() -> None:
 
 def test_the_budget_allows_a_share_of_requests_in_flight_and_a_floor() -> None:
     budget = RetryBudget(SETTINGS)
-    assert budget.allows(0)  # the floor: a quiet pool can still retry
-    budget.retrying = 3
-    assert not budget.allows(10)  # 20% of 10 is 2, the floor 3: three is the limit
-    assert budget.allows(100)  # 20% of 100 is 20
-    budget.retrying = 20
-    assert not budget.allows(100)
+    assert budget.try_acquire(0)  # the floor: a quiet pool can still retry
+    assert budget.try_acquire(0)
+    assert budget.try_acquire(10)
+    assert budget.retrying == 3
+    assert not budget.try_acquire(10)  # 20% of 10 is 2, the floor 3: three is the limit
+    assert budget.retrying == 3  # a refusal takes no share
+    for _ in range(17):
+        assert budget.try_acquire(100)  # 20% of 100 is 20
+    assert budget.retrying == 20
+    assert not budget.try_acquire(100)
+    assert budget.retrying == 20
+
+
+def test_a_released_share_can_be_taken_again() -> None:
+    budget = RetryBudget(SETTINGS)
+    for _ in range(3):
+        assert budget.try_acquire(0)
+    assert not budget.try_acquire(0)
+    budget.release()  # one retry ended
+    assert budget.retrying == 2
+    assert budget.try_acquire(0)
+    assert not budget.try_acquire(0)
+    for _ in range(3):
+        budget.release()
+    assert budget.retrying == 0

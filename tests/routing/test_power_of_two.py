@@ -7,12 +7,12 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from fleetgate.fleet.backend import Backend, BackendState
-from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.power_of_two import PowerOfTwo
+from fleetgate.routing.router import Router
 
-MakePool = Callable[[str, Sequence[float]], Pool]
-RunTraffic = Callable[[Pool, Mapping[str, int], int, int], tuple[Counter[str], dict[str, float]]]
+MakeRouter = Callable[[str, Sequence[float]], Router]
+RunTraffic = Callable[[Router, Mapping[str, int], int, int], tuple[Counter[str], dict[str, float]]]
 REQUEST = RoutingRequest("m", "chat", stream=True)
 
 
@@ -28,12 +28,12 @@ def load(state: BackendState) -> float:
 
 
 def test_a_five_times_slower_backend_gets_a_small_share(
-    make_pool: MakePool, traffic: RunTraffic
+    make_router: MakeRouter, traffic: RunTraffic
 ) -> None:
     # Same traffic as least_requests' test: round robin or random would send the slow backend
     # 1/4; two choices send it about a third of that.
-    pool = make_pool("power_of_two", [1, 1, 1, 1])
-    picks, in_flight = traffic(pool, {"b0": 20, "b1": 4, "b2": 4, "b3": 4}, 2, 5000)
+    router = make_router("power_of_two", [1, 1, 1, 1])
+    picks, in_flight = traffic(router, {"b0": 20, "b1": 4, "b2": 4, "b3": 4}, 2, 5000)
     total = picks.total()
     assert picks["b0"] / total < 0.12
     for fast in ("b1", "b2", "b3"):
@@ -41,9 +41,9 @@ def test_a_five_times_slower_backend_gets_a_small_share(
     assert in_flight["b0"] < 2 * in_flight["b1"]
 
 
-def test_weights_count_in_the_comparison(make_pool: MakePool, traffic: RunTraffic) -> None:
-    pool = make_pool("power_of_two", [3, 1, 3, 1])
-    picks, in_flight = traffic(pool, dict.fromkeys(("b0", "b1", "b2", "b3"), 10), 4, 3000)
+def test_weights_count_in_the_comparison(make_router: MakeRouter, traffic: RunTraffic) -> None:
+    router = make_router("power_of_two", [3, 1, 3, 1])
+    picks, in_flight = traffic(router, dict.fromkeys(("b0", "b1", "b2", "b3"), 10), 4, 3000)
     heavy = picks["b0"] + picks["b2"]
     light = picks["b1"] + picks["b3"]
     assert 2.4 < heavy / light < 3.1

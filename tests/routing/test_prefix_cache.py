@@ -16,6 +16,7 @@ from fleetgate.routing.pipeline import RoutingPipeline
 from fleetgate.routing.prefix_cache import PrefixCacheScorer
 from fleetgate.routing.prefix_index import block_hashes, entries_for
 from fleetgate.routing.registry import PluginContext, PluginSpec, Profile, default_registry
+from fleetgate.routing.router import Router
 
 BLOCK = 128  # the scorer's default block_bytes
 SYSTEM = b"You are a careful assistant; answer in French and cite sources. " * 32  # 16 blocks
@@ -32,7 +33,7 @@ def asking(system: bytes, question: str) -> RoutingRequest:
     return RoutingRequest("m", "chat", True, prompt=system + question.encode())
 
 
-def prefix_pool(n: int, seed: int = 1) -> tuple[Pool, PrefixCacheScorer]:
+def prefix_router(n: int, seed: int = 1) -> tuple[Router, PrefixCacheScorer]:
     """A pool of n backends routed by the shipped `prefix_cache` profile, and its index."""
     states = [
         BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",))) for i in range(n)
@@ -40,7 +41,7 @@ def prefix_pool(n: int, seed: int = 1) -> tuple[Pool, PrefixCacheScorer]:
     pipeline = default_registry().build_pipeline(
         "prefix_cache", {}, PluginContext(random.Random(seed))
     )
-    return Pool("m", states, pipeline), prefix_scorer(pipeline)
+    return Router(Pool("m", states), pipeline), prefix_scorer(pipeline)
 
 
 def prefix_scorer(pipeline: RoutingPipeline) -> PrefixCacheScorer:
@@ -50,95 +51,99 @@ def prefix_scorer(pipeline: RoutingPipeline) -> PrefixCacheScorer:
     return found[0]
 
 
-def sent(pool: Pool, request: RoutingRequest, now: float = 0.0) -> BackendState:
+def sent(router: Router, request: RoutingRequest, now: float = 0.0) -> BackendState:
     """Routes the request and leaves it in flight."""
-    state = pool.pick(request, now)
+    state = router.pick(request, now)
     assert state is not None
-    pool.begin(state, now)
+    router.pool.begin(state, now)
     return state
 
 
 def test_requests_sharing_a_long_system_prompt_stick_to_the_backend_that_first_got_them() -> None:
-    pool, _ = prefix_pool(4)
-    holder = sent(pool, asking(SYSTEM, "What is a monad?"))
+    router, _ = prefix_router(4)
+    pool = router.pool
+    holder = sent(router, asking(SYSTEM, "What is a monad?"))
     pool.end(holder, 0.0)
     for i in range(30):
-        assert sent(pool, asking(SYSTEM, f"question {i}?"), 1.0) is holder
+        assert sent(router, asking(SYSTEM, f"question {i}?"), 1.0) is holder
         pool.end(holder, 1.0)
 
 
 def test_the_holder_keeps_its_prefix_while_its_queue_is_within_the_guard() -> None:
-    pool, scorer = prefix_pool(4)
-    holder = sent(pool, asking(SYSTEM, "first"))
+    router, scorer = prefix_router(4)
+    holder = sent(router, asking(SYSTEM, "first"))
     # The others stay empty: the holder takes the prefix while it has at most 1.5 * 0 + 32 = 32
     # in flight, though the queue scorer prefers the empty ones all along.
     for i in range(32):
-        assert sent(pool, asking(SYSTEM, f"question {i}"), 1.0) is holder
+        assert sent(router, asking(SYSTEM, f"question {i}"), 1.0) is holder
     assert holder.in_flight == 33
-    spilled = sent(pool, asking(SYSTEM, "one too many"), 1.0)
+    spilled = sent(router, asking(SYSTEM, "one too many"), 1.0)
     assert spilled is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
     assert scorer.index.matches(hashes) == {holder: 16, spilled: 16}
 
 
 def test_the_first_prefix_goes_where_the_load_scorers_send_it_and_is_recorded() -> None:
-    pool, scorer = prefix_pool(4)
+    router, scorer = prefix_router(4)
     request = asking(SYSTEM, "hello")
     hashes = block_hashes(request.prompt, BLOCK)
     assert scorer.index.matches(hashes) == {}
     assert scorer.nominate(request, 0.0) == []
-    holder = sent(pool, request)
+    holder = sent(router, request)
     assert scorer.index.matches(hashes) == {holder: 16}
     assert scorer.nominate(asking(SYSTEM, "other question"), 0.0) == [holder]
 
 
 def test_different_prefixes_spread_over_the_backends_and_each_keeps_its_home() -> None:
-    pool, _ = prefix_pool(4)
-    homes = {i: sent(pool, asking(system_prompt(i), "hi")) for i in range(8)}
+    router, _ = prefix_router(4)
+    pool = router.pool
+    homes = {i: sent(router, asking(system_prompt(i), "hi")) for i in range(8)}
     assert Counter(homes.values()) == dict.fromkeys(pool.states, 2)
     for state in pool.states:
         while state.in_flight:
             pool.end(state, 1.0)
     for i in range(8):
-        assert pool.pick(asking(system_prompt(i), "next question"), 2.0) is homes[i]
+        assert router.pick(asking(system_prompt(i), "next question"), 2.0) is homes[i]
 
 
 def test_the_load_guard_spreads_a_hot_prefix_to_a_second_replica() -> None:
-    pool, scorer = prefix_pool(4)
-    holder = sent(pool, asking(SYSTEM, "first"))
+    router, scorer = prefix_router(4)
+    pool = router.pool
+    holder = sent(router, asking(SYSTEM, "first"))
     pool.end(holder, 0.0)
     others = [s for s in pool.states if s is not holder]
     for state in others:
         state.in_flight = 2  # q_min = 2: the guard's limit is 1.5 * 2 + 32 = 35
     holder.engine = EngineLoad(4, 31, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 35
-    assert pool.pick(asking(SYSTEM, "at the limit"), 10.0) is holder
+    assert router.pick(asking(SYSTEM, "at the limit"), 10.0) is holder
     holder.engine = EngineLoad(4, 32, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 36
-    second = pool.pick(asking(SYSTEM, "over the limit"), 10.0)
+    second = router.pick(asking(SYSTEM, "over the limit"), 10.0)
     assert second is not None and second is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
     assert scorer.index.matches(hashes) == {holder: 16, second: 16}
     assert set(scorer.nominate(asking(SYSTEM, "any"), 10.0)) == {holder, second}
     # While the holder stays over the limit, the prefix follows its second replica, not a third.
-    picks = {pool.pick(asking(SYSTEM, f"more {i}"), 10.5) for i in range(10)}
+    picks = {router.pick(asking(SYSTEM, f"more {i}"), 10.5) for i in range(10)}
     assert picks == {second}
 
 
 def test_an_engine_reported_kv_capacity_shrinks_its_share_of_the_index() -> None:
-    pool, scorer = prefix_pool(2)
+    router, scorer = prefix_router(2)
+    pool = router.pool
     small, big = pool.states
     small.engine = EngineLoad(0, 0, 0.0, 0.0, 0.0, None, 0.0, kv_capacity_tokens=1024)
-    sent(pool, asking(SYSTEM, "warm up"))
+    sent(router, asking(SYSTEM, "warm up"))
     assert scorer.index.capacity(small) == 1024 * 4 // BLOCK  # 32 blocks: two system prompts
     assert scorer.index.capacity(big) == entries_for(64.0) // 2
     # Three 16-block prefixes sent to `small` alone: the first is forgotten, as the engine would.
     first, second, third = (asking(system_prompt(i), "q") for i in range(3))
     for request in (first, second, third):
-        assert pool.pipeline.pick(request, (small,), 1.0) is small
+        assert router.pipeline.pick(request, (small,), 1.0) is small
     assert small not in scorer.index.matches(block_hashes(first.prompt, BLOCK))
     assert scorer.index.matches(block_hashes(third.prompt, BLOCK)) == {small: 16}
     # An engine restarted with a larger cache gets a larger share.
     small.engine = EngineLoad(0, 0, 0.0, 0.0, 0.0, None, 2.0, kv_capacity_tokens=4096)
-    pool.pick(asking(SYSTEM, "after restart"), 2.0)
+    router.pick(asking(SYSTEM, "after restart"), 2.0)
     assert scorer.index.capacity(small) == 4096 * 4 // BLOCK
 
 

@@ -14,12 +14,12 @@ import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.engine_load import EngineLoad
-from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.kv_cache import KvCacheScorer
 from fleetgate.routing.queue import QueueScorer
+from fleetgate.routing.router import Router
 
-MakePool = Callable[[str, Sequence[float]], Pool]
+MakeRouter = Callable[[str, Sequence[float]], Router]
 REQUEST = RoutingRequest("m", "chat", stream=False)
 
 
@@ -64,8 +64,8 @@ def test_a_stale_engine_reading_is_ignored_for_the_gateway_count() -> None:
     )
 
 
-def test_queue_is_weighed_by_each_backends_weight(make_pool: MakePool) -> None:
-    pool = make_pool("round_robin", [2.5, 1.0, 1.0])
+def test_queue_is_weighed_by_each_backends_weight(make_router: MakeRouter) -> None:
+    pool = make_router("round_robin", [2.5, 1.0, 1.0]).pool
     h100, a100, other = pool.states
     h100.in_flight, a100.in_flight, other.in_flight = 5, 2, 4  # 2 a unit of weight, 2, 4
     assert QueueScorer().score(REQUEST, pool.states, now=0.0) == pytest.approx([0.5, 0.5, 0.0])
@@ -88,9 +88,9 @@ def test_kv_cache_scores_free_cache_and_missing_readings_get_the_mean() -> None:
 
 
 def test_kv_cache_counts_prompts_sent_and_finished_since_the_reading(
-    make_pool: MakePool,
+    make_router: MakeRouter,
 ) -> None:
-    pool = make_pool("round_robin", [1.0, 1.0])
+    pool = make_router("round_robin", [1.0, 1.0]).pool
     a, b = pool.states
     pool.begin(a, 0.0, prompt_tokens=4_000)
     pool.begin(b, 0.0, prompt_tokens=2_000)
@@ -115,27 +115,29 @@ def test_kv_cache_clamps_readings_and_scores_one_without_any() -> None:
     assert KvCacheScorer().score(REQUEST, (a, b, c), now=0.0) == pytest.approx([0.0, 1.0, 0.5])
 
 
-def test_least_loaded_routes_to_the_idle_engine(make_pool: MakePool) -> None:
-    pool = make_pool("least_loaded", [1.0, 1.0, 1.0, 1.0])
+def test_least_loaded_routes_to_the_idle_engine(make_router: MakeRouter) -> None:
+    router = make_router("least_loaded", [1.0, 1.0, 1.0, 1.0])
+    pool = router.pool
     b0, b1, b2, b3 = pool.states
     b0.engine = reading(running=12, waiting=3, kv=0.9, at=10.0)
     b1.engine = reading(running=8, waiting=0, kv=0.7, at=10.0)
     b2.engine = reading(running=0, waiting=0, kv=0.05, at=10.0)  # idle
     b3.engine = reading(running=10, waiting=1, kv=0.8, at=10.0)
-    picks = Counter(pool.pick(REQUEST, now=11.0) for _ in range(20))
+    picks = Counter(router.pick(REQUEST, now=11.0) for _ in range(20))
     assert picks == {b2: 20}
 
 
-def test_least_loaded_counts_requests_sent_since_the_last_scrape(make_pool: MakePool) -> None:
-    pool = make_pool("least_loaded", [1.0, 1.0])
+def test_least_loaded_counts_requests_sent_since_the_last_scrape(make_router: MakeRouter) -> None:
+    router = make_router("least_loaded", [1.0, 1.0])
+    pool = router.pool
     b0, b1 = pool.states
     b0.engine = reading(running=2, kv=0.3, at=10.0)
     b1.engine = reading(running=0, kv=0.3, at=10.0)  # idle when scraped ...
     for _ in range(5):
         pool.begin(b1, 10.5)  # ... but the gateway has sent it five since
-    assert pool.pick(REQUEST, now=11.0) is b0
+    assert router.pick(REQUEST, now=11.0) is b0
     b0.engine = reading(running=2, kv=0.3, at=0.0)
     b1.engine = reading(running=0, kv=0.3, at=0.0)
     pool.begin(b0, 10.5)
     # Both readings stale: only the gateway's counts (1 against 5) remain.
-    assert pool.pick(REQUEST, now=11.0) is b0
+    assert router.pick(REQUEST, now=11.0) is b0

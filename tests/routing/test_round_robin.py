@@ -7,12 +7,12 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from fleetgate.fleet.backend import Backend, BackendState
-from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.round_robin import RoundRobin
+from fleetgate.routing.router import Router
 
 REQUEST = RoutingRequest("m", "chat", stream=False)
-MakePool = Callable[[str, Sequence[float]], Pool]
+MakeRouter = Callable[[str, Sequence[float]], Router]
 
 
 def states(n: int) -> tuple[BackendState, ...]:
@@ -47,10 +47,11 @@ def test_the_first_backend_depends_on_the_seed() -> None:
     assert len(firsts) > 1  # gateways started together do not all begin on one backend
 
 
-def test_in_a_pool_load_does_not_change_the_turns(make_pool: MakePool) -> None:
-    pool = make_pool("round_robin", [1.0, 1.0, 1.0])
+def test_in_a_pool_load_does_not_change_the_turns(make_router: MakeRouter) -> None:
+    router = make_router("round_robin", [1.0, 1.0, 1.0])
+    pool = router.pool
     busy = pool.states[0]
     for _ in range(10):
         pool.begin(busy, 0.0)  # a loaded backend still gets its turn
-    counts = Counter(pool.pick(REQUEST, float(t)) for t in range(30))
+    counts = Counter(router.pick(REQUEST, float(t)) for t in range(30))
     assert counts == dict.fromkeys(pool.states, 10)

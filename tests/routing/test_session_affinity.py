@@ -12,6 +12,7 @@ from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
+from fleetgate.routing.router import Router
 from fleetgate.routing.session_affinity import SessionAffinity
 
 KEYS = [f"user-{i}" for i in range(2000)]
@@ -27,10 +28,11 @@ def of_session(key: str | None) -> RoutingRequest:
     return RoutingRequest("m", "chat", True, session_key=key)
 
 
-def session_pool(n: int, seed: int = 1) -> Pool:
+def session_router(n: int, seed: int = 1) -> Router:
     """A pool of n backends routed by the shipped `session_affinity` profile."""
     ctx = PluginContext(random.Random(seed))
-    return Pool("m", states(n), default_registry().build_pipeline("session_affinity", {}, ctx))
+    pipeline = default_registry().build_pipeline("session_affinity", {}, ctx)
+    return Router(Pool("m", states(n)), pipeline)
 
 
 def test_the_same_session_scores_one_on_the_same_backend_every_time() -> None:
@@ -57,7 +59,8 @@ def test_sessions_are_spread_over_the_backends() -> None:
 
 def test_no_backend_carries_more_than_the_bound_even_under_one_hot_session() -> None:
     epsilon, n = 0.25, 8
-    pool = session_pool(n)
+    router = session_router(n)
+    pool = router.pool
     rng = random.Random(5)
     in_flight: list[BackendState] = []
     hot_homes: Counter[BackendState] = Counter()
@@ -66,7 +69,7 @@ def test_no_backend_carries_more_than_the_bound_even_under_one_hot_session() -> 
         hot = rng.random() < 0.7
         key = "hot" if hot else f"user-{rng.randrange(500)}"
         total = pool.in_flight
-        state = pool.pick(of_session(key), float(step))
+        state = router.pick(of_session(key), float(step))
         assert state is not None
         pool.begin(state, float(step))
         in_flight.append(state)
@@ -98,12 +101,13 @@ def test_a_backend_leaving_moves_only_the_sessions_it_was_home_to() -> None:
 
 
 def test_the_profile_keeps_sessions_sticky() -> None:
-    pool = session_pool(8)
+    router = session_router(8)
+    pool = router.pool
     homes: dict[str, set[BackendState]] = {}
     rng = random.Random(3)
     for step in range(400):
         key = f"conversation-{rng.randrange(40)}"
-        state = pool.pick(of_session(key), float(step))
+        state = router.pick(of_session(key), float(step))
         assert state is not None
         pool.begin(state, float(step))
         homes.setdefault(key, set()).add(state)
@@ -115,12 +119,12 @@ def test_the_profile_keeps_sessions_sticky() -> None:
 def test_the_profile_keeps_sessions_sticky_in_a_pool_larger_than_the_shortlist() -> None:
     # With 256 backends the pipeline scores a shortlist of 16; a session's home must not move
     # when a backend not seen before is first scored.
-    pool = session_pool(256)
+    router = session_router(256)
     homes: dict[str, set[BackendState]] = {}
     for turn in range(5):
         for s in range(50):
             key = f"conversation-{s}"
-            state = pool.pick(of_session(key), float(turn))
+            state = router.pick(of_session(key), float(turn))
             assert state is not None
             homes.setdefault(key, set()).add(state)
     moved = sorted(key for key, h in homes.items() if len(h) > 1)

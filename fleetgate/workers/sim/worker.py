@@ -16,18 +16,18 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
-from fleetgate.gateway.errors import error_body, send_error
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.http.errors import UpstreamError
 from fleetgate.http.server import HttpServer, Request, start_server
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.openai_api import error_body, send_error
 from fleetgate.workers.sim.driver import WallClockDriver
 from fleetgate.workers.sim.engine import Engine
 from fleetgate.workers.sim.faults import Faults, FaultState
-from fleetgate.workers.sim.fleet_process import SimSpec
 from fleetgate.workers.sim.generation import GenerationError, Generator
 from fleetgate.workers.sim.metrics import WorkerMetrics
 from fleetgate.workers.sim.profiles import get_profile
+from fleetgate.workers.sim.spec import SimSpec
 
 _JSON = [(b"content-type", b"application/json")]
 _Route = Callable[[Request, ResponseWriter], Awaitable[None]]

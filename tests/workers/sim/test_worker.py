@@ -14,9 +14,9 @@ from fleetgate.http.client import HttpClient, Origin
 from fleetgate.http.errors import ConnectError, ReadError, UpstreamError
 from fleetgate.http.sse import SseDecoder
 from fleetgate.workers.sim.engine import Engine, EngineRequest
-from fleetgate.workers.sim.fleet_process import SimSpec
 from fleetgate.workers.sim.profiles import get_profile
 from fleetgate.workers.sim.prompt import synthetic
+from fleetgate.workers.sim.spec import SimSpec
 from fleetgate.workers.sim.worker import SimWorker
 
 GUARD_S = 10.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fleetgate.http.response import UpstreamResponse
+from fleetgate.http.transport import UpstreamAnswer
 from fleetgate.http.writer import ResponseWriter
-from fleetgate.resilience.continuation import StreamProgress
+from fleetgate.upstream.progress import StreamProgress
 
 
 class StreamRelay:
@@ -28,7 +28,7 @@ class StreamRelay:
     def __init__(
         self,
         writer: ResponseWriter,
-        response: UpstreamResponse,
+        response: UpstreamAnswer,
         clock: Callable[[], float],
         progress: StreamProgress,
         rewrite: Callable[[bytes], bytes] | None,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fleetgate.gateway.errors import error_body, error_event, error_type
+from fleetgate.openai_api import error_body, error_event, error_type
 
 
 def test_the_body_has_exactly_the_four_fields() -> None:

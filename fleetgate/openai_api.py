@@ -1,4 +1,6 @@
-"""Error bodies in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+"""What the gateway and the built-in workers both speak of OpenAI's HTTP API: the error shape
+{"error": {"message", "type", "param", "code"}}, as a body and as a stream's last event, and
+the framing of a Server-Sent-Events stream."""
 
 from __future__ import annotations
 
@@ -19,6 +21,12 @@ class _Body(msgspec.Struct):
 
 
 _encode = msgspec.json.Encoder().encode
+
+JSON = b"application/json"
+# The head of every streamed answer.
+SSE_HEADERS = ((b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"))
+DONE = b"[DONE]"  # the payload of a stream's last event
+DONE_EVENT = b"data: [DONE]\n\n"
 
 # The `type` OpenAI uses for each status family.
 _TYPES = {
@@ -48,9 +56,23 @@ def error_body(
 
 def send_error(writer: ResponseWriter, status: int, message: str) -> None:
     """The server's fallback for errors outside any handler (bad HTTP, a handler crash)."""
-    writer.send(status, [(b"content-type", b"application/json")], error_body(status, message))
+    writer.send(status, [(b"content-type", JSON)], error_body(status, message))
 
 
 def error_event(status: int, message: str, code: str | None = None) -> bytes:
     """The same error as one Server-Sent Event, for a stream that cannot go on."""
     return b"data: " + error_body(status, message, None, code) + b"\n\n"
+
+
+_top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+def with_fields(body: bytes, drop: tuple[str, ...] = (), **fields: object) -> bytes:
+    """A request body (a JSON object) with top-level `fields` set and `drop` removed; every
+    other field passes through as the client wrote it (only the top level is decoded)."""
+    top = _top_level.decode(body)
+    for name in drop:
+        top.pop(name, None)
+    for name, value in fields.items():
+        top[name] = msgspec.Raw(_encode(value))
+    return _encode(top)

@@ -1,0 +1,161 @@
+"""What happens to a request, as typed events: the one way the request path reports.
+
+    Received -> Rejected                                          (refused at the edge)
+    Received -> Admitted -> Routed -> AttemptStarted -> [FirstToken] -> AttemptEnded
+                            (-> Retried | RetryRefused | Hedged | Continued -> Routed ...)
+             -> Finished                                          (exactly once per request)
+
+The request path only emits; what the events mean to each part of the gateway is decided by
+its subscribers (lifecycle/hooks.py): fleet accounting, the outlier detector, the hedge's TTFT
+window, metrics, and later tracing, logs, SLOs and admission. Events are frozen, slotted
+msgspec structs (about 50 ns each to make) and are never kept by the path that emits them;
+`gc=False` because they hold no cycles and die young. Times are the injected clock's seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.routing.base import RoutingRequest
+
+# first: the first try; retry: after a failure; hedge: a second try racing a slow first;
+# continuation: the rest of a stream that broke off; prefill: the prefill half of a
+# disaggregated request.
+AttemptKind = Literal["first", "retry", "hedge", "continuation", "prefill"]
+# Why an attempt ended without a whole answer. `cancelled`: the gateway stopped it (the
+# client left, or a hedge's other attempt won): never the backend's fault.
+ErrorKind = Literal["connect", "read", "protocol", "timeout", "cancelled"]
+# answered: the client got a backend's answer (whatever its status); failed: the gateway
+# answered with an error of its own after its attempts; rejected: refused before routing;
+# client_closed: the client left first.
+Outcome = Literal["answered", "failed", "rejected", "client_closed"]
+NO_BACKEND = "none"  # Finished.backend of a request the gateway answered itself
+
+
+class Event(msgspec.Struct, frozen=True, gc=False):
+    """Every event names its request and when it happened."""
+
+    request_id: bytes
+    at: float
+
+
+class Received(Event, frozen=True, gc=False):
+    """A request arrived at a model endpoint."""
+
+    path: bytes
+
+
+class Rejected(Event, frozen=True, gc=False):
+    """The gateway refused the request before routing it (bad input, unknown model; later
+    rate limits and shedding). `reason` is the error's code."""
+
+    status: int
+    reason: str
+
+
+class Admitted(Event, frozen=True, gc=False):
+    """The request will be routed in the pool of `model`."""
+
+    model: str
+    request: RoutingRequest
+
+
+class Routed(Event, frozen=True, gc=False):
+    """A backend was picked for an attempt (None: no candidate was left)."""
+
+    model: str
+    backend: BackendState | None
+    kind: AttemptKind
+
+
+class AttemptStarted(Event, frozen=True, gc=False):
+    """The request was sent to `backend`. `prompt_tokens` (estimated) is what the backend must
+    prefill for it; `queued_prefill` the prompt tokens sent there before it and not yet
+    prefilled."""
+
+    model: str
+    backend: BackendState
+    kind: AttemptKind
+    prompt_tokens: int
+    queued_prefill: int
+
+
+class FirstToken(Event, frozen=True, gc=False):
+    """The first streamed event of an attempt arrived: its `prompt_tokens` are prefilled.
+    `ttft_s`: the time from the request's arrival, when this was also the client's first
+    token (a hedge that lost the race and a continuation's first event give None)."""
+
+    model: str
+    backend: BackendState
+    kind: AttemptKind
+    prompt_tokens: int
+    ttft_s: float | None
+
+
+class AttemptEnded(Event, frozen=True, gc=False):
+    """An attempt is over, however it went: `status` is the backend's HTTP status (0 when none
+    came), `error` why it ended without a whole answer (None when it had one). `stream`: the
+    answer was relayed as a stream, with its `first_token_at` and `events` (data events
+    relayed: one per token from a streaming engine); `sent_at`, `prompt_tokens` and
+    `queued_prefill` as its AttemptStarted said."""
+
+    model: str
+    backend: BackendState
+    kind: AttemptKind
+    sent_at: float
+    prompt_tokens: int
+    queued_prefill: int
+    status: int
+    error: ErrorKind | None
+    retry_after_s: float | None  # the backend's Retry-After, when it sent one
+    first_token_at: float | None
+    events: int
+    stream: bool
+
+
+class Retried(Event, frozen=True, gc=False):
+    """The request is tried again, on a backend not tried yet: `status` is what the failed
+    attempt got (0 when no answer came)."""
+
+    model: str
+    status: int
+
+
+class RetryRefused(Event, frozen=True, gc=False):
+    """A retry was not sent because the pool's retry budget was spent."""
+
+    model: str
+
+
+class Hedged(Event, frozen=True, gc=False):
+    """A second attempt was sent because the first one's first token was late."""
+
+    model: str
+    backend: BackendState
+
+
+class Continued(Event, frozen=True, gc=False):
+    """A stream broke off after `tokens` tokens and goes on at `backend`."""
+
+    model: str
+    backend: BackendState
+    tokens: int
+
+
+class Finished(Event, frozen=True, gc=False):
+    """The request is over: every Received request ends with exactly one Finished. `model` is
+    the pool's ("" when refused before routing), `backend` the id of the backend whose
+    answer the client got ("none" when the gateway answered itself). `output_tokens`: a
+    stream's data events relayed (one per token from a streaming engine); None for a whole
+    answer, whose body the gateway does not decode."""
+
+    model: str
+    started: float
+    status: int
+    backend: str
+    outcome: Outcome
+    ttft_s: float | None
+    output_tokens: int | None

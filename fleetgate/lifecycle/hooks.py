@@ -1,0 +1,89 @@
+"""Who hears which events: subscribers are added in the composition root, then each emitting
+component takes one emitter per event type and calls it, with nothing to look up per event.
+
+    hooks = Hooks()
+    hooks.subscribe(AttemptEnded, outliers.on_attempt_ended)
+    hooks.subscribe(Event, tracer.on_event)          # a base type hears all its subtypes
+    emit = Emitters(hooks)                            # after the last subscribe
+    emit.attempt_ended(AttemptEnded(...))
+
+An emitter with no subscriber does nothing; with one it is that subscriber itself; with
+several it calls them in the order they subscribed. A subscriber that raises is a bug and is
+not hidden: the exception reaches the emitting code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fleetgate.lifecycle.events import (
+    Admitted,
+    AttemptEnded,
+    AttemptStarted,
+    Continued,
+    Event,
+    Finished,
+    FirstToken,
+    Hedged,
+    Received,
+    Rejected,
+    Retried,
+    RetryRefused,
+    Routed,
+)
+
+E = TypeVar("E", bound=Event)
+Handler = Callable[[Any], None]
+
+
+def _ignore(event: Event) -> None:
+    """The emitter of an event type nobody subscribed to."""
+
+
+class Hooks:
+    """Subscribers by event type."""
+
+    def __init__(self) -> None:
+        self._handlers: list[tuple[type[Event], Handler]] = []
+
+    def subscribe(self, kind: type[E], handler: Callable[[E], None]) -> None:
+        """Call `handler` with every event of type `kind` (subtypes included)."""
+        self._handlers.append((kind, handler))
+
+    def emitter(self, kind: type[E]) -> Callable[[E], None]:
+        """The function that hands an event of type `kind` to its subscribers."""
+        handlers = tuple(h for k, h in self._handlers if issubclass(kind, k))
+        if not handlers:
+            return _ignore
+        if len(handlers) == 1:
+            return handlers[0]
+
+        def emit(event: E) -> None:
+            for handler in handlers:
+                handler(event)
+
+        return emit
+
+
+class Emitters:
+    """One emitter per event type, made once from the hooks (subscribe first)."""
+
+    __slots__ = (
+        "admitted", "attempt_ended", "attempt_started", "continued", "finished", "first_token",
+        "hedged", "received", "rejected", "retried", "retry_refused", "routed",
+    )  # fmt: skip
+
+    def __init__(self, hooks: Hooks) -> None:
+        self.received = hooks.emitter(Received)
+        self.rejected = hooks.emitter(Rejected)
+        self.admitted = hooks.emitter(Admitted)
+        self.routed = hooks.emitter(Routed)
+        self.attempt_started = hooks.emitter(AttemptStarted)
+        self.first_token = hooks.emitter(FirstToken)
+        self.attempt_ended = hooks.emitter(AttemptEnded)
+        self.retried = hooks.emitter(Retried)
+        self.retry_refused = hooks.emitter(RetryRefused)
+        self.hedged = hooks.emitter(Hedged)
+        self.continued = hooks.emitter(Continued)
+        self.finished = hooks.emitter(Finished)

@@ -1,0 +1,179 @@
+"""The request's way through its pool: pick, attempt, and on failure retry, hedge or continue.
+
+    prefill (disaggregated pools)                                  upstream/prefill.py
+    pick -> attempt                                                upstream/attempt.py
+      failed before the client saw a byte -> retry on a backend not tried yet, after a
+        backoff, while the retry budget allows                     resilience/retry.py
+      a stream's first token late -> a second attempt races it     resilience/hedge.py
+      a stream broke off mid-answer -> the rest from another       resilience/continuation.py
+    no backend left -> the last failure, or 503 with Retry-After
+
+Every step is reported as a lifecycle event (lifecycle/events.py), and every request that
+reaches here ends with one Finished event, whatever happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Awaitable, Callable
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.lifecycle.events import (
+    NO_BACKEND,
+    AttemptKind,
+    Finished,
+    Hedged,
+    Outcome,
+    Retried,
+    RetryRefused,
+    Routed,
+)
+from fleetgate.openai_api import JSON, error_body
+from fleetgate.resilience.cluster import Cluster
+from fleetgate.resilience.continuation import Continuation
+from fleetgate.resilience.hedge import Race
+from fleetgate.resilience.retry import RETRYABLE_STATUSES, backoff_s
+from fleetgate.upstream.attempt import Attempts, Broken, Exchange, Failed
+
+_NEVER_RETRY: frozenset[int] = frozenset()
+
+
+class Failover:
+    """Forwards requests to the backends of their pools, trying another when one fails before
+    the first byte has gone to the client, and continuing a stream that broke off after."""
+
+    def __init__(
+        self,
+        attempts: Attempts,
+        clock: Callable[[], float],
+        rng: random.Random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._attempts = attempts
+        self._continuation = Continuation(attempts, clock)
+        self._clock = clock
+        self._rng = rng
+        self._sleep = sleep
+
+    async def forward(self, cluster: Cluster, ex: Exchange) -> None:
+        """Answer the client of `ex` from the pool of `cluster`."""
+        routing, emit, router, budget = ex.routing, cluster.emit, cluster.router, cluster.budget
+        retries = cluster.retries
+        failed: Failed | None = None
+        status = 499  # nginx's "client closed request", if the client leaves first
+        outcome: Outcome = "client_closed"
+        try:
+            if cluster.prefill is not None and routing.endpoint != "embeddings":
+                ex.body = await cluster.prefill.handoff(ex)
+            for attempt in range(retries.max_attempts):
+                now = self._clock()
+                retry = bool(ex.tried)
+                kind: AttemptKind = "retry" if retry else "first"
+                if retry:
+                    state = router.pick_other(routing, now, ex.tried)
+                else:
+                    state = router.pick(routing, now)
+                emit.routed(Routed(ex.request_id, now, ex.model, state, kind))
+                if state is None:
+                    break
+                # A retry after a failed connect adds no work to the fleet: it is the first
+                # the request puts there, so the budget does not count it.
+                held = retry and not (failed is not None and failed.unsent)
+                if held and not budget.try_acquire(router.pool.in_flight):
+                    emit.retry_refused(RetryRefused(ex.request_id, now, ex.model))
+                    break
+                try:
+                    if retry:
+                        status_before = failed.status if failed is not None else 0
+                        emit.retried(Retried(ex.request_id, now, ex.model, status_before))
+                        await self._sleep(backoff_s(retries, attempt, self._rng))
+                    ex.tried.append(state)
+                    last = attempt + 1 == retries.max_attempts
+                    retry_on = _NEVER_RETRY if last else RETRYABLE_STATUSES
+                    if not retry and routing.stream and cluster.hedge.enabled:
+                        result = await self._hedged(cluster, ex, state, retry_on)
+                    else:
+                        result = await self._attempts.run(ex, state, kind, retry_on)
+                finally:
+                    if held:
+                        budget.release()
+                if result is None or isinstance(result, Broken):
+                    status, outcome = ex.writer.status, "answered"
+                    if isinstance(result, Broken):
+                        await self._continuation.finish(cluster, ex, result)
+                    return
+                failed = result
+            status, outcome = self._answer_failure(ex, failed), "failed"
+        finally:
+            progress = ex.progress
+            emit.finished(
+                Finished(
+                    ex.request_id, self._clock(), ex.model, ex.started, status, ex.backend,
+                    outcome, ex.ttft_s, progress.events if progress is not None else None,
+                )
+            )  # fmt: skip
+
+    async def _hedged(
+        self, cluster: Cluster, ex: Exchange, state: BackendState, retry_on: frozenset[int]
+    ) -> Failed | Broken | None:
+        """The first attempt, with a second on another backend if its first token is late
+        (resilience/hedge.py); the first to produce a token keeps the client."""
+        loop = asyncio.get_running_loop()
+        run = self._attempts.run
+        race = Race()
+        first = loop.create_task(run(ex, state, "first", retry_on, race.claimer(0)))
+        race.tasks.append(first)
+        budget = cluster.budget
+        try:
+            done, _ = await asyncio.wait({first}, timeout=cluster.ttft.delay_s)
+            if done or race.winner is not None or not budget.try_acquire(cluster.pool.in_flight):
+                return await first
+            try:
+                now = self._clock()
+                other = cluster.router.pick_other(ex.routing, now, ex.tried)
+                cluster.emit.routed(Routed(ex.request_id, now, ex.model, other, "hedge"))
+                if other is None:
+                    return await first
+                ex.tried.append(other)
+                cluster.emit.hedged(Hedged(ex.request_id, now, ex.model, other))
+                second = loop.create_task(run(ex, other, "hedge", retry_on, race.claimer(1)))
+                race.tasks.append(second)
+                return await _first_answer({first, second})
+            finally:
+                budget.release()
+        finally:
+            for task in race.tasks:
+                task.cancel()
+
+    def _answer_failure(self, ex: Exchange, failed: Failed | None) -> int:
+        """Send the client the last failure, or a 503 when no backend could be tried."""
+        if failed is None:
+            ex.backend = NO_BACKEND
+            body = error_body(
+                503, f"No healthy backend serves {ex.routing.model!r} right now; retry shortly."
+            )
+            failed = Failed(503, body, [(b"content-type", JSON), (b"retry-after", b"1")])
+        ex.writer.send(
+            failed.status, [*failed.headers, (b"x-request-id", ex.request_id)], failed.body
+        )
+        return failed.status
+
+
+async def _first_answer(
+    tasks: set[asyncio.Task[Failed | Broken | None]],
+) -> Failed | Broken | None:
+    """As soon as one attempt has answered the client (None, or a stream that then broke);
+    else the last failure."""
+    failed: Failed | Broken | None = None
+    pending = tasks
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task.cancelled():
+                continue  # lost the race: the winner cancelled it
+            result = task.result()
+            if not isinstance(result, Failed):
+                return result
+            failed = result
+    return failed

@@ -1,0 +1,43 @@
+"""Routing over a pool: its pipeline picks among the pool's candidates of the moment."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.pool import Pool
+from fleetgate.routing.base import LoadTracker, RoutingRequest
+from fleetgate.routing.pipeline import RoutingPipeline
+
+
+class Router:
+    """A pool and the pipeline that routes in it. A picker that keeps an index over in-flight
+    counts or weights (routing/base.py `LoadTracker`) is told of every change to them."""
+
+    __slots__ = ("pipeline", "pool")
+
+    def __init__(self, pool: Pool, pipeline: RoutingPipeline) -> None:
+        self.pool = pool
+        self.pipeline = pipeline
+        if isinstance(pipeline.picker, LoadTracker):
+            pool.load_changed = pipeline.picker.load_changed
+
+    def pick(self, request: RoutingRequest, now: float) -> BackendState | None:
+        pool = self.pool
+        if now >= pool.next_check:
+            pool.update(now)
+        if not pool.candidates:
+            return None
+        return self.pipeline.pick(request, pool.candidates, now)
+
+    def pick_other(
+        self, request: RoutingRequest, now: float, tried: Sequence[BackendState]
+    ) -> BackendState | None:
+        """A pick among the candidates not in `tried` (for a retry); O(n), only on retries."""
+        pool = self.pool
+        if now >= pool.next_check:
+            pool.update(now)
+        others = [s for s in pool.candidates if s not in tried]
+        if not others:
+            return None
+        return self.pipeline.pick(request, others, now)

@@ -1,0 +1,267 @@
+"""One attempt: a client's request sent to one backend, and its answer relayed to the client.
+
+An attempt reports what happened through the lifecycle's events (AttemptStarted, FirstToken,
+AttemptEnded) and tells its caller (resilience/failover.py) only what it needs to decide the
+next step: nothing (the client has its answer), a `Failed` attempt that sent nothing to the
+client and may be tried elsewhere, or a `Broken` stream that the client has part of.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.http.errors import (
+    ConnectError,
+    ProtocolError,
+    ReadError,
+    UpstreamError,
+    UpstreamTimeout,
+)
+from fleetgate.http.transport import Transport, UpstreamAnswer
+from fleetgate.http.writer import ResponseWriter
+from fleetgate.lifecycle.events import (
+    NO_BACKEND,
+    AttemptEnded,
+    AttemptKind,
+    AttemptStarted,
+    ErrorKind,
+    FirstToken,
+)
+from fleetgate.lifecycle.hooks import Emitters
+from fleetgate.openai_api import JSON, SSE_HEADERS, error_body
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.upstream.progress import StreamProgress
+from fleetgate.upstream.relay import StreamRelay
+from fleetgate.upstream.timeouts import Timeouts
+
+Claim = Callable[[], bool]  # True if this attempt has (now) the client: resilience/hedge.py
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One client request as it is tried on the backends of its pool."""
+
+    model: str  # the pool's
+    routing: RoutingRequest
+    path: bytes
+    headers: list[tuple[bytes, bytes]]  # what goes upstream
+    body: bytes
+    request_id: bytes
+    writer: ResponseWriter
+    started: float
+    timeouts: Timeouts
+    emit: Emitters
+    tried: list[BackendState] = field(default_factory=list)
+    # What the client got, for the Finished event.
+    backend: str = NO_BACKEND  # whose answer
+    ttft_s: float | None = None
+    progress: StreamProgress | None = None  # of the stream the client has, if any
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.timeouts.total_s
+
+
+@dataclass(slots=True)
+class Failed:
+    """An attempt that failed before any byte reached the client: retry it, or answer it."""
+
+    status: int
+    body: bytes
+    headers: list[tuple[bytes, bytes]]
+    unsent: bool = False  # the connection never opened: the backend did no work for it
+
+
+@dataclass(slots=True)
+class Broken:
+    """A stream that broke off after the client had part of it: continue it, or end it."""
+
+    progress: StreamProgress
+    error: UpstreamError
+
+
+def error_kind(exc: UpstreamError) -> ErrorKind:
+    if isinstance(exc, UpstreamTimeout):
+        return "timeout"
+    if isinstance(exc, ConnectError):
+        return "connect"
+    if isinstance(exc, ProtocolError):
+        return "protocol"
+    return "read"
+
+
+def error_code(exc: UpstreamError) -> str:
+    return "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+
+
+def retry_after_s(value: bytes | None) -> float | None:
+    """Retry-After in seconds; None when absent (an HTTP date or garbage counts as one)."""
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return 1.0
+
+
+class Attempts:
+    """Sends attempts through a transport, reading time from the injected clock."""
+
+    def __init__(self, transport: Transport, clock: Callable[[], float]) -> None:
+        self._transport = transport
+        self._clock = clock
+
+    async def _send(self, ex: Exchange, state: BackendState, body: bytes) -> UpstreamAnswer:
+        """The request on its way, with its deadlines (http/deadlines.py) set on the answer."""
+        t = ex.timeouts
+        deadline = ex.deadline
+        response = await self._transport.request(
+            state.backend.origin, b"POST", ex.path, ex.headers, body,
+            timeout_s=max(0.0, min(t.first_byte_s, deadline - self._clock())),
+            connect_timeout_s=t.connect_s,
+        )  # fmt: skip
+        left_s = max(0.0, deadline - self._clock())
+        response.expire_in(left_s, t.total_message, t.idle_s, t.idle_message)
+        return response
+
+    async def run(
+        self,
+        ex: Exchange,
+        state: BackendState,
+        kind: AttemptKind,
+        retry_on: frozenset[int],
+        claim: Claim | None = None,
+    ) -> Failed | Broken | None:
+        """One try on one backend: None when the client has its answer; `Failed` when nothing
+        reached the client (and, for an answer, its status is in `retry_on`); `Broken` when a
+        stream broke off after the client had part of it."""
+        clock, emit, routing = self._clock, ex.emit, ex.routing
+        sent = clock()
+        prompt = routing.prompt_tokens
+        queued = state.pending_prefill  # prompt tokens sent before this one, not yet prefilled
+        emit.attempt_started(
+            AttemptStarted(ex.request_id, sent, ex.model, state, kind, prompt, queued)
+        )
+        ex.backend = state.backend.id  # until an answer reaches the client: the last tried
+        status = 0
+        error: ErrorKind | None = None
+        wait_s: float | None = None
+        first_at: float | None = None
+        streamed: StreamProgress | None = None
+        try:
+            response = await self._send(ex, state, ex.body)
+            status = response.status
+            if routing.stream and status == 200:
+                progress = streamed = StreamProgress()
+
+                def start() -> bool:
+                    nonlocal first_at
+                    first_at = now = clock()
+                    won = claim is None or claim()
+                    ttft = now - ex.started if won else None
+                    emit.first_token(
+                        FirstToken(ex.request_id, now, ex.model, state, kind, prompt, ttft)
+                    )
+                    if won:
+                        ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
+                        ex.writer.start(200, [*SSE_HEADERS, (b"x-request-id", ex.request_id)])
+                    return won
+
+                relay = StreamRelay(ex.writer, response, clock, progress, None, start)
+                try:
+                    await _relay(response, relay, progress)
+                except UpstreamError as exc:
+                    if relay.first_at is None:  # nothing reached the client: an ordinary retry
+                        raise
+                    error = error_kind(exc)
+                    return Broken(progress, exc)
+                return None
+            wait_s = retry_after_s(response.header(b"retry-after"))
+            data = await response.read()
+        except UpstreamError as exc:
+            error = error_kind(exc)
+            answer = 504 if isinstance(exc, UpstreamTimeout) else 502
+            message = f"Backend {state.backend.id} failed: {exc}"
+            body = error_body(answer, message, code=error_code(exc))
+            return Failed(answer, body, [(b"content-type", JSON)], isinstance(exc, ConnectError))
+        except asyncio.CancelledError:
+            error = "cancelled"
+            raise
+        finally:
+            events = streamed.events if streamed is not None else 0
+            emit.attempt_ended(
+                AttemptEnded(
+                    ex.request_id, clock(), ex.model, state, kind, sent, prompt, queued, status,
+                    error, wait_s, first_at, events, streamed is not None,
+                )
+            )  # fmt: skip
+        reply = [(b"content-type", response.header(b"content-type") or JSON)]
+        if wait_s is not None:  # an engine's backpressure: the client may wait as it asked
+            reply.append((b"retry-after", response.header(b"retry-after") or b"1"))
+        if status in retry_on:
+            return Failed(status, data, reply)
+        if claim is None or claim():
+            ex.backend = state.backend.id
+            ex.writer.send(status, [*reply, (b"x-request-id", ex.request_id)], data)
+        return None
+
+    async def resume(
+        self,
+        ex: Exchange,
+        state: BackendState,
+        body: bytes,
+        progress: StreamProgress,
+        rewrite: Callable[[bytes], bytes],
+    ) -> UpstreamError | None:
+        """A continuation on `state`: the rest of the stream `progress` has recorded, its
+        events rewritten (resilience/continuation.py) into the stream the client has. None
+        when the stream ended well, else why it broke again."""
+        clock, emit = self._clock, ex.emit
+        sent = clock()
+        queued = state.pending_prefill
+        kind: AttemptKind = "continuation"
+        emit.attempt_started(AttemptStarted(ex.request_id, sent, ex.model, state, kind, 0, queued))
+        status = 0
+        error: ErrorKind | None = None
+        first_at: float | None = None
+        events = progress.events
+        try:
+            response = await self._send(ex, state, body)
+            status = response.status
+            if status != 200:
+                await response.read()
+                raise ReadError(f"the continuation was answered {status}")
+
+            def start() -> bool:  # the client has had its head already
+                nonlocal first_at
+                first_at = now = clock()
+                emit.first_token(FirstToken(ex.request_id, now, ex.model, state, kind, 0, None))
+                return True
+
+            relay = StreamRelay(ex.writer, response, clock, progress, rewrite, start)
+            await _relay(response, relay, progress)
+            ex.backend = state.backend.id
+            return None
+        except UpstreamError as exc:
+            error = error_kind(exc)
+            return exc
+        except asyncio.CancelledError:
+            error = "cancelled"
+            raise
+        finally:
+            emit.attempt_ended(
+                AttemptEnded(
+                    ex.request_id, clock(), ex.model, state, kind, sent, 0, queued, status, error,
+                    None, first_at, progress.events - events, True,
+                )
+            )  # fmt: skip
+
+
+async def _relay(response: UpstreamAnswer, relay: StreamRelay, progress: StreamProgress) -> None:
+    """Relay a stream's events; raise `UpstreamError` if it breaks off before [DONE]."""
+    await response.relay(relay)
+    if not progress.done:
+        raise ReadError("the stream ended without [DONE]")

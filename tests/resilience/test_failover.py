@@ -1,0 +1,330 @@
+"""The request lifecycle's orchestration over a mock transport: retries, the retry budget,
+hedging, continuation and a client that leaves, with the pool built as the gateway builds it
+(serve.build_clusters) and every event recorded. Only the sockets are stand-ins: upstreams
+answer from scripts (http/mock.py) and the client's connection is a buffer that a real
+ResponseWriter writes into and a real HTTP parser reads back."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import httptools
+import msgspec
+import pytest
+
+from fleetgate.config import parse_config
+from fleetgate.fleet.backend import Backend
+from fleetgate.http.errors import ConnectError, ReadError
+from fleetgate.http.mock import MockTransport, Script, Sent
+from fleetgate.http.writer import ResponseWriter
+from fleetgate.lifecycle.events import (
+    AttemptEnded,
+    Continued,
+    Event,
+    Finished,
+    Hedged,
+    Retried,
+    RetryRefused,
+)
+from fleetgate.lifecycle.hooks import Hooks
+from fleetgate.resilience.cluster import Cluster
+from fleetgate.resilience.failover import Failover
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.registry import default_registry
+from fleetgate.serve import ResolvedPool, build_clusters
+from fleetgate.upstream.attempt import Attempts, Exchange
+
+CHAT = msgspec.json.encode(
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
+)
+
+
+class ClientSocket:
+    """The client's end of the connection: what the gateway wrote, and whether it is paused."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed = False
+        self.paused = False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def writelines(self, parts: Sequence[bytes]) -> None:
+        for part in parts:
+            self.data += part
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def abort(self) -> None:
+        self.closed = True
+
+
+class Answer:
+    """The response the client received, parsed by httptools as a client would."""
+
+    def __init__(self, raw: bytes) -> None:
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        self.body = b""
+        self.complete = False
+        parser = httptools.HttpResponseParser(self)
+        parser.feed_data(raw)
+        self.status = parser.get_status_code()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.lower()] = value
+
+    def on_body(self, body: bytes) -> None:
+        self.body += body
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    def events(self) -> list[Any]:
+        """The stream's data payloads, decoded ([DONE] as the string)."""
+        out: list[Any] = []
+        for event in self.body.split(b"\n\n"):
+            if event.startswith(b"data: "):
+                payload = event[6:]
+                out.append("[DONE]" if payload == b"[DONE]" else msgspec.json.decode(payload))
+        return out
+
+
+def sse(*chunks: dict[str, Any], done: bool = True) -> list[bytes]:
+    events = [b"data: " + msgspec.json.encode(c) + b"\n\n" for c in chunks]
+    return [*events, b"data: [DONE]\n\n"] if done else events
+
+
+def token(text: str, stream_id: str = "s0", finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": stream_id,
+        "created": 7,
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}],
+    }
+
+
+def role(stream_id: str) -> dict[str, Any]:
+    return {
+        "id": stream_id,
+        "created": 9,
+        "choices": [{"index": 0, "delta": {"role": "assistant"}}],
+    }
+
+
+class Harness:
+    """One pool of `n` backends (b0, b1, ...) behind a mock transport; `answer(k, sent)` is the
+    script of the k-th request sent upstream (0 for the first)."""
+
+    def __init__(self, n: int, answer: Callable[[int, Sent], Script], **pool: Any) -> None:
+        urls = [f"http://10.0.0.{i}:8000" for i in range(n)]
+        config = parse_config(
+            {"pools": [{"model": "m", "policy": "round_robin", **pool,
+                        "backends": [{"url": u} for u in urls]}]}
+        )  # fmt: skip
+        backends = tuple(Backend(f"b{i}", u, ("m",)) for i, u in enumerate(urls))
+        self.events: list[Event] = []
+
+        def record(hooks: Hooks) -> None:
+            hooks.subscribe(Event, self.events.append)
+
+        def handler(sent: Sent) -> Script:
+            return answer(len(self.transport.sent) - 1, sent)
+
+        self.transport = MockTransport(handler)
+        clock = time.monotonic
+        self.cluster: Cluster = build_clusters(
+            [ResolvedPool(config.pools[0], backends)], default_registry(), random.Random(1),
+            transport=self.transport, clock=clock, subscribe=record,
+        )["m"]  # fmt: skip
+        self.failover = Failover(Attempts(self.transport, clock), clock, random.Random(2))
+        self.socket = ClientSocket()
+
+    def exchange(self, stream: bool, body: bytes = CHAT) -> Exchange:
+        routing = RoutingRequest("m", "chat", stream, 10, None, b'[{"content":"hi"}]')
+        writer = ResponseWriter(self.socket, keep_alive=True)
+        c = self.cluster
+        return Exchange(
+            "m", routing, b"/v1/chat/completions", [], body, b"r1", writer, time.monotonic(),
+            c.timeouts, c.emit,
+        )  # fmt: skip
+
+    async def forward(self, stream: bool = False, body: bytes = CHAT) -> Answer:
+        await self.failover.forward(self.cluster, self.exchange(stream, body))
+        return Answer(bytes(self.socket.data))
+
+    def sent_to(self) -> list[str]:
+        """The backends the requests went to, in order."""
+        return [f"b{s.origin.host.rsplit('.', 1)[1]}" for s in self.transport.sent]
+
+    def of(self, kind: type[Any]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    def assert_settled(self) -> None:
+        """Every attempt's accounting was undone when it ended."""
+        pool = self.cluster.pool
+        assert pool.in_flight == 0
+        for state in pool.states:
+            assert (state.in_flight, state.in_flight_tokens, state.pending_prefill) == (0, 0, 0)
+        assert self.cluster.budget.retrying == 0
+        assert len(self.of(Finished)) == 1
+
+
+FAST_RETRIES = {"max_attempts": 3, "backoff_base_s": 0.001, "backoff_max_s": 0.002}
+
+
+async def test_a_failed_attempt_is_retried_on_a_backend_not_tried_yet() -> None:
+    def answer(i: int, sent: Sent) -> Script:
+        if i == 0:
+            return Script(503, [b'{"error":"busy"}'])
+        return Script(200, [b'{"ok":', b"true}"], [(b"content-type", b"application/json")])
+
+    h = Harness(3, answer, retries=FAST_RETRIES)
+    got = await h.forward()
+    assert (got.status, got.body) == (200, b'{"ok":true}')
+    first, second = h.sent_to()
+    assert first != second
+    assert [e.status for e in h.of(Retried)] == [503]
+    ends = h.of(AttemptEnded)
+    assert [(e.backend.backend.id, e.kind, e.status) for e in ends] == [
+        (first, "first", 503), (second, "retry", 200)
+    ]  # fmt: skip
+    (done,) = h.of(Finished)
+    assert (done.status, done.backend, done.outcome) == (200, second, "answered")
+    h.assert_settled()
+
+
+async def test_the_last_attempt_s_failure_reaches_the_client_as_it_came() -> None:
+    h = Harness(2, lambda k, sent: Script(502, [b'{"e":%d}' % k]), retries=FAST_RETRIES)
+    got = await h.forward()
+    # Two backends, three attempts allowed: after both, no backend is left untried.
+    assert (got.status, got.body) == (502, b'{"e":1}')
+    assert sorted(h.sent_to()) == ["b0", "b1"]
+    (done,) = h.of(Finished)
+    assert (done.status, done.outcome) == (502, "failed")
+    h.assert_settled()
+
+
+async def test_a_spent_budget_refuses_the_retry_but_a_failed_connect_is_free() -> None:
+    no_budget = {**FAST_RETRIES, "budget_min": 0, "budget_ratio": 0.0}
+
+    h = Harness(2, lambda k, sent: Script(503 if k == 0 else 200), retries=no_budget)
+    got = await h.forward()
+    assert got.status == 503  # the retry would have added work: refused
+    assert len(h.sent_to()) == 1
+    assert len(h.of(RetryRefused)) == 1
+    h.assert_settled()
+
+    def refused(k: int, sent: Sent) -> Script:
+        return Script(error=ConnectError("refused")) if k == 0 else Script(200, [b"{}"])
+
+    h = Harness(2, refused, retries=no_budget)
+    got = await h.forward()
+    assert got.status == 200  # the first connect did no work: its retry costs no budget
+    assert sorted(h.sent_to()) == ["b0", "b1"]
+    assert h.of(RetryRefused) == []
+    h.assert_settled()
+
+
+async def test_a_late_first_token_is_hedged_and_the_first_to_answer_keeps_the_client() -> None:
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:  # the first pick is slow to answer at all
+            return Script(200, sse(token("slow")), head_delay_s=5.0)
+        return Script(200, sse(role("s1"), token("fast", "s1"), token("!", "s1", "stop")))
+
+    hedge = {"enabled": True, "min_delay_s": 0.01, "max_delay_s": 0.02}
+    h = Harness(2, answer, retries=FAST_RETRIES, hedge=hedge)
+    started = time.monotonic()
+    got = await h.forward(stream=True)
+    assert time.monotonic() - started < 2.0  # did not wait for the slow one
+    assert got.status == 200 and got.complete
+    texts = [e["choices"][0]["delta"].get("content") for e in got.events()[:-1]]
+    assert texts == [None, "fast", "!"]
+    assert got.events()[-1] == "[DONE]"
+    slow, fast = h.sent_to()
+    assert [e.backend.backend.id for e in h.of(Hedged)] == [fast]
+    ends = {e.backend.backend.id: e for e in h.of(AttemptEnded)}
+    assert ends[slow].error == "cancelled"  # the loser was stopped, not failed
+    assert ends[fast].error is None and ends[fast].kind == "hedge"
+    (done,) = h.of(Finished)
+    assert done.backend == fast and done.ttft_s is not None
+    h.assert_settled()
+
+
+async def test_a_stream_broken_mid_answer_continues_on_another_backend_as_one_stream() -> None:
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:
+            chunks = sse(role("s0"), token("Hello"), token(" wor"), done=False)
+            return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+        rest = sse(role("s1"), token("ld", "s1"), token(".", "s1", "stop"),
+                   {"id": "s1", "choices": [], "usage": {"prompt_tokens": 9,
+                                                         "completion_tokens": 2}})  # fmt: skip
+        return Script(200, rest)
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    got = await h.forward(stream=True)
+    assert got.status == 200 and got.complete
+    events = got.events()
+    assert events[-1] == "[DONE]"
+    chunks = events[:-1]
+    assert {c["id"] for c in chunks} == {"s0"}  # one stream: the first backend's id throughout
+    roles = [c for c in chunks if c["choices"] and "role" in c["choices"][0]["delta"]]
+    assert len(roles) == 1
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == "Hello world."
+    assert chunks[-1]["usage"]["completion_tokens"] == 4  # the two streamed before count
+    # The second backend was asked to continue the partial answer, not to start over.
+    asked = msgspec.json.decode(h.transport.sent[1].body)
+    assert asked["messages"][-1] == {"role": "assistant", "content": "Hello wor"}
+    assert asked["continue_final_message"] is True and asked["max_tokens"] == 8
+    _, other = h.sent_to()
+    assert [(e.backend.backend.id, e.tokens) for e in h.of(Continued)] == [(other, 2)]
+    ends = h.of(AttemptEnded)
+    assert [(e.kind, e.error) for e in ends] == [("first", "read"), ("continuation", None)]
+    (done,) = h.of(Finished)
+    assert (done.status, done.backend, done.outcome) == (200, other, "answered")
+    h.assert_settled()
+
+
+async def test_a_stream_that_cannot_go_on_ends_with_an_error_event_never_silently() -> None:
+    def answer(k: int, sent: Sent) -> Script:
+        chunks = sse(role(f"s{k}"), token("Hi", f"s{k}"), done=False)
+        return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    got = await h.forward(stream=True)
+    assert got.status == 200 and got.complete
+    last = got.events()[-1]
+    assert last["error"]["code"] == "upstream_error"
+    assert "could not go on" in last["error"]["message"]
+    h.assert_settled()
+
+
+async def test_a_client_that_leaves_cancels_the_attempt_without_blaming_the_backend() -> None:
+    arrived = asyncio.Event()
+
+    def answer(k: int, sent: Sent) -> Script:
+        arrived.set()
+        return Script(200, [b"{}"], head_delay_s=30.0)
+
+    h = Harness(1, answer)
+    for _ in range(6):  # more than the failures in a row that would eject it
+        arrived.clear()
+        task = asyncio.get_running_loop().create_task(
+            h.failover.forward(h.cluster, h.exchange(stream=False))
+        )
+        await arrived.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    ends = h.of(AttemptEnded)
+    assert [e.error for e in ends] == ["cancelled"] * 6
+    assert {(e.status, e.outcome) for e in h.of(Finished)} == {(499, "client_closed")}
+    pool = h.cluster.pool
+    assert pool.in_flight == 0 and pool.states[0].in_flight == 0
+    assert not pool.states[0].flags  # cancelled attempts are no failures: not ejected
