@@ -1,14 +1,18 @@
 """The gateway's configuration: one YAML file, validated once at start into frozen objects.
 
-Every default is stated here, next to its field, and in docs/configuration.md. An unknown key or
-a value of the wrong type is a `ConfigError` that names where it is (`$.pools[0].polcy`).
+One schema per concept: a section decodes straight into the settings class of the part it
+configures (`health_check:` into health/active.py's ActiveCheckSettings, `retries:` into
+resilience/retry.py's RetrySettings, ...), whose defaults and checks sit next to its fields
+(fleetgate/settings.py); what is only the gateway's is defined here. Every key and default is
+in docs/configuration.md. An unknown key, a value of the wrong type or out of range is a
+`ConfigError` that names where it is (`$.pools[0].polcy`).
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 import yaml
@@ -24,123 +28,59 @@ from fleetgate.resilience.hedge import HedgeSettings
 from fleetgate.resilience.retry import RetrySettings
 from fleetgate.routing.pipeline import SHORTLIST
 from fleetgate.routing.registry import DEFAULT_POLICY, PluginSpec, Profile
+from fleetgate.settings import Settings, at_least, positive_seconds, within
 from fleetgate.upstream.timeouts import Timeouts
 from fleetgate.workers.sim.profiles import PROFILES
 
-_LIMITS = ServerLimits()
 _TIMEOUTS = Timeouts()
-_CHECKS = ActiveCheckSettings()
 _HEALTH = HealthSettings()
-_HEDGE = HedgeSettings()
-_OUTLIER = OutlierSettings()
-_RETRY = RetrySettings()
-_SCRAPE = ScrapeSettings()
-_WEIGHTS = WeightSettings()
 
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key and says what is expected."""
 
 
-class ServerConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ServerConfig(ServerLimits, frozen=True):
+    """The `server:` section: where to listen, plus the HTTP limits (http/server.py)."""
+
     host: str = "127.0.0.1"  # address the gateway listens on
     port: int = 8080  # port the gateway listens on; 0 picks a free one
-    # The HTTP limits' defaults live with the server (fleetgate/http/server.py, ServerLimits).
-    max_body_bytes: int = _LIMITS.max_body_bytes  # larger request bodies get 413
-    max_header_bytes: int = _LIMITS.max_header_bytes  # a larger request head gets 431
-    keep_alive_timeout_s: float = _LIMITS.keep_alive_timeout_s  # idle client connections close
-    request_timeout_s: float = _LIMITS.request_timeout_s  # a request must arrive within this
     connect_timeout_s: float = 5.0  # discovery and health probes connecting to a backend
     drain_timeout_s: float = 30.0  # on SIGTERM/Ctrl-C, requests in progress get this long
     admin: bool = False  # serve /admin/* (draining backends); keep off on exposed ports
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        within("port", self.port, 0, 65535)
+        positive_seconds("connect_timeout_s", self.connect_timeout_s)
+        positive_seconds("drain_timeout_s", self.drain_timeout_s)
 
-class BackendConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+
+class BackendConfig(Settings, frozen=True):
     url: str | None = None  # an OpenAI-compatible server, e.g. http://10.0.0.5:8000
     sim: str | None = None  # or: an embedded simulated worker with this engine profile
     weight: float = 1.0  # relative share for weight-aware policies
     labels: dict[str, str] = {}  # free-form: region, zone, accelerator, tier
     max_in_flight: int | None = None  # at this many requests in flight routing skips it
 
-
-class HealthCheckConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    # Defaults live with the checker (fleetgate/health/active.py, ActiveCheckSettings).
-    enabled: bool = _CHECKS.enabled  # probe every backend of the pool
-    # GET `path`; a one-token completion; or workers push POST /fleet/heartbeat
-    kind: Literal["http", "inference", "heartbeat"] = _CHECKS.kind
-    path: str = _CHECKS.path  # for kind http
-    interval_s: float = _CHECKS.interval_s  # between two probes of one backend
-    jitter: float = _CHECKS.jitter  # intervals drawn from interval_s * (1 +- jitter)
-    timeout_s: float = _CHECKS.timeout_s  # a slower probe failed
-    unhealthy_threshold: int = _CHECKS.unhealthy_threshold  # failures in a row: unhealthy
-    healthy_threshold: int = _CHECKS.healthy_threshold  # successes in a row: healthy again
-
-    def settings(self) -> ActiveCheckSettings:
-        return ActiveCheckSettings(**msgspec.structs.asdict(self))
-
-
-class HedgeConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    # Defaults live with hedging (fleetgate/resilience/hedge.py, HedgeSettings).
-    enabled: bool = _HEDGE.enabled  # opt-in: a hedge costs a second backend's work
-    percentile: float = _HEDGE.percentile  # hedge when the first token is later than this
-    min_delay_s: float = _HEDGE.min_delay_s  # never hedge sooner
-    max_delay_s: float = _HEDGE.max_delay_s  # never wait longer; the delay before there is data
-    window: int = _HEDGE.window  # recent TTFTs the percentile is taken over
-
-    def settings(self) -> HedgeSettings:
-        return HedgeSettings(**msgspec.structs.asdict(self))
+    def __post_init__(self) -> None:
+        if (self.url is None) == (self.sim is None):
+            raise ValueError("give exactly one of `url` or `sim`")
+        if not 0 < self.weight < math.inf:  # also refuses NaN
+            raise ValueError(f"`weight` must be a finite number > 0, got {self.weight}")
+        if self.max_in_flight is not None and self.max_in_flight < 1:
+            raise ValueError("`max_in_flight` must be >= 1 (or absent: no limit)")
+        if self.url is not None:
+            try:
+                Origin.parse(self.url)
+            except ValueError as exc:
+                raise ValueError(f"`url`: {exc}") from None
+        if self.sim is not None and self.sim not in PROFILES:
+            known = ", ".join(sorted(PROFILES))
+            raise ValueError(f"`sim`: no profile {self.sim!r}; known: {known}")
 
 
-class OutlierConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    # Defaults live with the detector (fleetgate/health/outlier.py, OutlierSettings).
-    consecutive_failures: int = _OUTLIER.consecutive_failures  # in a row: eject
-    failure_rate: float = _OUTLIER.failure_rate  # or this share failing in an interval
-    min_requests: int = _OUTLIER.min_requests  # before the failure rate counts
-    interval_s: float = _OUTLIER.interval_s  # the failure rate's window
-    base_ejection_s: float = _OUTLIER.base_ejection_s  # the n-th ejection lasts n times this
-    max_ejection_s: float = _OUTLIER.max_ejection_s  # cap on one ejection
-    max_ejected_share: float = _OUTLIER.max_ejected_share  # of a pool, at once
-
-    def settings(self) -> OutlierSettings:
-        return OutlierSettings(**msgspec.structs.asdict(self))
-
-
-class RetryConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    # Defaults live with the policy (fleetgate/resilience/retry.py, RetrySettings).
-    max_attempts: int = _RETRY.max_attempts  # the first try included; 1: no retries
-    backoff_base_s: float = _RETRY.backoff_base_s  # the first retry waits up to this
-    backoff_max_s: float = _RETRY.backoff_max_s  # no retry waits longer
-    budget_ratio: float = _RETRY.budget_ratio  # retries in flight <= this x requests in flight
-    budget_min: int = _RETRY.budget_min  # ...but this many are always allowed
-
-    def settings(self) -> RetrySettings:
-        return RetrySettings(**msgspec.structs.asdict(self))
-
-
-class EngineMetricsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    # Defaults live with the scraper (fleetgate/fleet/scraper.py, ScrapeSettings).
-    enabled: bool = _SCRAPE.enabled  # read each backend's engine metrics
-    path: str = _SCRAPE.path  # where the engine serves them (Prometheus text)
-    interval_s: float = _SCRAPE.interval_s  # between two scrapes of one backend
-    jitter: float = _SCRAPE.jitter  # intervals drawn from interval_s * (1 +- jitter)
-    timeout_s: float = _SCRAPE.timeout_s  # a slower scrape is abandoned
-    stale_after_s: float = _SCRAPE.stale_after_s  # older readings are not trusted
-
-    def settings(self) -> ScrapeSettings:
-        return ScrapeSettings(**msgspec.structs.asdict(self))
-
-
-class WeightsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
-    # Defaults live with the calibration (fleetgate/fleet/calibration.py, WeightSettings).
-    calibrate: bool = _WEIGHTS.enabled  # weights follow each backend's measured speed
-    interval_s: float = _WEIGHTS.interval_s  # between two recalibrations
-    min_intervals: int = _WEIGHTS.min_intervals  # scrapes with decoding before it is trusted
-
-    def settings(self) -> WeightSettings:
-        return WeightSettings(self.calibrate, self.interval_s, self.min_intervals)
-
-
-class RoutingConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class RoutingConfig(Settings, frozen=True):
     """A composed routing profile (docs/configuration.md, "Composed routing")."""
 
     filters: list[dict[str, Any]] = []  # each {type: NAME, ...its parameters}
@@ -175,49 +115,73 @@ def _plugin_spec(entry: dict[str, Any], where: str) -> PluginSpec:
     return PluginSpec(kind, {k: v for k, v in entry.items() if k != "type"})
 
 
-class PrefillConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class PrefillConfig(Settings, frozen=True):
     """Prefill/decode disaggregation: the pool's `backends` decode, these prefill."""
 
     backends: list[BackendConfig]  # the prefill engines (vLLM with a KV connector, or sims)
     policy: str = DEFAULT_POLICY  # how one of them is chosen, by name as `pools[].policy`
 
+    def __post_init__(self) -> None:
+        if not self.backends:
+            raise ValueError("`backends` is empty: give at least one")
 
-class PoolConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+
+class PoolConfig(Settings, frozen=True):
     model: str  # the `model` clients send
     backends: list[BackendConfig]
     policy: str = DEFAULT_POLICY  # a routing policy or profile by name (docs/configuration.md)
     policy_params: dict[str, Any] = {}  # parameters of that policy, if it has any
     routing: RoutingConfig | None = None  # or a composed profile (then leave `policy` out)
-    # How long to wait on a backend; the defaults live with fleetgate/fleet/pool.py, Timeouts.
+    # How long to wait on a backend; the defaults live with upstream/timeouts.py, Timeouts.
     first_byte_timeout_s: float = _TIMEOUTS.first_byte_s  # until the answer's head, or 504
     total_timeout_s: float = _TIMEOUTS.total_s  # the whole answer, stream included, or 504
     idle_timeout_s: float = _TIMEOUTS.idle_s  # longest silence between stream chunks
     connect_timeout_s: float = _TIMEOUTS.connect_s  # opening a connection for a request
-    health_check: HealthCheckConfig = HealthCheckConfig()
-    hedge: HedgeConfig = HedgeConfig()  # hedged streams (off unless enabled)
-    outlier: OutlierConfig = OutlierConfig()  # ejection on failures seen in traffic
-    retries: RetryConfig = RetryConfig()  # trying another backend before the first byte
-    engine_metrics: EngineMetricsConfig = EngineMetricsConfig()  # backends' own load
-    weights: WeightsConfig = WeightsConfig()  # self-calibrating weights
+    health_check: ActiveCheckSettings = ActiveCheckSettings()  # active probes (health/active.py)
+    hedge: HedgeSettings = HedgeSettings()  # hedged streams, off unless enabled (hedge.py)
+    outlier: OutlierSettings = OutlierSettings()  # ejection on failures seen in traffic
+    retries: RetrySettings = RetrySettings()  # trying another backend before the first byte
+    engine_metrics: ScrapeSettings = ScrapeSettings()  # backends' own load (fleet/scraper.py)
+    weights: WeightSettings = WeightSettings()  # self-calibrating weights (calibration.py)
     prefill: PrefillConfig | None = None  # disaggregated: prefill here, decode on `backends`
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
 
+    def __post_init__(self) -> None:
+        if not self.backends:
+            raise ValueError("`backends` is empty: give the pool at least one backend")
+        if self.routing is not None and (self.policy != DEFAULT_POLICY or self.policy_params):
+            raise ValueError("give `policy` or `routing`, not both")
+        for name in ("first_byte_timeout_s", "total_timeout_s", "idle_timeout_s",
+                     "connect_timeout_s"):  # fmt: skip
+            positive_seconds(name, getattr(self, name))
+        within("panic_threshold", self.panic_threshold, 0, 1)
+        at_least("slow_start_s", self.slow_start_s, 0)
 
-class ShareConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+    def health(self) -> HealthSettings:
+        return HealthSettings(self.panic_threshold, self.slow_start_s)
+
+    def timeouts(self) -> Timeouts:
+        return Timeouts(
+            self.first_byte_timeout_s, self.total_timeout_s, self.idle_timeout_s,
+            self.connect_timeout_s,
+        )  # fmt: skip
+
+
+class ShareConfig(Settings, frozen=True):
     model: str  # a pool's model
     weight: float  # its relative share of the split, > 0
 
 
-class TiersConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class TiersConfig(Settings, frozen=True):
     cheap: str  # the pool requests go to unless they are hard
     strong: str  # the pool hard requests go to
     max_prompt_tokens: int = 2048  # a prompt this long (estimated) is hard
     keywords: list[str] = []  # a prompt containing one of these (any case) is hard
 
 
-class ModelRouteConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class ModelRouteConfig(Settings, frozen=True):
     """A model name clients may send that is not a pool (docs/configuration.md, "Models")."""
 
     name: str  # what clients send
@@ -226,7 +190,7 @@ class ModelRouteConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, 
     tiers: TiersConfig | None = None  # or: a cheap pool unless the request is hard
 
 
-class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=True):
+class Config(Settings, frozen=True):
     server: ServerConfig = ServerConfig()
     pools: list[PoolConfig] = []
     models: list[ModelRouteConfig] = []  # aliases, splits and tiers over the pools
@@ -234,7 +198,8 @@ class Config(msgspec.Struct, frozen=True, forbid_unknown_fields=True, kw_only=Tr
 
 
 def check_config(config: Config) -> Config:
-    """Rules across fields that types alone cannot state; raises ConfigError."""
+    """Rules across sections that no one section can state; raises ConfigError. (Each
+    section checks its own fields as it is decoded: see its class.)"""
     if not config.pools:
         raise ConfigError("`pools` is empty: configure at least one pool with backends")
     seen: set[str] = set()
@@ -244,80 +209,8 @@ def check_config(config: Config) -> Config:
             raise ConfigError(f"{where}.model: {pool.model!r} has two pools; merge them")
         seen.add(pool.model)
         if pool.routing is not None:
-            if pool.policy != DEFAULT_POLICY or pool.policy_params:
-                raise ConfigError(f"{where}: give `policy` or `routing`, not both")
             pool.routing.profile(f"{where}.routing")
-        check = pool.health_check
-        for at, value in (
-            (f"{where}.first_byte_timeout_s", pool.first_byte_timeout_s),
-            (f"{where}.total_timeout_s", pool.total_timeout_s),
-            (f"{where}.idle_timeout_s", pool.idle_timeout_s),
-            (f"{where}.connect_timeout_s", pool.connect_timeout_s),
-            (f"{where}.health_check.interval_s", check.interval_s),
-            (f"{where}.health_check.timeout_s", check.timeout_s),
-        ):
-            if not 0 < value < math.inf:
-                raise ConfigError(f"{at} must be a finite number of seconds > 0")
-        hedge = pool.hedge
-        if not (0 < hedge.percentile <= 1 and 0 < hedge.min_delay_s <= hedge.max_delay_s
-                and hedge.window >= 1):  # fmt: skip
-            raise ConfigError(f"{where}.hedge: need 0 < percentile <= 1, "
-                              "0 < min_delay_s <= max_delay_s and window >= 1")  # fmt: skip
-        m = pool.engine_metrics
-        if not (0 < m.interval_s < math.inf and m.timeout_s > 0 and m.stale_after_s > 0
-                and 0 <= m.jitter < 1):  # fmt: skip
-            raise ConfigError(f"{where}.engine_metrics: times must be > 0, jitter in [0, 1)")
-        if not 0 < pool.weights.interval_s < math.inf or pool.weights.min_intervals < 1:
-            raise ConfigError(f"{where}.weights: need interval_s > 0 and min_intervals >= 1")
-        o, r = pool.outlier, pool.retries
-        if min(o.consecutive_failures, o.min_requests, r.max_attempts) < 1 or not (
-            0 < o.failure_rate <= 1 and o.interval_s > 0
-            and 0 < o.base_ejection_s <= o.max_ejection_s
-            and 0 <= o.max_ejected_share <= 1 and 0 <= r.backoff_base_s <= r.backoff_max_s
-            and r.budget_ratio >= 0 and r.budget_min >= 0
-        ):  # fmt: skip
-            raise ConfigError(
-                f"{where}.outlier/retries: counts must be >= 1, shares in [0, 1], "
-                "times > 0 with base <= max (see docs/configuration.md)"
-            )
-        if not 0 <= check.jitter < 1 or not 0 <= pool.panic_threshold <= 1:
-            raise ConfigError(f"{where}: jitter must be in [0, 1) and panic_threshold in [0, 1]")
-        if min(check.unhealthy_threshold, check.healthy_threshold) < 1 or pool.slow_start_s < 0:
-            raise ConfigError(f"{where}: health thresholds must be >= 1, slow_start_s >= 0")
-        if not pool.backends:
-            raise ConfigError(f"{where}.backends is empty: give the pool at least one backend")
-        if pool.prefill is not None and not pool.prefill.backends:
-            raise ConfigError(f"{where}.prefill.backends is empty: give at least one")
-        prefill = pool.prefill.backends if pool.prefill is not None else []
-        listed = [(f"{where}.backends[{j}]", b) for j, b in enumerate(pool.backends)]
-        listed += [(f"{where}.prefill.backends[{j}]", b) for j, b in enumerate(prefill)]
-        for at, backend in listed:
-            if (backend.url is None) == (backend.sim is None):
-                raise ConfigError(f"{at}: give exactly one of `url` or `sim`")
-            if not 0 < backend.weight < math.inf:  # also rejects NaN
-                raise ConfigError(f"{at}.weight must be a finite number > 0, got {backend.weight}")
-            if backend.max_in_flight is not None and backend.max_in_flight < 1:
-                raise ConfigError(f"{at}.max_in_flight must be >= 1 (or absent: no limit)")
-            if backend.url is not None:
-                try:
-                    Origin.parse(backend.url)
-                except ValueError as exc:
-                    raise ConfigError(f"{at}.url: {exc}") from None
-            if backend.sim is not None and backend.sim not in PROFILES:
-                known = ", ".join(sorted(PROFILES))
-                raise ConfigError(f"{at}.sim: no profile {backend.sim!r}; known: {known}")
     _check_models(config, seen)
-    if not 0 <= config.server.port < 65536:
-        raise ConfigError(f"$.server.port must be in 0..65535, got {config.server.port}")
-    if config.server.max_body_bytes <= 0:
-        raise ConfigError("$.server.max_body_bytes must be > 0")
-    server = config.server
-    for name in ("connect_timeout_s", "keep_alive_timeout_s", "request_timeout_s",
-                 "drain_timeout_s"):  # fmt: skip
-        if not 0 < getattr(server, name) < math.inf:
-            raise ConfigError(f"$.server.{name} must be a finite number of seconds > 0")
-    if server.max_header_bytes <= 0:
-        raise ConfigError("$.server.max_header_bytes must be > 0")
     return config
 
 

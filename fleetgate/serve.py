@@ -19,7 +19,6 @@ import msgspec
 from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig, check_config
 from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
-from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.pool import Pool
 from fleetgate.fleet.scraper import MetricsScraper
 from fleetgate.gateway.admin import Admin
@@ -28,7 +27,7 @@ from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.outlier import OutlierDetector
 from fleetgate.http.client import HttpClient
-from fleetgate.http.server import HttpServer, ServerLimits, start_server
+from fleetgate.http.server import HttpServer, start_server
 from fleetgate.http.transport import Transport
 from fleetgate.lifecycle.accounting import FleetAccounting
 from fleetgate.lifecycle.hooks import Emitters, Hooks
@@ -49,7 +48,6 @@ from fleetgate.routing.router import Router
 from fleetgate.runtime import settle_heap
 from fleetgate.upstream.attempt import Attempts
 from fleetgate.upstream.prefill import Prefill
-from fleetgate.upstream.timeouts import Timeouts
 from fleetgate.workers.sim.fleet_process import SimFleetProcess
 from fleetgate.workers.sim.spec import SimSpec
 
@@ -111,12 +109,11 @@ def _routed(
     """A pool of `backends` routed by `pipeline`, and the emitters of its events: its own
     fleet accounting, outlier detector and (decode pools) the hedge's TTFT window hear them,
     and whatever `subscribe` adds."""
-    health = HealthSettings(config.panic_threshold, config.slow_start_s)
     states = [BackendState(b) for b in backends]
-    pool = Pool(config.model, states, health, config.weights.settings())
+    pool = Pool(config.model, states, config.health(), config.weights)
     hooks = Hooks()
     FleetAccounting(pool).subscribe(hooks)
-    OutlierDetector(config.outlier.settings(), pool).subscribe(hooks)
+    OutlierDetector(config.outlier, pool).subscribe(hooks)
     if ttft is not None:
         ttft.subscribe(hooks)
     subscribe(hooks)
@@ -138,10 +135,8 @@ def build_clusters(
     for item in resolved:
         c = item.config
         ctx = PluginContext(random.Random(rng.getrandbits(64)), c.engine_metrics.stale_after_s)
-        timeouts = Timeouts(
-            c.first_byte_timeout_s, c.total_timeout_s, c.idle_timeout_s, c.connect_timeout_s
-        )
-        hedge = c.hedge.settings()
+        timeouts = c.timeouts()
+        hedge = c.hedge
         ttft = TtftWindow(hedge)
         router, emit = _routed(
             c, item.backends, _pipeline(c, registry, ctx, False), subscribe, ttft
@@ -151,7 +146,7 @@ def build_clusters(
             pipeline = _pipeline(c, registry, ctx, True)
             prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None)
             prefill = Prefill(transport, clock, prefill_router, timeouts, prefill_emit)
-        retries = c.retries.settings()
+        retries = c.retries
         clusters[c.model] = Cluster(
             router, timeouts, retries, RetryBudget(retries), hedge, ttft, emit, prefill
         )
@@ -277,10 +272,10 @@ async def start_gateway(
         failover = Failover(Attempts(client, clock), clock, random.Random(rng.getrandbits(64)))
         admin = Admin(pools, clock) if config.server.admin else None
         for pool_config in config.pools:
-            health_check = pool_config.health_check.settings()
+            health_check = pool_config.health_check
             for part in _parts(clusters[pool_config.model]):
                 checker.start(part.model, part.states, health_check, part.refresh)
-                scraper.start(part.states, pool_config.engine_metrics.settings())
+                scraper.start(part.states, pool_config.engine_metrics)
         heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
         edge = Hooks()
         metrics.subscribe(edge)
@@ -289,15 +284,7 @@ async def start_gateway(
             int(time.time()), admin, heartbeats, build_model_routes(config, rng),
         )  # fmt: skip
         s = config.server
-        limits = ServerLimits(
-            max_body_bytes=s.max_body_bytes,
-            max_header_bytes=s.max_header_bytes,
-            keep_alive_timeout_s=s.keep_alive_timeout_s,
-            request_timeout_s=s.request_timeout_s,
-        )
-        server = await start_server(
-            gateway.handle, gateway.send_error, config.server.host, config.server.port, limits
-        )
+        server = await start_server(gateway.handle, gateway.send_error, s.host, s.port, s)
     except BaseException:
         checker.stop()
         scraper.stop()

@@ -121,11 +121,20 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
     [
         (None, "`pools` is empty: configure at least one pool"),
         ({}, "`pools` is empty"),
-        (one_pool(url="http://a", sim="h100"), "$.pools[0].backends[0]: give exactly one of"),
-        (one_pool(labels={}), "$.pools[0].backends[0]: give exactly one of `url` or `sim`"),
-        (one_pool(url="http://a", weight=0), ".backends[0].weight must be a finite number > 0"),
-        (one_pool(url="http://a", weight=-2), "weight must be a finite number > 0, got -2"),
-        ({"pools": [{"model": "m", "backends": []}]}, "$.pools[0].backends is empty"),
+        (
+            one_pool(url="http://a", sim="h100"),
+            "give exactly one of `url` or `sim` - at `$.pools[0].backends[0]`",
+        ),
+        (one_pool(labels={}), "give exactly one of `url` or `sim` - at `$.pools[0].backends[0]`"),
+        (one_pool(url="http://a", weight=0), "`weight` must be a finite number > 0, got 0"),
+        (one_pool(url="http://a", weight=-2), "`weight` must be a finite number > 0, got -2"),
+        (one_pool(url="http://a", max_in_flight=0), "`max_in_flight` must be >= 1"),
+        (one_pool(url="ftp://a"), "`url`: not an http(s) URL: 'ftp://a'"),
+        (one_pool(sim="b200"), "`sim`: no profile 'b200'; known: "),
+        (
+            {"pools": [{"model": "m", "backends": []}]},
+            "`backends` is empty: give the pool at least one backend - at `$.pools[0]`",
+        ),
         (
             {
                 "pools": [
@@ -135,9 +144,19 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
             },
             "$.pools[1].model: 'm' has two pools; merge them",
         ),
-        ({**one_pool(), "server": {"port": 65536}}, "$.server.port must be in 0..65535"),
-        ({**one_pool(), "server": {"port": -1}}, "$.server.port must be in 0..65535"),
-        ({**one_pool(), "server": {"max_body_bytes": 0}}, "$.server.max_body_bytes must be > 0"),
+        (
+            {**one_pool(), "server": {"port": 65536}},
+            "`port` must be in [0, 65535], got 65536 - at `$.server`",
+        ),
+        ({**one_pool(), "server": {"port": -1}}, "`port` must be in [0, 65535]"),
+        (
+            {**one_pool(), "server": {"max_body_bytes": 0}},
+            "`max_body_bytes` must be >= 1, got 0 - at `$.server`",
+        ),
+        (
+            {**one_pool(), "server": {"drain_timeout_s": float("inf")}},
+            "`drain_timeout_s` must be a finite number of seconds > 0",
+        ),
     ],
 )
 def test_values_that_cannot_work_are_rejected_with_what_to_do(data: Any, expected: str) -> None:
@@ -211,33 +230,33 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
 
     from fleetgate.config import (
         BackendConfig,
-        EngineMetricsConfig,
-        HealthCheckConfig,
-        HedgeConfig,
         ModelRouteConfig,
-        OutlierConfig,
         PoolConfig,
         PrefillConfig,
-        RetryConfig,
         RoutingConfig,
         ServerConfig,
         ShareConfig,
         TiersConfig,
-        WeightsConfig,
     )
+    from fleetgate.fleet.calibration import WeightSettings
+    from fleetgate.fleet.scraper import ScrapeSettings
+    from fleetgate.health.active import ActiveCheckSettings
+    from fleetgate.health.outlier import OutlierSettings
+    from fleetgate.resilience.hedge import HedgeSettings
+    from fleetgate.resilience.retry import RetrySettings
 
     doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     for prefix, struct in (("server.", ServerConfig), ("pools[].", PoolConfig),
                            ("backends[].", BackendConfig),
-                           ("pools[].health_check.", HealthCheckConfig),
-                           ("pools[].hedge.", HedgeConfig),
-                           ("pools[].outlier.", OutlierConfig),
-                           ("pools[].retries.", RetryConfig),
-                           ("pools[].engine_metrics.", EngineMetricsConfig),
+                           ("pools[].health_check.", ActiveCheckSettings),
+                           ("pools[].hedge.", HedgeSettings),
+                           ("pools[].outlier.", OutlierSettings),
+                           ("pools[].retries.", RetrySettings),
+                           ("pools[].engine_metrics.", ScrapeSettings),
                            ("pools[].routing.", RoutingConfig), ("models[].", ModelRouteConfig),
                            ("models[].split[].", ShareConfig),
                            ("models[].tiers.", TiersConfig),
-                           ("pools[].weights.", WeightsConfig),
+                           ("pools[].weights.", WeightSettings),
                            ("pools[].prefill.", PrefillConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
@@ -323,3 +342,63 @@ def test_model_names_route_to_pools_by_alias_split_or_tiers() -> None:
 def test_a_bad_model_route_names_where_it_is(route: dict[str, Any], expected: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(expected)):
         parse_config(two_pools(route))
+
+
+def pool_with(**fields: Any) -> dict[str, Any]:
+    data = one_pool()
+    data["pools"][0].update(fields)
+    return data
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"hedge": {"percentile": 0}},
+         "`percentile` must be in (0, 1], got 0.0 - at `$.pools[0].hedge`"),
+        ({"hedge": {"min_delay_s": 2, "max_delay_s": 1}},
+         "`min_delay_s` (2.0) must not exceed `max_delay_s` (1.0)"),
+        ({"hedge": {"window": 0}}, "`window` must be >= 1, got 0"),
+        ({"outlier": {"failure_rate": 1.5}},
+         "`failure_rate` must be in (0, 1], got 1.5 - at `$.pools[0].outlier`"),
+        ({"outlier": {"base_ejection_s": 0}},
+         "`base_ejection_s` must be a finite number of seconds > 0"),
+        ({"outlier": {"max_ejected_share": -0.1}}, "`max_ejected_share` must be in [0, 1]"),
+        ({"retries": {"max_attempts": 0}},
+         "`max_attempts` must be >= 1, got 0 - at `$.pools[0].retries`"),
+        ({"retries": {"backoff_base_s": 1, "backoff_max_s": 0.5}},
+         "`backoff_base_s` (1.0) must not exceed `backoff_max_s` (0.5)"),
+        ({"health_check": {"jitter": 1}},
+         "`jitter` must be in [0, 1), got 1.0 - at `$.pools[0].health_check`"),
+        ({"health_check": {"healthy_threshold": 0}}, "`healthy_threshold` must be >= 1"),
+        ({"health_check": {"timeout": 2}},
+         "Unknown key: unknown field `timeout` - at `$.pools[0].health_check`"),
+        ({"engine_metrics": {"interval_s": 0}},
+         "`interval_s` must be a finite number of seconds > 0, got 0.0 - at `$.pools[0].engine_"),
+        ({"weights": {"min_intervals": 0}},
+         "`min_intervals` must be >= 1, got 0 - at `$.pools[0].weights`"),
+        ({"total_timeout_s": float("nan")},
+         "`total_timeout_s` must be a finite number of seconds > 0, got nan - at `$.pools[0]`"),
+        ({"panic_threshold": 2}, "`panic_threshold` must be in [0, 1], got 2.0"),
+        ({"slow_start_s": -1}, "`slow_start_s` must be >= 0"),
+        ({"policy": "round_robin", "routing": {"scorers": [{"type": "queue", "weight": 1}]}},
+         "give `policy` or `routing`, not both - at `$.pools[0]`"),
+        ({"prefill": {"backends": []}},
+         "`backends` is empty: give at least one - at `$.pools[0].prefill`"),
+    ],
+)  # fmt: skip
+def test_each_section_checks_its_own_fields_and_says_where(
+    fields: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_config(pool_with(**fields))
+
+
+def test_a_section_is_the_settings_object_of_the_part_it_configures() -> None:
+    from fleetgate.health.outlier import OutlierSettings
+    from fleetgate.resilience.retry import RetrySettings
+
+    pool = parse_config(pool_with(retries={"max_attempts": 5}, outlier={})).pools[0]
+    assert pool.retries == RetrySettings(max_attempts=5)
+    assert pool.outlier == OutlierSettings()
+    with pytest.raises(ValueError, match="`max_attempts` must be >= 1"):
+        RetrySettings(max_attempts=0)  # the same check when code builds one

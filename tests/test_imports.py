@@ -110,3 +110,17 @@ def test_the_graph_is_read_from_real_imports() -> None:
     assert "fleetgate.fleet.backend" in graph["fleetgate.routing.pipeline"]
     assert "fleetgate.lifecycle.events" in graph["fleetgate.resilience.failover"]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_every_package_says_what_it_is_for_and_its_public_names_exist() -> None:
+    import importlib
+
+    for init in sorted(PACKAGE.rglob("__init__.py")):
+        name = ".".join(init.relative_to(PACKAGE.parent).parent.parts)
+        package = importlib.import_module(name)
+        assert package.__doc__, f"{name} has no docstring"
+        public = getattr(package, "__all__", None)
+        if public is not None:
+            assert public == sorted(public), f"{name}.__all__ is not sorted"
+            missing = [n for n in public if not hasattr(package, n)]
+            assert not missing, f"{name}.__all__ names what it lacks: {missing}"

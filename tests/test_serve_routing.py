@@ -51,7 +51,8 @@ def test_the_default_policy_and_a_composed_profile_are_built() -> None:
     [
         ({"scorers": [{"type": "prefix", "weight": 1}]}, "unknown scorer 'prefix'; known"),
         ({"scorers": [{"type": "queue", "weight": 1, "depth": 2}]}, "unknown parameter 'depth'"),
-        ({"scorers": [{"type": "prefix_cache", "weight": 1, "memory_mb": -1}]}, "memory_mb > 0"),
+        ({"scorers": [{"type": "prefix_cache", "weight": 1, "memory_mb": -1}]},
+         "prefix_cache: `memory_mb` must be a finite number > 0, got -1.0"),
         ({"filters": [{"type": "nope"}], "scorers": [{"type": "queue", "weight": 1}]},
          "unknown filter 'nope'"),
         ({"scorers": [{"type": "queue", "weight": 1}], "picker": "best"}, "unknown picker 'best'"),

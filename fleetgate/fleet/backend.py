@@ -41,7 +41,8 @@ class Backend:
 
 
 class BackendState:
-    """How a backend is doing now, as the gateway sees it; routing reads, the proxy writes."""
+    """How a backend is doing now, as the gateway sees it: routing reads it; the lifecycle's
+    subscribers (lifecycle/accounting.py) and the health detectors write it."""
 
     __slots__ = (
         "backend", "backoff_until", "engine", "flags", "in_flight", "in_flight_tokens", "latency",

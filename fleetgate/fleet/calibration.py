@@ -17,18 +17,23 @@ histograms keep factor 1.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.settings import Settings, at_least, positive_seconds
 
 FLOOR = 0.1  # no backend is weighted below this share of the fastest's
 
 
-@dataclass(frozen=True, slots=True)
-class WeightSettings:
-    enabled: bool = True
+class WeightSettings(Settings, frozen=True):
+    """A pool's `weights:` section."""
+
+    calibrate: bool = True  # weights follow each backend's measured speed
     interval_s: float = 5.0  # between two recalibrations
     min_intervals: int = 8  # scrape intervals with decoding before a speed is trusted
+
+    def __post_init__(self) -> None:
+        positive_seconds("interval_s", self.interval_s)
+        at_least("min_intervals", self.min_intervals, 1)
 
 
 def speed_factors(states: Sequence[BackendState], settings: WeightSettings) -> list[float]:

@@ -51,7 +51,7 @@ class Pool:
         self.load_changed: Callable[[BackendState], None] = _ignore
         self._health = health or HealthSettings()
         self._weights = weights or WeightSettings()
-        self._next_calibration = self._weights.interval_s if self._weights.enabled else math.inf
+        self._next_calibration = self._weights.interval_s if self._weights.calibrate else math.inf
         self._ejected: dict[BackendState, float] = {}  # ejected backends: when each returns
         self.next_check = math.inf
         self._full: set[BackendState] = set()  # at their max_in_flight

@@ -9,23 +9,31 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import UpstreamError
+from fleetgate.settings import Settings, jitter, positive_seconds
 
 
-@dataclass(frozen=True, slots=True)
-class ScrapeSettings:
-    enabled: bool = True
-    path: str = "/metrics"
+class ScrapeSettings(Settings, frozen=True):
+    """A pool's `engine_metrics:` section."""
+
+    enabled: bool = True  # read each backend's engine metrics
+    path: str = "/metrics"  # where the engine serves them (Prometheus text)
     interval_s: float = 1.0  # between two scrapes of one backend
     jitter: float = 0.2  # intervals drawn from interval_s * (1 +- jitter)
     timeout_s: float = 1.0  # a slower scrape is abandoned
     stale_after_s: float = 5.0  # a reading older than this is not trusted by routing
+
+    def __post_init__(self) -> None:
+        positive_seconds("interval_s", self.interval_s)
+        jitter("jitter", self.jitter)
+        positive_seconds("timeout_s", self.timeout_s)
+        positive_seconds("stale_after_s", self.stale_after_s)
 
 
 class MetricsScraper:

@@ -1,1 +1,1 @@
-"""The HTTP edge: OpenAI-compatible endpoints, validation, error shapes, the proxy path."""
+"""The HTTP edge: OpenAI-compatible endpoints, parsing and validation, operator endpoints."""

@@ -145,7 +145,8 @@ class Gateway:
         async def handle(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
             started = self._clock()
             emit = self._emit
-            emit.received(Received(request_id, started, request.path))
+            if emit.received is not None:
+                emit.received(Received(request_id, started, request.path))
             try:
                 if request.body_too_large:
                     raise BadRequest(
@@ -169,17 +170,20 @@ class Gateway:
             except BadRequest as exc:
                 self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code)
                 now = self._clock()
-                emit.rejected(Rejected(request_id, now, exc.status, exc.code or "invalid_request"))
-                # Without the model name: a client may send any string there.
-                emit.finished(
-                    Finished(
-                        request_id, now, "", started, exc.status, NO_BACKEND, "rejected", None,
-                        None,
-                    )
-                )  # fmt: skip
+                if emit.rejected is not None:
+                    reason = exc.code or "invalid_request"
+                    emit.rejected(Rejected(request_id, now, exc.status, reason))
+                if emit.finished is not None:  # without the model: a client may send any string
+                    emit.finished(
+                        Finished(
+                            request_id, now, "", started, exc.status, NO_BACKEND, "rejected",
+                            None, None,
+                        )
+                    )  # fmt: skip
                 return
             model = cluster.model
-            emit.admitted(Admitted(request_id, self._clock(), model, routing))
+            if emit.admitted is not None:
+                emit.admitted(Admitted(request_id, self._clock(), model, routing))
             headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
             for name in _FORWARDED:
                 value = request.headers.get(name)

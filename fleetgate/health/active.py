@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
@@ -23,11 +22,13 @@ from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import UpstreamError
+from fleetgate.settings import Settings, at_least, jitter, positive_seconds
 
 
-@dataclass(frozen=True, slots=True)
-class ActiveCheckSettings:
-    enabled: bool = True
+class ActiveCheckSettings(Settings, frozen=True):
+    """A pool's `health_check:` section."""
+
+    enabled: bool = True  # probe every backend of the pool
     kind: Literal["http", "inference", "heartbeat"] = "http"
     path: str = "/health"  # for kind http
     interval_s: float = 5.0  # between probes of one backend
@@ -35,6 +36,13 @@ class ActiveCheckSettings:
     timeout_s: float = 2.0  # a probe slower than this failed
     unhealthy_threshold: int = 3  # failed probes in a row that mark a backend unhealthy
     healthy_threshold: int = 2  # good probes in a row that mark it healthy again
+
+    def __post_init__(self) -> None:
+        positive_seconds("interval_s", self.interval_s)
+        positive_seconds("timeout_s", self.timeout_s)
+        jitter("jitter", self.jitter)
+        at_least("unhealthy_threshold", self.unhealthy_threshold, 1)
+        at_least("healthy_threshold", self.healthy_threshold, 1)
 
 
 class ProbeTracker:

@@ -18,17 +18,16 @@ a success; an attempt the gateway cancelled (the client left, a hedge won) count
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fleetgate.fleet.backend import BackendState
-from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.lifecycle.events import AttemptEnded
 from fleetgate.lifecycle.hooks import Hooks
+from fleetgate.settings import Settings, at_least, ordered, positive_seconds, within
 
 
-@dataclass(frozen=True, slots=True)
-class OutlierSettings:
+class OutlierSettings(Settings, frozen=True):
+    """A pool's `outlier:` section."""
+
     consecutive_failures: int = 5  # failures in a row that eject a backend
     failure_rate: float = 0.2  # ...or this share of its requests failing within an interval
     min_requests: int = 20  # requests in the interval before the failure rate counts
@@ -36,6 +35,15 @@ class OutlierSettings:
     base_ejection_s: float = 10.0  # first ejection; the n-th lasts n times as long
     max_ejection_s: float = 300.0  # cap on one ejection
     max_ejected_share: float = 0.5  # at most this share of a pool is ejected at once
+
+    def __post_init__(self) -> None:
+        at_least("consecutive_failures", self.consecutive_failures, 1)
+        within("failure_rate", self.failure_rate, 0, 1, open_low=True)
+        at_least("min_requests", self.min_requests, 1)
+        positive_seconds("interval_s", self.interval_s)
+        positive_seconds("base_ejection_s", self.base_ejection_s)
+        ordered("base_ejection_s", self.base_ejection_s, "max_ejection_s", self.max_ejection_s)
+        within("max_ejected_share", self.max_ejected_share, 0, 1)
 
 
 class _Record:
@@ -96,8 +104,8 @@ class OutlierDetector:
         record = self._record(state)
         self._count(record, now, False)
         record.failures = 0
-        if state.flags & HealthFlag.EJECTED:
-            return  # an answer that was on its way: the return is still half-open
+        if now < record.returned_at:
+            return  # still ejected (an answer that was on its way): the return stays half-open
         record.half_open = False
         # Forgive one past ejection per max_ejection_s of good behaviour since the return.
         if record.ejections and now - record.returned_at > self._settings.max_ejection_s:
@@ -109,8 +117,8 @@ class OutlierDetector:
         record = self._record(state)
         record.failures += 1
         self._count(record, now, True)
-        if state.flags & HealthFlag.EJECTED:
-            return False
+        if now < record.returned_at:
+            return False  # still ejected
         s = self._settings
         rate_too_high = (
             record.window_requests >= s.min_requests

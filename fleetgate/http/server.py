@@ -1,6 +1,6 @@
 """A protocol-level HTTP/1.1 server on uvloop and httptools: the one server stack of fleetgate.
 
-Measured as the fastest sound option for an LLM proxy in Python (see README, "Why this HTTP
+Measured as the fastest sound option for an LLM proxy in Python (docs/benchmarks.md, "Why this HTTP
 stack"): no ASGI layer, no per-request framework objects beyond `Request` and `ResponseWriter`.
 Each connection handles its requests in order (pipelined requests wait their turn); a handler is
 one task, cancelled when the client goes away, which is how a disconnect reaches the upstream.
@@ -12,26 +12,33 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import cast
 
 import httptools
 
 from fleetgate.http.deadlines import NEVER, DeadlineSweeper
 from fleetgate.http.writer import ClientDisconnected, ResponseWriter
+from fleetgate.settings import Settings, at_least, positive_seconds
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class ServerLimits:
-    """Limits that keep a bad client from costing the server memory or connections."""
+class ServerLimits(Settings, frozen=True):
+    """Limits that keep a bad client from costing the server memory or connections (the
+    config's `server:` section adds where to listen: fleetgate/config.py)."""
 
     max_body_bytes: int = 4 * 1024 * 1024  # request bodies larger than this get a 413
     max_header_bytes: int = 64 * 1024  # request line and headers larger than this get a 431
     keep_alive_timeout_s: float = 75.0  # an idle keep-alive connection is closed after this
     request_timeout_s: float = 60.0  # from a request's first byte to its last, or 408
     write_high_water: int = 256 * 1024  # pause a streaming handler above this much unsent data
+
+    def __post_init__(self) -> None:
+        at_least("max_body_bytes", self.max_body_bytes, 1)
+        at_least("max_header_bytes", self.max_header_bytes, 1)
+        positive_seconds("keep_alive_timeout_s", self.keep_alive_timeout_s)
+        positive_seconds("request_timeout_s", self.request_timeout_s)
+        at_least("write_high_water", self.write_high_water, 1)
 
 
 class Request:

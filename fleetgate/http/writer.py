@@ -117,31 +117,6 @@ class ResponseWriter:
         pause their source instead of awaiting `drain()`."""
         self._conn.when_drained(callback)
 
-    def write_chunks(self, chunks: list[bytes]) -> None:
-        """Send several chunks in one write (each framed as its own chunk)."""
-        if len(chunks) == 1:
-            self.write(chunks[0])
-        elif not self.finished:
-            self._conn.write(self._framed(chunks, b""))
-
-    def end_with(self, chunks: list[bytes]) -> None:
-        """Send the last chunks and end the response, in one write."""
-        if len(chunks) == 1:
-            self.end(chunks[0])
-        elif not self.finished:
-            self.finished = True
-            self._conn.write(self._framed(chunks, b"0\r\n\r\n"))
-
-    def _framed(self, chunks: list[bytes], tail: bytes) -> bytes:
-        """The head (if not sent yet), then each chunk framed, then `tail`, as one bytes."""
-        framed = [self._head]
-        for c in chunks:
-            if c:
-                framed += (b"%x\r\n" % len(c), c, b"\r\n")  # no copy of the chunk itself
-        framed.append(tail)
-        self._head = b""
-        return b"".join(framed)
-
     def end(self, last: bytes = b"") -> None:
         """Finish a streamed response, sending `last` as its final chunk in the same write."""
         if not self.finished:

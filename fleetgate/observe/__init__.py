@@ -1,1 +1,6 @@
-"""Observability: Prometheus metrics now; traces, logs, SLOs and the dashboard later."""
+"""Observability, from the request lifecycle's events: Prometheus metrics now; traces, logs,
+SLOs and the dashboard later."""
+
+from fleetgate.observe.metrics import GatewayMetrics
+
+__all__ = ["GatewayMetrics"]

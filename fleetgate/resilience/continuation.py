@@ -131,11 +131,14 @@ class Continuation:
                 break
             now = self._clock()
             state = cluster.router.pick_other(ex.routing, now, ex.tried)
-            cluster.emit.routed(Routed(ex.request_id, now, ex.model, state, "continuation"))
+            emit = cluster.emit
+            if emit.routed is not None:
+                emit.routed(Routed(ex.request_id, now, ex.model, state, "continuation"))
             if state is None:
                 break
             ex.tried.append(state)
-            cluster.emit.continued(Continued(ex.request_id, now, ex.model, state, progress.tokens))
+            if emit.continued is not None:
+                emit.continued(Continued(ex.request_id, now, ex.model, state, progress.tokens))
             again = await self._attempts.resume(
                 ex, state, rest, progress, Splicer(progress).rewrite
             )

@@ -74,19 +74,22 @@ class Failover:
                     state = router.pick_other(routing, now, ex.tried)
                 else:
                     state = router.pick(routing, now)
-                emit.routed(Routed(ex.request_id, now, ex.model, state, kind))
+                if emit.routed is not None:
+                    emit.routed(Routed(ex.request_id, now, ex.model, state, kind))
                 if state is None:
                     break
                 # A retry after a failed connect adds no work to the fleet: it is the first
                 # the request puts there, so the budget does not count it.
                 held = retry and not (failed is not None and failed.unsent)
                 if held and not budget.try_acquire(router.pool.in_flight):
-                    emit.retry_refused(RetryRefused(ex.request_id, now, ex.model))
+                    if emit.retry_refused is not None:
+                        emit.retry_refused(RetryRefused(ex.request_id, now, ex.model))
                     break
                 try:
                     if retry:
-                        status_before = failed.status if failed is not None else 0
-                        emit.retried(Retried(ex.request_id, now, ex.model, status_before))
+                        if emit.retried is not None:
+                            before = failed.status if failed is not None else 0
+                            emit.retried(Retried(ex.request_id, now, ex.model, before))
                         await self._sleep(backoff_s(retries, attempt, self._rng))
                     ex.tried.append(state)
                     last = attempt + 1 == retries.max_attempts
@@ -106,13 +109,14 @@ class Failover:
                 failed = result
             status, outcome = self._answer_failure(ex, failed), "failed"
         finally:
-            progress = ex.progress
-            emit.finished(
-                Finished(
-                    ex.request_id, self._clock(), ex.model, ex.started, status, ex.backend,
-                    outcome, ex.ttft_s, progress.events if progress is not None else None,
-                )
-            )  # fmt: skip
+            if emit.finished is not None:
+                progress = ex.progress
+                emit.finished(
+                    Finished(
+                        ex.request_id, self._clock(), ex.model, ex.started, status, ex.backend,
+                        outcome, ex.ttft_s, progress.events if progress is not None else None,
+                    )
+                )  # fmt: skip
 
     async def _hedged(
         self, cluster: Cluster, ex: Exchange, state: BackendState, retry_on: frozenset[int]
@@ -132,11 +136,14 @@ class Failover:
             try:
                 now = self._clock()
                 other = cluster.router.pick_other(ex.routing, now, ex.tried)
-                cluster.emit.routed(Routed(ex.request_id, now, ex.model, other, "hedge"))
+                emit = cluster.emit
+                if emit.routed is not None:
+                    emit.routed(Routed(ex.request_id, now, ex.model, other, "hedge"))
                 if other is None:
                     return await first
                 ex.tried.append(other)
-                cluster.emit.hedged(Hedged(ex.request_id, now, ex.model, other))
+                if emit.hedged is not None:
+                    emit.hedged(Hedged(ex.request_id, now, ex.model, other))
                 second = loop.create_task(run(ex, other, "hedge", retry_on, race.claimer(1)))
                 race.tasks.append(second)
                 return await _first_answer({first, second})

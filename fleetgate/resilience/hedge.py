@@ -11,23 +11,31 @@ hedge counts against the pool's retry budget while it runs.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from fleetgate.lifecycle.events import FirstToken
 from fleetgate.lifecycle.hooks import Hooks
+from fleetgate.settings import Settings, at_least, ordered, within
 
 MIN_SAMPLES = 20  # TTFTs needed before the percentile is trusted
 _RECOMPUTE_EVERY = 32  # new samples between two sorts of the window
 
 
-@dataclass(frozen=True, slots=True)
-class HedgeSettings:
+class HedgeSettings(Settings, frozen=True):
+    """A pool's `hedge:` section."""
+
     enabled: bool = False  # opt-in: a hedge costs a second backend's work
     percentile: float = 0.95  # hedge once the first token is later than this share of TTFTs
     min_delay_s: float = 0.05  # never hedge sooner
     max_delay_s: float = 5.0  # never wait longer (and the delay before there is data)
     window: int = 256  # recent TTFTs the percentile is taken over
+
+    def __post_init__(self) -> None:
+        within("percentile", self.percentile, 0, 1, open_low=True)
+        within("min_delay_s", self.min_delay_s, 0, math.inf, open_low=True)
+        ordered("min_delay_s", self.min_delay_s, "max_delay_s", self.max_delay_s)
+        at_least("window", self.window, 1)
 
 
 class TtftWindow:

@@ -12,19 +12,29 @@ so that retries cannot multiply the load on a fleet that is already failing.
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass
+
+from fleetgate.settings import Settings, at_least, ordered, within
 
 RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
-@dataclass(frozen=True, slots=True)
-class RetrySettings:
+class RetrySettings(Settings, frozen=True):
+    """A pool's `retries:` section."""
+
     max_attempts: int = 3  # the first try included; 1 disables retries
     backoff_base_s: float = 0.025  # the first retry waits up to this
     backoff_max_s: float = 0.25  # no retry waits longer
     budget_ratio: float = 0.2  # retries in flight at most this share of requests in flight
     budget_min: int = 3  # ...but this many are always allowed
+
+    def __post_init__(self) -> None:
+        at_least("max_attempts", self.max_attempts, 1)
+        within("backoff_base_s", self.backoff_base_s, 0, math.inf)
+        ordered("backoff_base_s", self.backoff_base_s, "backoff_max_s", self.backoff_max_s)
+        at_least("budget_ratio", self.budget_ratio, 0)
+        at_least("budget_min", self.budget_min, 0)
 
 
 def backoff_s(settings: RetrySettings, retry: int, rng: random.Random) -> float:

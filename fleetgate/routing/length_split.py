@@ -13,16 +13,28 @@ from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.settings import Settings, at_least
+
+
+class LengthSplitParams(Settings, frozen=True):
+    """The `length_split` filter's parameters."""
+
+    threshold_tokens: int = 4096  # a prompt this long (estimated tokens) is long
+    label: str = "length"  # backends labelled `<label>: long` take the long prompts
+
+    def __post_init__(self) -> None:
+        at_least("threshold_tokens", self.threshold_tokens, 1)
 
 
 class LengthSplit:
     name = "length_split"
 
-    def __init__(self, threshold_tokens: int = 4096, label: str = "length") -> None:
-        if threshold_tokens < 1:
-            raise ValueError("length_split needs threshold_tokens >= 1")
-        self._threshold = threshold_tokens
-        self._label = label
+    def __init__(
+        self,
+        params: LengthSplitParams = LengthSplitParams(),
+    ) -> None:
+        self._threshold = params.threshold_tokens
+        self._label = params.label
 
     def filter(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float

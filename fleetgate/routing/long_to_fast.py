@@ -36,9 +36,23 @@ from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.settings import Settings, at_least, within
 
 REFRESH_S = 1.0  # how old the list of the pool's fast backends may be
 NOMINATED = 4  # fast backends put in a large pool's shortlist for a long prompt
+
+
+class LongToFastParams(Settings, frozen=True):
+    """The `long_to_fast` filter's parameters."""
+
+    threshold_tokens: int = 2048  # a prompt this long (estimated tokens) is long
+    share: float = 0.75  # fast: an effective weight at least this share of the fastest's
+    slack_tokens: int = 8192  # the fast backends' prefill backlog allowed over the least busy's
+
+    def __post_init__(self) -> None:
+        at_least("threshold_tokens", self.threshold_tokens, 1)
+        within("share", self.share, 0, 1, open_low=True)
+        at_least("slack_tokens", self.slack_tokens, 0)
 
 
 class LongToFast:
@@ -46,18 +60,13 @@ class LongToFast:
 
     def __init__(
         self,
-        threshold_tokens: int = 2048,
-        share: float = 0.75,
-        slack_tokens: int = 8192,
+        params: LongToFastParams = LongToFastParams(),
+        *,
         rng: random.Random | None = None,
     ) -> None:
-        if threshold_tokens < 1 or not 0.0 < share <= 1.0 or slack_tokens < 0:
-            raise ValueError(
-                "long_to_fast needs threshold_tokens >= 1, share in (0, 1] and slack_tokens >= 0"
-            )
-        self._threshold = threshold_tokens
-        self._share = share
-        self._slack = slack_tokens
+        self._threshold = params.threshold_tokens
+        self._share = params.share
+        self._slack = params.slack_tokens
         self._rng = rng or random.Random(0)
         self._members: Sequence[BackendState] = ()  # the whole candidate set, when told it
         self._fast: list[BackendState] = []  # those of it within `share` of its fastest

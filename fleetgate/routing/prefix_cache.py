@@ -21,6 +21,23 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.load import STALE_AFTER_S, queue_lengths
 from fleetgate.routing.prefix_index import PrefixIndex, block_hashes, entries_for
+from fleetgate.settings import Settings, at_least, positive
+
+
+class PrefixCacheParams(Settings, frozen=True):
+    """The `prefix_cache` scorer's parameters."""
+
+    memory_mb: float = 64.0  # the prefix index's memory bound, shared by the pool's backends
+    block_bytes: int = 128  # prompt bytes hashed per block: a prefix matches in whole blocks
+    balance_abs: float = 32.0  # load guard: a backend whose queue exceeds
+    balance_rel: float = 1.5  # ... balance_rel * the shortest + balance_abs scores 0
+    max_nominees: int = 4  # holders of the deepest prefix put into a large pool's shortlist
+
+    def __post_init__(self) -> None:
+        positive("memory_mb", self.memory_mb)
+        at_least("block_bytes", self.block_bytes, 16)
+        at_least("balance_abs", self.balance_abs, 0)
+        at_least("balance_rel", self.balance_rel, 1)
 
 
 class PrefixCacheScorer:
@@ -28,23 +45,15 @@ class PrefixCacheScorer:
 
     def __init__(
         self,
-        memory_mb: float = 64.0,
-        block_bytes: int = 128,
-        balance_abs: float = 32.0,
-        balance_rel: float = 1.5,
-        max_nominees: int = 4,
+        params: PrefixCacheParams = PrefixCacheParams(),
+        *,
         stale_after_s: float = STALE_AFTER_S,
     ) -> None:
-        if memory_mb <= 0 or block_bytes < 16 or balance_abs < 0 or balance_rel < 1:
-            raise ValueError(
-                "prefix_cache needs memory_mb > 0, block_bytes >= 16, balance_abs >= 0 "
-                "and balance_rel >= 1"
-            )
-        self.index = PrefixIndex(entries_for(memory_mb), block_bytes)
-        self._block_bytes = block_bytes
-        self._balance_abs = balance_abs
-        self._balance_rel = balance_rel
-        self._max_nominees = max_nominees
+        self.index = PrefixIndex(entries_for(params.memory_mb), params.block_bytes)
+        self._block_bytes = params.block_bytes
+        self._balance_abs = params.balance_abs
+        self._balance_rel = params.balance_rel
+        self._max_nominees = params.max_nominees
         self._stale_after_s = stale_after_s
         self._capacity: dict[BackendState, float] = {}  # engine capacities applied so far
         self._request: RoutingRequest | None = None  # the request `_hashes` belong to

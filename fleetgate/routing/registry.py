@@ -1,38 +1,47 @@
 """Routing plugins by type name: how config turns `policy: least_requests`, or a composed
 `routing:` section, into a pipeline.
 
+Each plugin type is registered with its parameters struct (a Settings subclass, `NoParams` for
+one that takes none) and a builder. A config's parameters decode into that struct, where they
+are checked; an unknown key or a failed check is a ValueError naming the key. What is not a
+parameter (the random source, how old an engine reading may be) comes from the PluginContext.
+
 The registry is an ordinary object built by the composition root (`default_registry()`), not a
 process-wide table: a test or an embedder can build its own with extra plugins.
 """
 
 from __future__ import annotations
 
-import inspect
 import random
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
+
+import msgspec
 
 from fleetgate.routing.base import Filter, Picker, Scorer
 from fleetgate.routing.kv_cache import KvCacheScorer
 from fleetgate.routing.least_requests import LeastRequests
 from fleetgate.routing.least_response_time import LeastResponseTime
-from fleetgate.routing.length_split import LengthSplit
+from fleetgate.routing.length_split import LengthSplit, LengthSplitParams
 from fleetgate.routing.load import STALE_AFTER_S
-from fleetgate.routing.long_to_fast import LongToFast
+from fleetgate.routing.long_to_fast import LongToFast, LongToFastParams
 from fleetgate.routing.max_score import MaxScore
 from fleetgate.routing.pipeline import SHORTLIST, RoutingPipeline
 from fleetgate.routing.power_of_two import PowerOfTwo
 from fleetgate.routing.prefill_queue import PrefillQueue
-from fleetgate.routing.prefix_cache import PrefixCacheScorer
+from fleetgate.routing.prefix_cache import PrefixCacheParams, PrefixCacheScorer
 from fleetgate.routing.queue import QueueScorer
 from fleetgate.routing.random_pick import RandomPick
 from fleetgate.routing.round_robin import RoundRobin
-from fleetgate.routing.session_affinity import SessionAffinity
+from fleetgate.routing.session_affinity import SessionAffinity, SessionAffinityParams
 from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
-from fleetgate.routing.work_share import WorkShare
+from fleetgate.routing.work_share import WorkShare, WorkShareParams
+from fleetgate.settings import Settings
 
 T = TypeVar("T")
+P = TypeVar("P", bound=Settings)
 
 DEFAULT_POLICY = "balanced"  # a pool's routing when its config names none: the benchmarks' best
 
@@ -45,9 +54,20 @@ class PluginContext:
     stale_after_s: float = STALE_AFTER_S  # engine readings older than this are not trusted
 
 
-PickerFactory = Callable[[Mapping[str, Any], PluginContext], Picker]
-ScorerFactory = Callable[[Mapping[str, Any], PluginContext], Scorer]
-FilterFactory = Callable[[Mapping[str, Any], PluginContext], Filter]
+class NoParams(Settings, frozen=True):
+    """The parameters of a plugin that takes none: any key is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class PluginFactory(Generic[P, T]):
+    """How one plugin type is built: its config parameters decode into `params`, then
+    `build(params, ctx)` makes the plugin."""
+
+    params: type[P]
+    build: Callable[[P, PluginContext], T]
+
+    def __call__(self, name: str, raw: Mapping[str, Any], ctx: PluginContext) -> T:
+        return self.build(_decode(name, self.params, raw), ctx)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,19 +104,25 @@ class PluginRegistry:
     """Factories keyed by type name, and named profiles."""
 
     def __init__(self) -> None:
-        self._pickers: dict[str, PickerFactory] = {}
-        self._scorers: dict[str, ScorerFactory] = {}
-        self._filters: dict[str, FilterFactory] = {}
+        self._pickers: dict[str, PluginFactory[Any, Picker]] = {}
+        self._scorers: dict[str, PluginFactory[Any, Scorer]] = {}
+        self._filters: dict[str, PluginFactory[Any, Filter]] = {}
         self._profiles: dict[str, Profile] = {}
 
-    def add_picker(self, name: str, factory: PickerFactory) -> None:
-        _add(self._pickers, "picker", name, factory)
+    def add_picker(
+        self, name: str, params: type[P], build: Callable[[P, PluginContext], Picker]
+    ) -> None:
+        _add(self._pickers, "picker", name, PluginFactory(params, build))
 
-    def add_scorer(self, name: str, factory: ScorerFactory) -> None:
-        _add(self._scorers, "scorer", name, factory)
+    def add_scorer(
+        self, name: str, params: type[P], build: Callable[[P, PluginContext], Scorer]
+    ) -> None:
+        _add(self._scorers, "scorer", name, PluginFactory(params, build))
 
-    def add_filter(self, name: str, factory: FilterFactory) -> None:
-        _add(self._filters, "filter", name, factory)
+    def add_filter(
+        self, name: str, params: type[P], build: Callable[[P, PluginContext], Filter]
+    ) -> None:
+        _add(self._filters, "filter", name, PluginFactory(params, build))
 
     def add_profile(self, name: str, profile: Profile) -> None:
         if name in self._profiles or name in self._pickers:
@@ -112,14 +138,6 @@ class PluginRegistry:
     def picker_names(self) -> list[str]:
         return sorted(self._pickers)
 
-    @property
-    def scorer_names(self) -> list[str]:
-        return sorted(self._scorers)
-
-    @property
-    def filter_names(self) -> list[str]:
-        return sorted(self._filters)
-
     def build_pipeline(
         self, policy: str, params: Mapping[str, Any], ctx: PluginContext
     ) -> RoutingPipeline:
@@ -133,7 +151,7 @@ class PluginRegistry:
         if factory is None:
             known = ", ".join(self.policy_names)
             raise UnknownPlugin(f"unknown routing policy {policy!r}; known policies: {known}")
-        return RoutingPipeline(factory(params, ctx))
+        return RoutingPipeline(factory(policy, params, ctx))
 
     def build_profile(self, profile: Profile, ctx: PluginContext) -> RoutingPipeline:
         filters = [_build(self._filters, "filter", spec, ctx) for spec in profile.filters]
@@ -153,58 +171,72 @@ def _add(table: dict[str, T], kind: str, name: str, factory: T) -> None:
 
 
 def _build(
-    table: Mapping[str, Callable[[Mapping[str, Any], PluginContext], T]],
-    kind: str,
-    spec: PluginSpec,
-    ctx: PluginContext,
+    table: Mapping[str, PluginFactory[Any, T]], kind: str, spec: PluginSpec, ctx: PluginContext
 ) -> T:
     factory = table.get(spec.type)
     if factory is None:
         known = ", ".join(sorted(table))
         raise UnknownPlugin(f"unknown {kind} {spec.type!r}; known {kind}s: {known}")
-    return factory(spec.params, ctx)
+    return factory(spec.type, spec.params, ctx)
 
 
-def from_params(
-    cls: Callable[..., T], **injected: Any
-) -> Callable[[Mapping[str, Any], PluginContext], T]:
-    """A factory that passes config parameters to `cls` by name, refusing any it does not
-    take, plus `injected` context values (by attribute name of PluginContext) it does take."""
-    accepted = set(inspect.signature(cls).parameters)
+_UNKNOWN_KEY = re.compile(r"Object contains unknown field `(.*)`")
+_AT_KEY = re.compile(r"(.*) - at `\$\.(.*)`")
 
-    def build(params: Mapping[str, Any], ctx: PluginContext) -> T:
-        unknown = sorted(set(params) - accepted - set(injected))
-        if unknown:
-            takes = ", ".join(sorted(accepted - set(injected))) or "none"
-            raise ValueError(f"unknown parameter {unknown[0]!r}; it takes: {takes}")
-        extra = {k: getattr(ctx, v) for k, v in injected.items() if k in accepted}
-        try:
-            return cls(**params, **extra)
-        except TypeError as exc:
-            raise ValueError(str(exc)) from None
 
-    return build
+def _decode(name: str, params: type[P], raw: Mapping[str, Any]) -> P:
+    """Plugin `name`'s parameters from a config's mapping; a ValueError names the key."""
+    try:
+        return msgspec.convert(dict(raw), params)
+    except msgspec.ValidationError as exc:
+        message = str(exc)  # raised below, outside the handler: msgspec's trace adds nothing
+    unknown = _UNKNOWN_KEY.fullmatch(message)
+    if unknown:
+        takes = ", ".join(sorted(params.__struct_fields__)) or "none"
+        raise ValueError(f"unknown parameter {unknown[1]!r}; {name} takes: {takes}")
+    wrong = _AT_KEY.fullmatch(message)  # a wrong type: "Expected `int`, got `str` - at `$.x`"
+    if wrong:
+        message = f"`{wrong[2]}`: {wrong[1][:1].lower()}{wrong[1][1:]}"
+    raise ValueError(f"{name}: {message}")  # a failed check names its field itself
+
+
+def _seeded(plugin: Callable[[random.Random], T]) -> Callable[[NoParams, PluginContext], T]:
+    """A builder of a parameterless plugin that draws from the context's random source."""
+    return lambda _, ctx: plugin(ctx.rng)
+
+
+def _reading(plugin: Callable[[float], T]) -> Callable[[NoParams, PluginContext], T]:
+    """A builder of a parameterless plugin that reads engine metrics up to the context's age."""
+    return lambda _, ctx: plugin(ctx.stale_after_s)
 
 
 def default_registry() -> PluginRegistry:
     """Every plugin fleetgate ships."""
     registry = PluginRegistry()
-    for name, picker in (
+    pickers: tuple[tuple[str, Callable[[random.Random], Picker]], ...] = (
         ("round_robin", RoundRobin), ("weighted_round_robin", WeightedRoundRobin),
         ("random", RandomPick), ("least_requests", LeastRequests),
         ("power_of_two", PowerOfTwo), ("max_score", MaxScore),
-    ):  # fmt: skip
-        registry.add_picker(name, from_params(picker, rng="rng"))
-    stale = {"stale_after_s": "stale_after_s"}
-    registry.add_scorer("queue", from_params(QueueScorer, **stale))
-    registry.add_scorer("kv_cache", from_params(KvCacheScorer, **stale))
-    registry.add_scorer("least_response_time", from_params(LeastResponseTime, **stale))
-    registry.add_scorer("prefix_cache", from_params(PrefixCacheScorer, **stale))
-    registry.add_scorer("session_affinity", from_params(SessionAffinity))
-    registry.add_scorer("prefill_queue", from_params(PrefillQueue))
-    registry.add_scorer("work_share", from_params(WorkShare))
-    registry.add_filter("length_split", from_params(LengthSplit))
-    registry.add_filter("long_to_fast", from_params(LongToFast, rng="rng"))
+    )  # fmt: skip
+    for name, picker in pickers:
+        registry.add_picker(name, NoParams, _seeded(picker))
+    registry.add_scorer("queue", NoParams, _reading(QueueScorer))
+    registry.add_scorer("kv_cache", NoParams, _reading(KvCacheScorer))
+    registry.add_scorer("least_response_time", NoParams, _reading(LeastResponseTime))
+    registry.add_scorer(
+        "prefix_cache",
+        PrefixCacheParams,
+        lambda params, ctx: PrefixCacheScorer(params, stale_after_s=ctx.stale_after_s),
+    )
+    registry.add_scorer(
+        "session_affinity", SessionAffinityParams, lambda params, _: SessionAffinity(params)
+    )
+    registry.add_scorer("prefill_queue", NoParams, lambda _, __: PrefillQueue())
+    registry.add_scorer("work_share", WorkShareParams, lambda params, _: WorkShare(params))
+    registry.add_filter("length_split", LengthSplitParams, lambda params, _: LengthSplit(params))
+    registry.add_filter(
+        "long_to_fast", LongToFastParams, lambda params, ctx: LongToFast(params, rng=ctx.rng)
+    )
     registry.add_profile("least_loaded", Profile.of(("queue", 1), ("kv_cache", 1)))
     registry.add_profile("least_response_time", Profile.of(("least_response_time", 1)))
     registry.add_profile(

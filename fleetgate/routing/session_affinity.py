@@ -24,17 +24,31 @@ from xxhash import xxh3_64_intdigest
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.settings import Settings, at_least, positive
+
+
+class SessionAffinityParams(Settings, frozen=True):
+    """The `session_affinity` scorer's parameters."""
+
+    epsilon: float = 0.25  # no home takes over (1 + epsilon) x the average in flight
+    vnodes: int = 64  # points each backend owns on the ring
+    max_nominees: int = 3  # backends clockwise from a session's point put into the shortlist
+
+    def __post_init__(self) -> None:
+        positive("epsilon", self.epsilon)
+        at_least("vnodes", self.vnodes, 1)
 
 
 class SessionAffinity:
     name = "session_affinity"
 
-    def __init__(self, epsilon: float = 0.25, vnodes: int = 64, max_nominees: int = 3) -> None:
-        if epsilon <= 0 or vnodes < 1:
-            raise ValueError("session_affinity needs epsilon > 0 and vnodes >= 1")
-        self._epsilon = epsilon
-        self._vnodes = vnodes
-        self._max_nominees = max_nominees
+    def __init__(
+        self,
+        params: SessionAffinityParams = SessionAffinityParams(),
+    ) -> None:
+        self._epsilon = params.epsilon
+        self._vnodes = params.vnodes
+        self._max_nominees = params.max_nominees
         self._points: list[int] = []  # sorted ring positions
         self._owners: list[BackendState] = []  # the backend at each position
         self._known: set[BackendState] = set()

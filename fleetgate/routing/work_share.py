@@ -23,18 +23,31 @@ from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.settings import Settings, at_least, positive_seconds
 
 _SWEEP_EVERY = 1024  # picks between sweeps of the faded entries: O(n) / 1024 a pick
+
+
+class WorkShareParams(Settings, frozen=True):
+    """The `work_share` scorer's parameters."""
+
+    tau_s: float = 30.0  # the time constant the work sent to a backend decays with
+    tolerance: float = 0.25  # a gap this share of the mean or wider scores the most worked 0
+
+    def __post_init__(self) -> None:
+        positive_seconds("tau_s", self.tau_s)
+        at_least("tolerance", self.tolerance, 0)
 
 
 class WorkShare:
     name = "work_share"
 
-    def __init__(self, tau_s: float = 30.0, tolerance: float = 0.25) -> None:
-        if tau_s <= 0 or tolerance < 0:
-            raise ValueError("work_share needs tau_s > 0 and tolerance >= 0")
-        self._tau_s = tau_s
-        self._tolerance = tolerance
+    def __init__(
+        self,
+        params: WorkShareParams = WorkShareParams(),
+    ) -> None:
+        self._tau_s = params.tau_s
+        self._tolerance = params.tolerance
         self._work: dict[BackendState, tuple[float, float]] = {}  # (a_i, when it was set)
         self._picks = 0
 

@@ -115,7 +115,8 @@ class Attempts:
         self._clock = clock
 
     async def _send(self, ex: Exchange, state: BackendState, body: bytes) -> UpstreamAnswer:
-        """The request on its way, with its deadlines (http/deadlines.py) set on the answer."""
+        """The request on its way, with its deadlines (http/deadlines.py) set on the answer
+        (as `run` does inline)."""
         t = ex.timeouts
         deadline = ex.deadline
         response = await self._transport.request(
@@ -142,9 +143,10 @@ class Attempts:
         sent = clock()
         prompt = routing.prompt_tokens
         queued = state.pending_prefill  # prompt tokens sent before this one, not yet prefilled
-        emit.attempt_started(
-            AttemptStarted(ex.request_id, sent, ex.model, state, kind, prompt, queued)
-        )
+        if emit.attempt_started is not None:
+            emit.attempt_started(
+                AttemptStarted(ex.request_id, sent, ex.model, state, kind, prompt, queued)
+            )
         ex.backend = state.backend.id  # until an answer reaches the client: the last tried
         status = 0
         error: ErrorKind | None = None
@@ -152,7 +154,16 @@ class Attempts:
         first_at: float | None = None
         streamed: StreamProgress | None = None
         try:
-            response = await self._send(ex, state, ex.body)
+            # Inlined rather than `await self._send(...)`: one coroutine fewer per request.
+            t = ex.timeouts
+            deadline = ex.started + t.total_s
+            response = await self._transport.request(
+                state.backend.origin, b"POST", ex.path, ex.headers, ex.body,
+                timeout_s=max(0.0, min(t.first_byte_s, deadline - clock())),
+                connect_timeout_s=t.connect_s,
+            )  # fmt: skip
+            left_s = max(0.0, deadline - clock())
+            response.expire_in(left_s, t.total_message, t.idle_s, t.idle_message)
             status = response.status
             if routing.stream and status == 200:
                 progress = streamed = StreamProgress()
@@ -162,9 +173,10 @@ class Attempts:
                     first_at = now = clock()
                     won = claim is None or claim()
                     ttft = now - ex.started if won else None
-                    emit.first_token(
-                        FirstToken(ex.request_id, now, ex.model, state, kind, prompt, ttft)
-                    )
+                    if emit.first_token is not None:
+                        emit.first_token(
+                            FirstToken(ex.request_id, now, ex.model, state, kind, prompt, ttft)
+                        )
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
                         ex.writer.start(200, [*SSE_HEADERS, (b"x-request-id", ex.request_id)])
@@ -191,13 +203,14 @@ class Attempts:
             error = "cancelled"
             raise
         finally:
-            events = streamed.events if streamed is not None else 0
-            emit.attempt_ended(
-                AttemptEnded(
-                    ex.request_id, clock(), ex.model, state, kind, sent, prompt, queued, status,
-                    error, wait_s, first_at, events, streamed is not None,
-                )
-            )  # fmt: skip
+            if emit.attempt_ended is not None:
+                events = streamed.events if streamed is not None else 0
+                emit.attempt_ended(
+                    AttemptEnded(
+                        ex.request_id, clock(), ex.model, state, kind, sent, prompt, queued,
+                        status, error, wait_s, first_at, events, streamed is not None,
+                    )
+                )  # fmt: skip
         reply = [(b"content-type", response.header(b"content-type") or JSON)]
         if wait_s is not None:  # an engine's backpressure: the client may wait as it asked
             reply.append((b"retry-after", response.header(b"retry-after") or b"1"))
@@ -223,7 +236,10 @@ class Attempts:
         sent = clock()
         queued = state.pending_prefill
         kind: AttemptKind = "continuation"
-        emit.attempt_started(AttemptStarted(ex.request_id, sent, ex.model, state, kind, 0, queued))
+        if emit.attempt_started is not None:
+            emit.attempt_started(
+                AttemptStarted(ex.request_id, sent, ex.model, state, kind, 0, queued)
+            )
         status = 0
         error: ErrorKind | None = None
         first_at: float | None = None
@@ -238,7 +254,8 @@ class Attempts:
             def start() -> bool:  # the client has had its head already
                 nonlocal first_at
                 first_at = now = clock()
-                emit.first_token(FirstToken(ex.request_id, now, ex.model, state, kind, 0, None))
+                if emit.first_token is not None:
+                    emit.first_token(FirstToken(ex.request_id, now, ex.model, state, kind, 0, None))
                 return True
 
             relay = StreamRelay(ex.writer, response, clock, progress, rewrite, start)
@@ -252,12 +269,13 @@ class Attempts:
             error = "cancelled"
             raise
         finally:
-            emit.attempt_ended(
-                AttemptEnded(
-                    ex.request_id, clock(), ex.model, state, kind, sent, 0, queued, status, error,
-                    None, first_at, progress.events - events, True,
-                )
-            )  # fmt: skip
+            if emit.attempt_ended is not None:
+                emit.attempt_ended(
+                    AttemptEnded(
+                        ex.request_id, clock(), ex.model, state, kind, sent, 0, queued, status,
+                        error, None, first_at, progress.events - events, True,
+                    )
+                )  # fmt: skip
 
 
 async def _relay(response: UpstreamAnswer, relay: StreamRelay, progress: StreamProgress) -> None:

@@ -77,12 +77,16 @@ class Prefill:
         kind: AttemptKind = "prefill"
         now = clock()
         state = self.router.pick(routing, now)
-        emit.routed(Routed(ex.request_id, now, model, state, kind))
+        if emit.routed is not None:
+            emit.routed(Routed(ex.request_id, now, model, state, kind))
         if state is None:
             return ex.body
         prompt = routing.prompt_tokens
         queued = state.pending_prefill
-        emit.attempt_started(AttemptStarted(ex.request_id, now, model, state, kind, prompt, queued))
+        if emit.attempt_started is not None:
+            emit.attempt_started(
+                AttemptStarted(ex.request_id, now, model, state, kind, prompt, queued)
+            )
         status = 0
         error: ErrorKind | None = None
         answer = b""
@@ -100,12 +104,13 @@ class Prefill:
             error = "cancelled"
             raise
         finally:
-            emit.attempt_ended(
-                AttemptEnded(
-                    ex.request_id, clock(), model, state, kind, now, prompt, queued, status,
-                    error, None, None, 0, False,
-                )
-            )  # fmt: skip
+            if emit.attempt_ended is not None:
+                emit.attempt_ended(
+                    AttemptEnded(
+                        ex.request_id, clock(), model, state, kind, now, prompt, queued, status,
+                        error, None, None, 0, False,
+                    )
+                )  # fmt: skip
         params = handoff_params(answer) if status == 200 else None
         if params is None:
             return ex.body

@@ -54,7 +54,7 @@ def router_of(backends: list[BackendState], **settings: object) -> Router:
     pipeline = default_registry().build_pipeline(
         "least_requests", {}, PluginContext(random.Random(0))
     )
-    pool = Pool("m", backends, weights=WeightSettings(**settings))  # type: ignore[arg-type]
+    pool = Pool("m", backends, weights=WeightSettings(**settings))
     return Router(pool, pipeline)
 
 
@@ -75,7 +75,7 @@ def routed(router: Router, now: float, n: int = 300) -> Counter[str]:
 
 def test_a_faster_backend_gets_more_after_calibration_and_a_throttled_one_less() -> None:
     fast, slow = states(2)
-    router = router_of([fast, slow], enabled=True, interval_s=10.0)
+    router = router_of([fast, slow], calibrate=True, interval_s=10.0)
     measured(fast, 1e-5)
     measured(slow, 2e-5)
     assert routed(router, 1.0) == {"b0": 150, "b1": 150}  # before the first calibration
@@ -88,9 +88,9 @@ def test_a_faster_backend_gets_more_after_calibration_and_a_throttled_one_less()
 
 
 def test_calibration_is_on_by_default_and_off_keeps_typed_weights() -> None:
-    assert WeightSettings().enabled
+    assert WeightSettings().calibrate
     fast, slow = states(2)
-    router = router_of([fast, slow], enabled=False)
+    router = router_of([fast, slow], calibrate=False)
     measured(fast, 1e-5)
     measured(slow, 2e-5)
     assert routed(router, 100.0) == {"b0": 150, "b1": 150}

@@ -26,7 +26,7 @@ def states(n: int) -> list[BackendState]:
 def detector_over(pool_states: list[BackendState]) -> tuple[OutlierDetector, Pool]:
     """A detector over a pool of these states. No slow start and no calibration, so the pool's
     `next_check` is when the next ejected backend is due back."""
-    pool = Pool("m", pool_states, HealthSettings(slow_start_s=0.0), WeightSettings(enabled=False))
+    pool = Pool("m", pool_states, HealthSettings(slow_start_s=0.0), WeightSettings(calibrate=False))
     return OutlierDetector(SETTINGS, pool), pool
 
 

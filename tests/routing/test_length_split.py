@@ -10,7 +10,7 @@ import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.length_split import LengthSplit
+from fleetgate.routing.length_split import LengthSplit, LengthSplitParams
 from fleetgate.routing.registry import PluginContext, PluginSpec, Profile, default_registry
 
 
@@ -31,7 +31,7 @@ MIXED = labelled(
 
 
 def test_long_prompts_go_to_long_backends_and_short_ones_to_the_rest() -> None:
-    split = LengthSplit(threshold_tokens=100)
+    split = LengthSplit(LengthSplitParams(threshold_tokens=100))
     assert list(split.filter(of_tokens(100), MIXED, 0.0)) == list(MIXED[:2])
     assert list(split.filter(of_tokens(5000), MIXED, 0.0)) == list(MIXED[:2])
     assert list(split.filter(of_tokens(99, extra_bytes=3), MIXED, 0.0)) == list(MIXED[2:])
@@ -39,7 +39,7 @@ def test_long_prompts_go_to_long_backends_and_short_ones_to_the_rest() -> None:
 
 
 def test_without_a_backend_of_the_requests_class_every_candidate_stays() -> None:
-    split = LengthSplit(threshold_tokens=100)
+    split = LengthSplit(LengthSplitParams(threshold_tokens=100))
     short_only = labelled({}, {"length": "short"})
     assert split.filter(of_tokens(500), short_only, 0.0) is short_only
     long_only = labelled({"length": "long"}, {"length": "long"})
@@ -48,15 +48,15 @@ def test_without_a_backend_of_the_requests_class_every_candidate_stays() -> None
 
 
 def test_the_label_key_is_configurable() -> None:
-    split = LengthSplit(threshold_tokens=10, label="tier")
+    split = LengthSplit(LengthSplitParams(threshold_tokens=10, label="tier"))
     backends = labelled({"tier": "long"}, {"length": "long"})
     assert list(split.filter(of_tokens(10), backends, 0.0)) == [backends[0]]
     assert list(split.filter(of_tokens(9), backends, 0.0)) == [backends[1]]
 
 
 def test_a_threshold_under_one_token_is_refused() -> None:
-    with pytest.raises(ValueError, match="threshold_tokens >= 1"):
-        LengthSplit(threshold_tokens=0)
+    with pytest.raises(ValueError, match="`threshold_tokens` must be >= 1, got 0"):
+        LengthSplitParams(threshold_tokens=0)
 
 
 def test_a_profile_with_the_split_keeps_long_prefills_off_the_short_backends() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.long_to_fast import LongToFast
+from fleetgate.routing.long_to_fast import LongToFast, LongToFastParams
 from fleetgate.routing.registry import PluginContext, default_registry
 
 
@@ -32,31 +32,32 @@ MIXED = weighted(2.7, 2.5, 1.0, 1.0)  # two H100s beside two A100s
 
 
 def test_long_prompts_keep_only_the_fast_backends() -> None:
-    split = LongToFast(threshold_tokens=2048, share=0.75)
+    split = LongToFast(LongToFastParams(threshold_tokens=2048, share=0.75))
     assert list(split.filter(of_tokens(2048), MIXED, 0.0)) == list(MIXED[:2])
     assert list(split.filter(of_tokens(9000), MIXED, 0.0)) == list(MIXED[:2])
 
 
 def test_short_prompts_keep_every_candidate() -> None:
-    split = LongToFast(threshold_tokens=2048)
+    split = LongToFast(LongToFastParams(threshold_tokens=2048))
     assert split.filter(of_tokens(2047), MIXED, 0.0) is MIXED
 
 
 def test_on_an_even_fleet_nothing_is_filtered() -> None:
     even = weighted(1.0, 1.0, 1.0)
-    assert list(LongToFast(threshold_tokens=10).filter(of_tokens(500), even, 0.0)) == list(even)
+    split = LongToFast(LongToFastParams(threshold_tokens=10))
+    assert list(split.filter(of_tokens(500), even, 0.0)) == list(even)
 
 
 def test_the_share_sets_how_close_to_the_fastest_a_backend_must_be() -> None:
-    loose = LongToFast(threshold_tokens=10, share=0.35)
+    loose = LongToFast(LongToFastParams(threshold_tokens=10, share=0.35))
     assert list(loose.filter(of_tokens(500), MIXED, 0.0)) == list(MIXED)
-    strict = LongToFast(threshold_tokens=10, share=1.0)
+    strict = LongToFast(LongToFastParams(threshold_tokens=10, share=1.0))
     assert list(strict.filter(of_tokens(500), MIXED, 0.0)) == [MIXED[0]]
 
 
 def test_long_prompts_overflow_once_the_fast_backends_are_backlogged() -> None:
     fleet = weighted(2.5, 1.0, 1.0, 1.0)  # one H100 beside three A100s
-    split = LongToFast(threshold_tokens=2048, share=0.75, slack_tokens=8192)
+    split = LongToFast(LongToFastParams(threshold_tokens=2048, share=0.75, slack_tokens=8192))
     fleet[0].pending_prefill = 8192 // 2  # 4,096 tokens: 1,638 in the fastest's time...
     fleet[1].pending_prefill = 0  # ...beyond an idle A100: within the slack
     assert list(split.filter(of_tokens(4000), fleet, 0.0)) == [fleet[0]]
@@ -72,16 +73,24 @@ def test_the_guard_compares_backlogs_in_the_fastest_backends_time() -> None:
     fleet = weighted(1.0, 0.4)  # calibrated weights: relative speeds
     fleet[0].pending_prefill = 9000
     fleet[1].pending_prefill = 400  # 1,000 tokens in the fastest's time: 8,000 behind it
-    assert list(LongToFast(slack_tokens=8000).filter(of_tokens(3000), fleet, 0.0)) == [fleet[0]]
-    assert LongToFast(slack_tokens=7999).filter(of_tokens(3000), fleet, 0.0) is fleet
+    within_slack = LongToFast(LongToFastParams(slack_tokens=8000))
+    assert list(within_slack.filter(of_tokens(3000), fleet, 0.0)) == [fleet[0]]
+    past_slack = LongToFast(LongToFastParams(slack_tokens=7999))
+    assert past_slack.filter(of_tokens(3000), fleet, 0.0) is fleet
 
 
 @pytest.mark.parametrize(
-    ("threshold", "share", "slack"), [(0, 0.5, 0), (10, 0.0, 0), (10, 1.5, 0), (10, 0.5, -1)]
+    ("threshold", "share", "slack", "field"),
+    [
+        (0, 0.5, 0, "threshold_tokens"),
+        (10, 0.0, 0, "share"),
+        (10, 1.5, 0, "share"),
+        (10, 0.5, -1, "slack_tokens"),
+    ],
 )
-def test_bad_parameters_are_refused(threshold: int, share: float, slack: int) -> None:
-    with pytest.raises(ValueError, match="long_to_fast needs"):
-        LongToFast(threshold_tokens=threshold, share=share, slack_tokens=slack)
+def test_bad_parameters_are_refused(threshold: int, share: float, slack: int, field: str) -> None:
+    with pytest.raises(ValueError, match=f"`{field}` must be"):
+        LongToFastParams(threshold_tokens=threshold, share=share, slack_tokens=slack)
 
 
 def test_the_balanced_profile_keeps_long_prompts_on_the_fast_backends() -> None:
@@ -118,7 +127,7 @@ def test_in_a_pool_larger_than_the_shortlist_long_prompts_still_reach_the_fast_b
 
 def test_long_prompts_nominate_the_pools_fast_backends_found_again_as_weights_change() -> None:
     fleet = weighted(1.0, 1.0, 0.4, 0.4, 0.4)
-    split = LongToFast(threshold_tokens=10)
+    split = LongToFast(LongToFastParams(threshold_tokens=10))
     split.roster(fleet)
     assert split.nominate(of_tokens(500), 0.0) == list(fleet[:2])
     assert split.nominate(of_tokens(5), 0.0) == []
@@ -135,7 +144,7 @@ def test_long_prompts_nominate_the_pools_fast_backends_found_again_as_weights_ch
 
 def test_a_filter_before_it_sets_what_counts_as_fast() -> None:
     fleet = weighted(1.0, 0.4, 0.4, 0.1, 0.1)
-    split = LongToFast(threshold_tokens=10)
+    split = LongToFast(LongToFastParams(threshold_tokens=10))
     split.roster(fleet)
     allowed = fleet[1:]  # an earlier filter (a label, a region) dropped the fastest
     assert list(split.filter(of_tokens(500), allowed, 0.0)) == list(fleet[1:3])

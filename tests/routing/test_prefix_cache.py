@@ -153,5 +153,6 @@ def test_an_engine_reported_kv_capacity_shrinks_its_share_of_the_index() -> None
 )
 def test_nonsense_parameters_are_refused(params: dict[str, float]) -> None:
     profile = Profile(((PluginSpec("prefix_cache", params), 1.0),))
-    with pytest.raises(ValueError, match="prefix_cache needs"):
+    (field,) = params
+    with pytest.raises(ValueError, match=f"prefix_cache: `{field}` must be"):
         default_registry().build_profile(profile, PluginContext(random.Random(0)))

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from typing import Any
+import re
 
 import pytest
 
@@ -18,11 +17,14 @@ from fleetgate.routing.random_pick import RandomPick
 from fleetgate.routing.registry import (
     PluginContext,
     PluginRegistry,
+    PluginSpec,
+    Profile,
     UnknownPlugin,
     default_registry,
 )
 from fleetgate.routing.round_robin import RoundRobin
 from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
+from fleetgate.settings import Settings, at_least
 
 CTX = PluginContext(random.Random(0))
 SHIPPED = {
@@ -62,7 +64,7 @@ def test_an_unknown_policy_names_itself_and_lists_the_known_ones() -> None:
 
 @pytest.mark.parametrize("name", sorted(SHIPPED))
 def test_params_to_a_policy_without_params_are_rejected_by_name(name: str) -> None:
-    with pytest.raises(ValueError, match="unknown parameter 'choices'; it takes: none"):
+    with pytest.raises(ValueError, match=f"unknown parameter 'choices'; {name} takes: none"):
         default_registry().build_pipeline(name, {"choices": 3, "seed": 1}, CTX)
 
 
@@ -81,20 +83,55 @@ def test_the_picker_draws_from_the_context_random_source() -> None:
     assert picks(3) != picks(4)
 
 
-def test_a_registry_of_ones_own_takes_extra_pickers_once() -> None:
-    built: list[Mapping[str, Any]] = []
+class ChoicesParams(Settings, frozen=True):
+    choices: int = 2
 
-    def factory(params: Mapping[str, Any], ctx: PluginContext) -> Picker:
+    def __post_init__(self) -> None:
+        at_least("choices", self.choices, 2)
+
+
+def test_a_registry_of_ones_own_takes_extra_pickers_once() -> None:
+    built: list[ChoicesParams] = []
+
+    def factory(params: ChoicesParams, ctx: PluginContext) -> Picker:
         built.append(params)
         return PowerOfTwo(ctx.rng)
 
     registry = PluginRegistry()
-    registry.add_picker("p2_with_params", factory)
-    pipeline = registry.build_pipeline("p2_with_params", {"choices": 2}, CTX)
+    registry.add_picker("p2_with_params", ChoicesParams, factory)
+    pipeline = registry.build_pipeline("p2_with_params", {"choices": 3}, CTX)
     assert isinstance(pipeline.picker, PowerOfTwo)
-    assert built == [{"choices": 2}]
+    assert built == [ChoicesParams(choices=3)]
     assert registry.picker_names == ["p2_with_params"]
+    with pytest.raises(ValueError, match="p2_with_params: `choices` must be >= 2, got 1"):
+        registry.build_pipeline("p2_with_params", {"choices": 1}, CTX)
+    with pytest.raises(ValueError, match="unknown parameter 'seed'; p2_with_params takes: choices"):
+        registry.build_pipeline("p2_with_params", {"seed": 1}, CTX)
     with pytest.raises(ValueError, match="already registered"):
-        registry.add_picker("p2_with_params", factory)
+        registry.add_picker("p2_with_params", ChoicesParams, factory)
     with pytest.raises(UnknownPlugin, match="known policies: p2_with_params"):
         registry.build_pipeline("round_robin", {}, CTX)
+
+
+@pytest.mark.parametrize(
+    ("filters", "scorer", "expected"),
+    [
+        ([PluginSpec("long_to_fast", {"share": 1.5})], PluginSpec("queue"),
+         "long_to_fast: `share` must be in (0, 1], got 1.5"),
+        ([], PluginSpec("prefix_cache", {"block_bytes": "128"}),
+         "prefix_cache: `block_bytes`: expected `int`, got `str`"),
+        ([], PluginSpec("prefix_cache", {"depth": 2}),
+         "unknown parameter 'depth'; prefix_cache takes: balance_abs, balance_rel, block_bytes, "
+         "max_nominees, memory_mb"),
+        ([], PluginSpec("queue", {"stale_after_s": 1.0}),  # context, not a parameter
+         "unknown parameter 'stale_after_s'; queue takes: none"),
+        ([PluginSpec("long_to_fast", {"rng": 1})], PluginSpec("queue"),
+         "unknown parameter 'rng'; long_to_fast takes: share, slack_tokens, threshold_tokens"),
+    ],
+)  # fmt: skip
+def test_a_composed_profiles_bad_parameter_is_refused_by_name(
+    filters: list[PluginSpec], scorer: PluginSpec, expected: str
+) -> None:
+    profile = Profile(((scorer, 1.0),), filters=tuple(filters))
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        default_registry().build_profile(profile, CTX)

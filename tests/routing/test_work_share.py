@@ -11,7 +11,7 @@ import pytest
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
-from fleetgate.routing.work_share import WorkShare
+from fleetgate.routing.work_share import WorkShare, WorkShareParams
 
 
 def _request(prompt_tokens: int, max_tokens: int | None = None) -> RoutingRequest:
@@ -45,7 +45,7 @@ def test_a_heavier_backend_is_given_work_in_proportion() -> None:
 
 def test_work_fades_with_the_time_constant() -> None:
     a, b = _state("a"), _state("bb")
-    share = WorkShare(tau_s=10.0)
+    share = WorkShare(WorkShareParams(tau_s=10.0))
     share.chosen(_request(1000), a, 0.0)
     share.chosen(_request(1000), b, 10.0)  # a's 1000 has faded to 1000 / e by now
     share.chosen(_request(1000), a, 10.0)
@@ -67,15 +67,17 @@ def test_picking_by_it_alone_splits_the_work_by_weight() -> None:
     assert sent[fast] / sent[slow] == pytest.approx(2.5, rel=0.05)
 
 
-@pytest.mark.parametrize(("tau_s", "tolerance"), [(0.0, 0.25), (30.0, -0.1)])
-def test_bad_parameters_are_refused(tau_s: float, tolerance: float) -> None:
-    with pytest.raises(ValueError, match="work_share needs"):
-        WorkShare(tau_s=tau_s, tolerance=tolerance)
+@pytest.mark.parametrize(
+    ("tau_s", "tolerance", "field"), [(0.0, 0.25, "tau_s"), (30.0, -0.1, "tolerance")]
+)
+def test_bad_parameters_are_refused(tau_s: float, tolerance: float, field: str) -> None:
+    with pytest.raises(ValueError, match=f"`{field}` must be"):
+        WorkShareParams(tau_s=tau_s, tolerance=tolerance)
 
 
 def test_a_backend_gone_for_long_is_forgotten() -> None:
     gone, here = _state("gone"), _state("here")
-    share = WorkShare(tau_s=1.0)
+    share = WorkShare(WorkShareParams(tau_s=1.0))
     share.chosen(_request(1000), gone, 0.0)
     for i in range(1024):
         share.chosen(_request(10), here, 100.0 + i)
@@ -107,7 +109,7 @@ def test_the_balanced_profile_shares_the_work_by_weight_while_long_prompts_go_fa
 
 def test_a_gap_narrower_than_the_tolerance_scores_in_proportion() -> None:
     a, b = _state("a"), _state("bb")
-    share = WorkShare(tolerance=0.25)
+    share = WorkShare(WorkShareParams(tolerance=0.25))
     share.chosen(_request(1000), a, 0.0)
     share.chosen(_request(1100), b, 0.0)  # 100 apart; a quarter of the mean is 262.5
     assert share.score(_request(1), (a, b), 0.0) == pytest.approx([1.0, 1.0 - 100 / 262.5])
