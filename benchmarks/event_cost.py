@@ -74,7 +74,7 @@ def main() -> None:
             if admitted is not None:
                 admitted(Admitted(rid, t, "m", routing))
             if routed is not None:
-                routed(Routed(rid, t, "m", state, "first"))
+                routed(Routed(rid, t, "m", state, "first", {}))
             started(AttemptStarted(rid, t, "m", state, "first", 16, 0))
             ended(
                 AttemptEnded(rid, t, "m", state, "first", t, 16, 0, 200, None, None, None, 0, False)

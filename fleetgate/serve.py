@@ -33,6 +33,7 @@ from fleetgate.lifecycle.accounting import FleetAccounting
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.resilience.cluster import Cluster
+from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
 from fleetgate.resilience.hedge import TtftWindow
 from fleetgate.resilience.retry import RetryBudget
@@ -269,7 +270,10 @@ async def start_gateway(
         for model, cluster in clusters.items():
             cluster.router.pipeline.set_timer(metrics.routing_timer(model))
         pools = {model: cluster.pool for model, cluster in clusters.items()}
-        failover = Failover(Attempts(client, clock), clock, random.Random(rng.getrandbits(64)))
+        attempts = Attempts(client, clock)
+        failover = Failover(
+            attempts, Continuation(attempts, clock), clock, random.Random(rng.getrandbits(64))
+        )
         admin = Admin(pools, clock) if config.server.admin else None
         for pool_config in config.pools:
             health_check = pool_config.health_check

@@ -33,6 +33,8 @@ def _imports(path: Path, name: str) -> set[str]:
                 base = ".".join([*up, base] if base else up)
             if base.startswith("fleetgate"):
                 found.add(base)
+                # `from pkg import mod` imports the module `pkg.mod` too (when it is one).
+                found.update(f"{base}.{alias.name}" for alias in node.names)
     return found
 
 
@@ -44,7 +46,7 @@ def _graph() -> dict[str, set[str]]:
         for imported in _imports(path, name):
             while imported not in modules and "." in imported:
                 imported = imported.rpartition(".")[0]  # `from pkg.mod import name`
-            if imported != name and imported != "fleetgate":
+            if imported not in (name, "fleetgate"):
                 targets.add(imported)
         graph[name] = targets
     return graph
@@ -109,6 +111,7 @@ def test_the_graph_is_read_from_real_imports() -> None:
     graph = _graph()
     assert "fleetgate.fleet.backend" in graph["fleetgate.routing.pipeline"]
     assert "fleetgate.lifecycle.events" in graph["fleetgate.resilience.failover"]
+    assert "fleetgate.http.client" in graph["fleetgate.http.transport"]  # under TYPE_CHECKING
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 

@@ -126,7 +126,12 @@ class Pool:
 
     @property
     def ejected(self) -> int:
+        """How many backends are ejected now."""
         return len(self._ejected)
+
+    def is_ejected(self, state: BackendState) -> bool:
+        """Ejected and not returned yet (a return is applied by the next `update`)."""
+        return state in self._ejected
 
     def backpressure(self, state: BackendState, now: float, retry_after_s: float) -> None:
         """The engine asked for no traffic for a while: not a failure, just skip it."""

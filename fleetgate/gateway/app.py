@@ -20,7 +20,14 @@ from fleetgate.gateway.requests import (
 )
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
-from fleetgate.lifecycle.events import NO_BACKEND, Admitted, Finished, Received, Rejected
+from fleetgate.lifecycle.events import (
+    NO_BACKEND,
+    Admitted,
+    Finished,
+    Outcome,
+    Received,
+    Rejected,
+)
 from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.openai_api import JSON, error_body
 from fleetgate.resilience.cluster import Cluster
@@ -29,7 +36,6 @@ from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.models import ModelRoute
 from fleetgate.upstream.attempt import Exchange
 
-_JSON = JSON
 # Request headers passed on to the backend; all others stay at the gateway.
 _FORWARDED = (b"authorization", b"traceparent", b"tracestate")
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
@@ -138,7 +144,7 @@ class Gateway:
         code: str | None = None,
         extra: list[tuple[bytes, bytes]] | None = None,
     ) -> None:
-        headers = [(b"content-type", _JSON), (b"x-request-id", request_id), *(extra or ())]
+        headers = [(b"content-type", JSON), (b"x-request-id", request_id), *(extra or ())]
         writer.send(status, headers, error_body(status, message, param, code))
 
     def _inference(self, parse: _Parser) -> _Handler:
@@ -148,68 +154,91 @@ class Gateway:
             if emit.received is not None:
                 emit.received(Received(request_id, started, request.path))
             try:
-                if request.body_too_large:
-                    raise BadRequest(
-                        "The request body is larger than this gateway accepts; send a smaller "
-                        "one.", status=413, code="request_too_large",
-                    )  # fmt: skip
-                routing = parse(request.body, request.headers)
-                body = request.body
-                cluster = self._clusters.get(routing.model)
-                route = self._model_routes.get(routing.model) if cluster is None else None
-                if route is not None:
-                    routing.model = route.target(routing, request.headers)
-                    cluster = self._clusters[routing.model]
-                    body = with_model(body, routing.model)
-                if cluster is None:
-                    raise BadRequest(
-                        f"The model {routing.model!r} does not exist here; known models: "
-                        f"{self._known}.", "model", 404, "model_not_found",
-                    )  # fmt: skip
-                timeouts = request_timeouts(cluster.timeouts, request.headers)
+                cluster, exchange = self._admit(parse, request, writer, request_id, started)
             except BadRequest as exc:
                 self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code)
                 now = self._clock()
                 if emit.rejected is not None:
                     reason = exc.code or "invalid_request"
                     emit.rejected(Rejected(request_id, now, exc.status, reason))
-                if emit.finished is not None:  # without the model: a client may send any string
-                    emit.finished(
-                        Finished(
-                            request_id, now, "", started, exc.status, NO_BACKEND, "rejected",
-                            None, None,
-                        )
-                    )  # fmt: skip
+                self._finished_here(request_id, started, exc.status, "rejected")
                 return
-            model = cluster.model
-            if emit.admitted is not None:
-                emit.admitted(Admitted(request_id, self._clock(), model, routing))
-            headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
-            for name in _FORWARDED:
-                value = request.headers.get(name)
-                if value is not None:
-                    headers.append((name, value))
-            exchange = Exchange(
-                model, routing, request.path, headers, body, request_id, writer, started,
-                timeouts, cluster.emit,
-            )  # fmt: skip
+            except Exception:
+                self._finished_here(request_id, started, 500, "failed")  # the server sends it
+                raise
             await self._failover.forward(cluster, exchange)
 
         return handle
 
+    def _admit(
+        self,
+        parse: _Parser,
+        request: Request,
+        writer: ResponseWriter,
+        request_id: bytes,
+        started: float,
+    ) -> tuple[Cluster, Exchange]:
+        """The pool a request goes to and its Exchange; `BadRequest` when it cannot go."""
+        if request.body_too_large:
+            raise BadRequest(
+                "The request body is larger than this gateway accepts; send a smaller one.",
+                status=413, code="request_too_large",
+            )  # fmt: skip
+        routing = parse(request.body, request.headers)
+        body = request.body
+        cluster = self._clusters.get(routing.model)
+        route = self._model_routes.get(routing.model) if cluster is None else None
+        if route is not None:
+            routing.model = route.target(routing, request.headers)
+            cluster = self._clusters[routing.model]
+            body = with_model(body, routing.model)
+        if cluster is None:
+            raise BadRequest(
+                f"The model {routing.model!r} does not exist here; known models: "
+                f"{self._known}.", "model", 404, "model_not_found",
+            )  # fmt: skip
+        timeouts = request_timeouts(cluster.timeouts, request.headers)
+        model = cluster.model
+        if self._emit.admitted is not None:
+            self._emit.admitted(Admitted(request_id, self._clock(), model, routing))
+        headers = [(b"content-type", JSON), (b"x-request-id", request_id)]
+        for name in _FORWARDED:
+            value = request.headers.get(name)
+            if value is not None:
+                headers.append((name, value))
+        exchange = Exchange(
+            model, routing, request.path, headers, body, request_id, writer, started,
+            timeouts, cluster.emit,
+        )  # fmt: skip
+        return cluster, exchange
+
+    def _finished_here(
+        self, request_id: bytes, started: float, status: int, outcome: Outcome
+    ) -> None:
+        """The Finished of a request the gateway answered before routing it (without the
+        model: a client may send any string there)."""
+        finished = self._emit.finished
+        if finished is not None:
+            finished(
+                Finished(
+                    request_id, self._clock(), "", started, status, NO_BACKEND, outcome, None,
+                    None,
+                )
+            )  # fmt: skip
+
     async def _models(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(
-            200, [(b"content-type", _JSON), (b"x-request-id", request_id)], self._models_body
+            200, [(b"content-type", JSON), (b"x-request-id", request_id)], self._models_body
         )
 
     async def _healthz(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(
-            200, [(b"content-type", _JSON), (b"x-request-id", request_id)], b'{"status":"ok"}'
+            200, [(b"content-type", JSON), (b"x-request-id", request_id)], b'{"status":"ok"}'
         )
 
     async def _readyz(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         unready = sorted(m for m, c in self._clusters.items() if not c.pool.ready)
-        headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
+        headers = [(b"content-type", JSON), (b"x-request-id", request_id)]
         if unready:
             body = msgspec.json.encode({"status": "not ready", "models_without_backend": unready})
             writer.send(503, headers, body)

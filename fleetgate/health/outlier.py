@@ -13,14 +13,15 @@ What counts is decided here, from each attempt's end (lifecycle/events.py Attemp
 connection that failed, a timeout, a broken response or a 5xx is the backend's failure. An
 engine's 429, or 503 with Retry-After, is backpressure: the backend is skipped until then (a
 429 without Retry-After: for a second), not failed. A 4xx is the request's fault and counts as
-a success; an attempt the gateway cancelled (the client left, a hedge won) counts for nothing.
+a success; an attempt the gateway cancelled (the client left, a hedge won) or that its own
+code broke counts for nothing.
 """
 
 from __future__ import annotations
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.pool import Pool
-from fleetgate.lifecycle.events import AttemptEnded
+from fleetgate.lifecycle.events import NOT_UPSTREAM, AttemptEnded
 from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.settings import Settings, at_least, ordered, positive_seconds, within
 
@@ -78,7 +79,7 @@ class OutlierDetector:
         """The rule of what an attempt's end says of its backend (the module's docstring)."""
         error, status = event.error, event.status
         if error is not None:
-            if error != "cancelled":
+            if error not in NOT_UPSTREAM:
                 self.failure(event.backend, event.at)
         elif status == 429 or (status == 503 and event.retry_after_s is not None):
             wait_s = 1.0 if event.retry_after_s is None else event.retry_after_s
@@ -104,8 +105,8 @@ class OutlierDetector:
         record = self._record(state)
         self._count(record, now, False)
         record.failures = 0
-        if now < record.returned_at:
-            return  # still ejected (an answer that was on its way): the return stays half-open
+        if self._pool.is_ejected(state):
+            return  # an answer that was on its way: the return stays half-open
         record.half_open = False
         # Forgive one past ejection per max_ejection_s of good behaviour since the return.
         if record.ejections and now - record.returned_at > self._settings.max_ejection_s:
@@ -117,8 +118,8 @@ class OutlierDetector:
         record = self._record(state)
         record.failures += 1
         self._count(record, now, True)
-        if now < record.returned_at:
-            return False  # still ejected
+        if self._pool.is_ejected(state):
+            return False
         s = self._settings
         rate_too_high = (
             record.window_requests >= s.min_requests
@@ -134,7 +135,7 @@ class OutlierDetector:
         record.failures = 0
         record.window_start, record.window_requests, record.window_failures = now, 0, 0
         record.half_open = True  # from its return on, one failure ejects it again
-        record.returned_at = until
+        record.returned_at = until  # where good behaviour starts to count (forgiveness)
         pool.eject(state, now, until)
         return True
 

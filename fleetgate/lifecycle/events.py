@@ -1,9 +1,11 @@
 """What happens to a request, as typed events: the one way the request path reports.
 
-    Received -> Rejected                                          (refused at the edge)
+    Received -> Rejected                                    (refused at the edge)
     Received -> Admitted -> Routed -> AttemptStarted -> [FirstToken] -> AttemptEnded
-                            (-> Retried | RetryRefused | Hedged | Continued -> Routed ...)
-             -> Finished                                          (exactly once per request)
+       then, after a failure before the first byte:  Routed -> RetryRefused | Retried -> ...
+             a first token late (hedging on):         Routed -> Hedged -> AttemptStarted ...
+             a stream broken after it:                Routed -> Continued -> AttemptStarted ...
+    ... -> Finished                                         (exactly once per request, last)
 
 The request path only emits; what the events mean to each part of the gateway is decided by
 its subscribers (lifecycle/hooks.py): fleet accounting, the outlier detector, the hedge's TTFT
@@ -26,8 +28,10 @@ from fleetgate.routing.base import RoutingRequest
 # disaggregated request.
 AttemptKind = Literal["first", "retry", "hedge", "continuation", "prefill"]
 # Why an attempt ended without a whole answer. `cancelled`: the gateway stopped it (the
-# client left, or a hedge's other attempt won): never the backend's fault.
-ErrorKind = Literal["connect", "read", "protocol", "timeout", "cancelled"]
+# client left, or a hedge's other attempt won); `gateway`: the gateway's own code raised.
+# Neither is ever the backend's fault.
+ErrorKind = Literal["connect", "read", "protocol", "timeout", "cancelled", "gateway"]
+NOT_UPSTREAM: frozenset[ErrorKind] = frozenset({"cancelled", "gateway"})
 # answered: the client got a backend's answer (whatever its status); failed: the gateway
 # answered with an error of its own after its attempts; rejected: refused before routing;
 # client_closed: the client left first.
@@ -64,11 +68,13 @@ class Admitted(Event, frozen=True, gc=False):
 
 
 class Routed(Event, frozen=True, gc=False):
-    """A backend was picked for an attempt (None: no candidate was left)."""
+    """A backend was picked for an attempt (None: no candidate was left). `scores`: each
+    scorer's score of it, by plugin name (empty when the pipeline had nothing to compare)."""
 
     model: str
     backend: BackendState | None
     kind: AttemptKind
+    scores: dict[str, float]
 
 
 class AttemptStarted(Event, frozen=True, gc=False):

@@ -8,6 +8,11 @@ component takes one emitter per event type and calls it, with nothing to look up
     if emit.attempt_ended is not None:
         emit.attempt_ended(AttemptEnded(...))
 
+The gateway has one set of emitters for its edge (Received, Rejected, Admitted, and the
+Finished of requests it refuses) and one per pool (everything from routing on): a subscriber
+that pairs edge and pool events, as metrics does, subscribes to the edge's hooks and each
+pool's (the composition root, serve.py, does it).
+
 An event type nobody subscribed to has no emitter (None): the emitting code checks, and makes
 no event nobody hears (the hot path's cost stays what its subscribers cost). With one
 subscriber the emitter is that subscriber itself; with several it calls them in the order

@@ -16,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.lifecycle.events import (
+    NOT_UPSTREAM,
     AttemptEnded,
     Continued,
     Finished,
@@ -146,7 +147,7 @@ class GatewayMetrics(Collector):
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         error = event.error
-        if error is not None and error != "cancelled":
+        if error is not None and error not in NOT_UPSTREAM:
             self._errors.inc((event.model, event.backend.backend.id, error))
 
     def on_hedged(self, event: Hedged) -> None:

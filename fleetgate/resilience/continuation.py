@@ -130,10 +130,11 @@ class Continuation:
             if rest is None:
                 break
             now = self._clock()
-            state = cluster.router.pick_other(ex.routing, now, ex.tried)
             emit = cluster.emit
-            if emit.routed is not None:
-                emit.routed(Routed(ex.request_id, now, ex.model, state, "continuation"))
+            why: dict[str, float] | None = {} if emit.routed is not None else None
+            state = cluster.router.pick_other(ex.routing, now, ex.tried, why)
+            if emit.routed is not None and why is not None:
+                emit.routed(Routed(ex.request_id, now, ex.model, state, "continuation", why))
             if state is None:
                 break
             ex.tried.append(state)

@@ -46,12 +46,13 @@ class Failover:
     def __init__(
         self,
         attempts: Attempts,
+        continuation: Continuation,
         clock: Callable[[], float],
         rng: random.Random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._attempts = attempts
-        self._continuation = Continuation(attempts, clock)
+        self._continuation = continuation
         self._clock = clock
         self._rng = rng
         self._sleep = sleep
@@ -70,12 +71,13 @@ class Failover:
                 now = self._clock()
                 retry = bool(ex.tried)
                 kind: AttemptKind = "retry" if retry else "first"
+                why: dict[str, float] | None = {} if emit.routed is not None else None
                 if retry:
-                    state = router.pick_other(routing, now, ex.tried)
+                    state = router.pick_other(routing, now, ex.tried, why)
                 else:
-                    state = router.pick(routing, now)
-                if emit.routed is not None:
-                    emit.routed(Routed(ex.request_id, now, ex.model, state, kind))
+                    state = router.pick(routing, now, why)
+                if emit.routed is not None and why is not None:
+                    emit.routed(Routed(ex.request_id, now, ex.model, state, kind, why))
                 if state is None:
                     break
                 # A retry after a failed connect adds no work to the fleet: it is the first
@@ -102,12 +104,15 @@ class Failover:
                     if held:
                         budget.release()
                 if result is None or isinstance(result, Broken):
-                    status, outcome = ex.writer.status, "answered"
-                    if isinstance(result, Broken):
+                    if isinstance(result, Broken):  # the client leaving in it stays a 499
                         await self._continuation.finish(cluster, ex, result)
+                    status, outcome = ex.writer.status, "answered"
                     return
                 failed = result
             status, outcome = self._answer_failure(ex, failed), "failed"
+        except Exception:
+            status, outcome = 500, "failed"  # the gateway's own bug: the server answers 500
+            raise
         finally:
             if emit.finished is not None:
                 progress = ex.progress
@@ -135,10 +140,11 @@ class Failover:
                 return await first
             try:
                 now = self._clock()
-                other = cluster.router.pick_other(ex.routing, now, ex.tried)
                 emit = cluster.emit
-                if emit.routed is not None:
-                    emit.routed(Routed(ex.request_id, now, ex.model, other, "hedge"))
+                why: dict[str, float] | None = {} if emit.routed is not None else None
+                other = cluster.router.pick_other(ex.routing, now, ex.tried, why)
+                if emit.routed is not None and why is not None:
+                    emit.routed(Routed(ex.request_id, now, ex.model, other, "hedge", why))
                 if other is None:
                     return await first
                 ex.tried.append(other)
@@ -152,6 +158,9 @@ class Failover:
         finally:
             for task in race.tasks:
                 task.cancel()
+            # Until both have ended (and said so), the request is not over: its Finished
+            # comes after every attempt's AttemptEnded.
+            await asyncio.wait(race.tasks)
 
     def _answer_failure(self, ex: Exchange, failed: Failed | None) -> int:
         """Send the client the last failure, or a 503 when no backend could be tried."""

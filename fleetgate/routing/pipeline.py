@@ -85,10 +85,16 @@ class RoutingPipeline:
         self._clock = perf_counter if timer is not None else _zero
 
     def pick(
-        self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
+        self,
+        request: RoutingRequest,
+        candidates: Sequence[BackendState],
+        now: float,
+        explain: dict[str, float] | None = None,
     ) -> BackendState | None:
         """The chosen backend, or None when no candidate survives the filters. Each plugin's
-        time (a scorer's scoring and learning together) goes to the timer, if one is set."""
+        time (a scorer's scoring and learning together) goes to the timer, if one is set.
+        `explain`, when given, receives each scorer's score of the chosen backend (by plugin
+        name; nothing when there was nothing to compare), for whoever wants to see why."""
         timer, clock, names = self._timer, self._clock, self._names
         scorers, filters = self._scorers, self._filters
         filtering = [0.0] * len(filters)  # each filter's time, over one or two passes
@@ -110,6 +116,7 @@ class RoutingPipeline:
             chosen = candidates[0]
         else:
             combined: list[float] | None = None
+            each: list[list[float]] = []  # every scorer's scores, kept only to explain
             if scorers:
                 combined = [0.0] * len(candidates)
                 for i, (scorer, share) in enumerate(scorers):
@@ -117,9 +124,15 @@ class RoutingPipeline:
                     scores = scorer.score(request, candidates, now)
                     combined = [c + share * s for c, s in zip(combined, scores, strict=True)]
                     spent[i] = clock() - start
+                    if explain is not None:
+                        each.append(scores)
             start = clock()
             chosen = self.picker.pick(request, candidates, combined, now)
             timer(names[id(self.picker)], clock() - start)
+            if each and explain is not None:
+                at = candidates.index(chosen)
+                for (scorer, _), scores in zip(scorers, each, strict=True):
+                    explain[names[id(scorer)]] = scores[at]
         for i, (scorer, _) in enumerate(scorers):
             if self._learns[i]:
                 start = clock()

@@ -22,16 +22,23 @@ class Router:
         if isinstance(pipeline.picker, LoadTracker):
             pool.load_changed = pipeline.picker.load_changed
 
-    def pick(self, request: RoutingRequest, now: float) -> BackendState | None:
+    def pick(
+        self, request: RoutingRequest, now: float, explain: dict[str, float] | None = None
+    ) -> BackendState | None:
+        """The pipeline's pick among the pool's candidates; `explain` as the pipeline's."""
         pool = self.pool
         if now >= pool.next_check:
             pool.update(now)
         if not pool.candidates:
             return None
-        return self.pipeline.pick(request, pool.candidates, now)
+        return self.pipeline.pick(request, pool.candidates, now, explain)
 
     def pick_other(
-        self, request: RoutingRequest, now: float, tried: Sequence[BackendState]
+        self,
+        request: RoutingRequest,
+        now: float,
+        tried: Sequence[BackendState],
+        explain: dict[str, float] | None = None,
     ) -> BackendState | None:
         """A pick among the candidates not in `tried` (for a retry); O(n), only on retries."""
         pool = self.pool
@@ -40,4 +47,4 @@ class Router:
         others = [s for s in pool.candidates if s not in tried]
         if not others:
             return None
-        return self.pipeline.pick(request, others, now)
+        return self.pipeline.pick(request, others, now, explain)

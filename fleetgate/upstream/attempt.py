@@ -9,7 +9,7 @@ client and may be tried elsewhere, or a `Broken` stream that the client has part
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from fleetgate.fleet.backend import BackendState
@@ -84,6 +84,7 @@ class Broken:
 
 
 def error_kind(exc: UpstreamError) -> ErrorKind:
+    """What went wrong, as events and metrics name it."""
     if isinstance(exc, UpstreamTimeout):
         return "timeout"
     if isinstance(exc, ConnectError):
@@ -94,6 +95,7 @@ def error_kind(exc: UpstreamError) -> ErrorKind:
 
 
 def error_code(exc: UpstreamError) -> str:
+    """The `code` of the error the client gets for it."""
     return "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
 
 
@@ -114,19 +116,22 @@ class Attempts:
         self._transport = transport
         self._clock = clock
 
-    async def _send(self, ex: Exchange, state: BackendState, body: bytes) -> UpstreamAnswer:
-        """The request on its way, with its deadlines (http/deadlines.py) set on the answer
-        (as `run` does inline)."""
+    def _send(self, ex: Exchange, state: BackendState, body: bytes) -> Awaitable[UpstreamAnswer]:
+        """The request on its way: the transport's own awaitable (not a coroutine of ours
+        around it: one frame fewer per request), its head due within the first-byte timeout
+        or what is left of the total."""
         t = ex.timeouts
-        deadline = ex.deadline
-        response = await self._transport.request(
+        return self._transport.request(
             state.backend.origin, b"POST", ex.path, ex.headers, body,
-            timeout_s=max(0.0, min(t.first_byte_s, deadline - self._clock())),
+            timeout_s=max(0.0, min(t.first_byte_s, ex.deadline - self._clock())),
             connect_timeout_s=t.connect_s,
         )  # fmt: skip
-        left_s = max(0.0, deadline - self._clock())
+
+    def _expire(self, ex: Exchange, response: UpstreamAnswer) -> None:
+        """The rest of the answer's deadlines (http/deadlines.py): the total and the idle."""
+        t = ex.timeouts
+        left_s = max(0.0, ex.deadline - self._clock())
         response.expire_in(left_s, t.total_message, t.idle_s, t.idle_message)
-        return response
 
     async def run(
         self,
@@ -154,16 +159,8 @@ class Attempts:
         first_at: float | None = None
         streamed: StreamProgress | None = None
         try:
-            # Inlined rather than `await self._send(...)`: one coroutine fewer per request.
-            t = ex.timeouts
-            deadline = ex.started + t.total_s
-            response = await self._transport.request(
-                state.backend.origin, b"POST", ex.path, ex.headers, ex.body,
-                timeout_s=max(0.0, min(t.first_byte_s, deadline - clock())),
-                connect_timeout_s=t.connect_s,
-            )  # fmt: skip
-            left_s = max(0.0, deadline - clock())
-            response.expire_in(left_s, t.total_message, t.idle_s, t.idle_message)
+            response = await self._send(ex, state, ex.body)
+            self._expire(ex, response)
             status = response.status
             if routing.stream and status == 200:
                 progress = streamed = StreamProgress()
@@ -201,6 +198,9 @@ class Attempts:
             return Failed(answer, body, [(b"content-type", JSON)], isinstance(exc, ConnectError))
         except asyncio.CancelledError:
             error = "cancelled"
+            raise
+        except Exception:
+            error = "gateway"
             raise
         finally:
             if emit.attempt_ended is not None:
@@ -244,12 +244,15 @@ class Attempts:
         error: ErrorKind | None = None
         first_at: float | None = None
         events = progress.events
+        wait_s: float | None = None
         try:
             response = await self._send(ex, state, body)
+            self._expire(ex, response)
             status = response.status
-            if status != 200:
+            if status != 200:  # judged by its status (outlier.py), not as a broken stream
+                wait_s = retry_after_s(response.header(b"retry-after"))
                 await response.read()
-                raise ReadError(f"the continuation was answered {status}")
+                return ReadError(f"the continuation was answered {status}")
 
             def start() -> bool:  # the client has had its head already
                 nonlocal first_at
@@ -268,12 +271,15 @@ class Attempts:
         except asyncio.CancelledError:
             error = "cancelled"
             raise
+        except Exception:
+            error = "gateway"
+            raise
         finally:
             if emit.attempt_ended is not None:
                 emit.attempt_ended(
                     AttemptEnded(
                         ex.request_id, clock(), ex.model, state, kind, sent, 0, queued, status,
-                        error, None, first_at, progress.events - events, True,
+                        error, wait_s, first_at, progress.events - events, status == 200,
                     )
                 )  # fmt: skip
 

@@ -2,7 +2,8 @@
 prefill backend, and the KV handoff it answers with goes into the body the decode backend gets.
 
 Any failure leaves the body as it was: the decode backend then prefills the prompt itself,
-slower but answered.
+slower but answered. What the prefill backend's answer says of it is the outlier detector's
+rule, as for any attempt: an engine's 429 or 503 with Retry-After backs it off.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from fleetgate.lifecycle.events import AttemptEnded, AttemptKind, AttemptStarted
 from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.openai_api import with_fields
 from fleetgate.routing.router import Router
-from fleetgate.upstream.attempt import Exchange, error_kind
+from fleetgate.upstream.attempt import Exchange, error_kind, retry_after_s
 from fleetgate.upstream.timeouts import Timeouts
 
 # What a prefill engine is asked for, as vLLM's disaggregation proxies ask it.
@@ -76,9 +77,10 @@ class Prefill:
         routing, model = ex.routing, ex.model
         kind: AttemptKind = "prefill"
         now = clock()
-        state = self.router.pick(routing, now)
-        if emit.routed is not None:
-            emit.routed(Routed(ex.request_id, now, model, state, kind))
+        why: dict[str, float] | None = {} if emit.routed is not None else None
+        state = self.router.pick(routing, now, why)
+        if emit.routed is not None and why is not None:
+            emit.routed(Routed(ex.request_id, now, model, state, kind, why))
         if state is None:
             return ex.body
         prompt = routing.prompt_tokens
@@ -89,6 +91,7 @@ class Prefill:
             )
         status = 0
         error: ErrorKind | None = None
+        wait_s: float | None = None
         answer = b""
         try:
             response = await self._transport.request(
@@ -97,18 +100,22 @@ class Prefill:
             )  # fmt: skip
             response.expire_in(t.total_s, t.total_message)
             status = response.status
+            wait_s = retry_after_s(response.header(b"retry-after"))
             answer = await response.read()
         except UpstreamError as exc:
             error = error_kind(exc)
         except asyncio.CancelledError:
             error = "cancelled"
             raise
+        except Exception:
+            error = "gateway"
+            raise
         finally:
             if emit.attempt_ended is not None:
                 emit.attempt_ended(
                     AttemptEnded(
                         ex.request_id, clock(), model, state, kind, now, prompt, queued, status,
-                        error, None, None, 0, False,
+                        error, wait_s, None, 0, False,
                     )
                 )  # fmt: skip
         params = handoff_params(answer) if status == 200 else None

@@ -588,7 +588,7 @@ async def test_a_connection_paused_at_the_end_of_a_stream_is_reused_unpaused(
     paused = asyncio.Event()
 
     def slow_sink(chunk: bytes) -> None:
-        first.pause_reading()  # as the proxy does when its client is slow
+        first.pause_reading()  # as the stream relay does when its client is slow
         paused.set()
 
     await asyncio.wait_for(first.relay(Sink(slow_sink)), GUARD_S)

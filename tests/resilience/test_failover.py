@@ -29,9 +29,11 @@ from fleetgate.lifecycle.events import (
     Hedged,
     Retried,
     RetryRefused,
+    Routed,
 )
 from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.resilience.cluster import Cluster
+from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import default_registry
@@ -121,13 +123,16 @@ class Harness:
     """One pool of `n` backends (b0, b1, ...) behind a mock transport; `answer(k, sent)` is the
     script of the k-th request sent upstream (0 for the first)."""
 
-    def __init__(self, n: int, answer: Callable[[int, Sent], Script], **pool: Any) -> None:
-        urls = [f"http://10.0.0.{i}:8000" for i in range(n)]
-        config = parse_config(
-            {"pools": [{"model": "m", "policy": "round_robin", **pool,
-                        "backends": [{"url": u} for u in urls]}]}
-        )  # fmt: skip
+    def __init__(
+        self, n: int, answer: Callable[[int, Sent], Script], prefill: int = 0, **pool: Any
+    ) -> None:
+        urls = [f"http://10.0.0.{i}:8000" for i in range(n + prefill)]
         backends = tuple(Backend(f"b{i}", u, ("m",)) for i, u in enumerate(urls))
+        section = {"model": "m", "policy": "round_robin", **pool,
+                   "backends": [{"url": u} for u in urls[:n]]}  # fmt: skip
+        if prefill:  # b{n}, ...: the prefill backends of a disaggregated pool
+            section["prefill"] = {"backends": [{"url": u} for u in urls[n:]]}
+        config = parse_config({"pools": [section]})
         self.events: list[Event] = []
 
         def record(hooks: Hooks) -> None:
@@ -138,11 +143,14 @@ class Harness:
 
         self.transport = MockTransport(handler)
         clock = time.monotonic
+        resolved = ResolvedPool(config.pools[0], backends[:n], backends[n:])
         self.cluster: Cluster = build_clusters(
-            [ResolvedPool(config.pools[0], backends)], default_registry(), random.Random(1),
-            transport=self.transport, clock=clock, subscribe=record,
+            [resolved], default_registry(), random.Random(1), transport=self.transport,
+            clock=clock, subscribe=record,
         )["m"]  # fmt: skip
-        self.failover = Failover(Attempts(self.transport, clock), clock, random.Random(2))
+        attempts = Attempts(self.transport, clock)
+        continuation = Continuation(attempts, clock)
+        self.failover = Failover(attempts, continuation, clock, random.Random(2))
         self.socket = ClientSocket()
 
     def exchange(self, stream: bool, body: bytes = CHAT) -> Exchange:
@@ -166,13 +174,18 @@ class Harness:
         return [e for e in self.events if isinstance(e, kind)]
 
     def assert_settled(self) -> None:
-        """Every attempt's accounting was undone when it ended."""
-        pool = self.cluster.pool
-        assert pool.in_flight == 0
-        for state in pool.states:
-            assert (state.in_flight, state.in_flight_tokens, state.pending_prefill) == (0, 0, 0)
+        """Every attempt's accounting was undone when it ended, and the request's one
+        Finished came after everything else."""
+        pools = [self.cluster.pool]
+        if self.cluster.prefill is not None:
+            pools.append(self.cluster.prefill.router.pool)
+        for pool in pools:
+            assert pool.in_flight == 0
+            for s in pool.states:
+                assert (s.in_flight, s.in_flight_tokens, s.pending_prefill) == (0, 0, 0)
         assert self.cluster.budget.retrying == 0
         assert len(self.of(Finished)) == 1
+        assert isinstance(self.events[-1], Finished)
 
 
 FAST_RETRIES = {"max_attempts": 3, "backoff_base_s": 0.001, "backoff_max_s": 0.002}
@@ -328,3 +341,124 @@ async def test_a_client_that_leaves_cancels_the_attempt_without_blaming_the_back
     pool = h.cluster.pool
     assert pool.in_flight == 0 and pool.states[0].in_flight == 0
     assert not pool.states[0].flags  # cancelled attempts are no failures: not ejected
+
+
+async def test_every_pick_is_reported_with_the_scores_that_chose_it() -> None:
+    h = Harness(2, lambda k, sent: Script(200, [b"{}"]), policy="least_loaded")
+    await h.forward()
+    (routed,) = h.of(Routed)
+    assert routed.kind == "first" and routed.backend is not None
+    assert set(routed.scores) == {"queue", "kv_cache"}
+    assert all(0.0 <= s <= 1.0 for s in routed.scores.values())
+
+
+async def test_a_retry_holds_a_share_of_the_budget_for_as_long_as_it_runs() -> None:
+    retrying: list[int] = []
+
+    def answer(k: int, sent: Sent) -> Script:
+        retrying.append(h.cluster.budget.retrying)  # as the attempt is sent
+        return Script(503) if k == 0 else Script(200, [b"{}"], head_delay_s=0.05)
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    task = asyncio.get_running_loop().create_task(h.forward())
+    await asyncio.sleep(0.03)  # the retry is waiting for its answer now
+    assert h.cluster.budget.retrying == 1
+    got = await task
+    assert got.status == 200
+    assert retrying == [0, 1]
+    h.assert_settled()  # released when it ended
+
+
+async def test_a_client_that_leaves_a_hedged_request_ends_both_attempts_before_finished() -> None:
+    both = asyncio.Event()
+
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 1:
+            both.set()
+        return Script(200, sse(token("late")), head_delay_s=30.0)
+
+    hedge = {"enabled": True, "min_delay_s": 0.01, "max_delay_s": 0.02}
+    h = Harness(2, answer, retries=FAST_RETRIES, hedge=hedge)
+    task = asyncio.get_running_loop().create_task(
+        h.failover.forward(h.cluster, h.exchange(stream=True))
+    )
+    await both.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [e.error for e in h.of(AttemptEnded)] == ["cancelled", "cancelled"]
+    (done,) = h.of(Finished)
+    assert (done.status, done.outcome) == (499, "client_closed")
+    h.assert_settled()
+
+
+async def test_a_client_that_leaves_during_a_continuation_is_recorded_as_gone() -> None:
+    continuing = asyncio.Event()
+
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:
+            chunks = sse(role("s0"), token("Hel"), done=False)
+            return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+        continuing.set()
+        return Script(200, sse(token("lo", "s1")), head_delay_s=30.0)
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    task = asyncio.get_running_loop().create_task(
+        h.failover.forward(h.cluster, h.exchange(stream=True))
+    )
+    await continuing.wait()
+    assert h.of(Continued)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    (done,) = h.of(Finished)
+    assert (done.status, done.outcome) == (499, "client_closed")  # not "answered": it left
+    h.assert_settled()
+
+
+async def test_a_continuation_refused_with_a_4xx_is_not_the_backend_s_fault() -> None:
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:
+            chunks = sse(role("s0"), token("Hi"), done=False)
+            return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+        return Script(400, [b'{"error":{"message":"continue_final_message unsupported"}}'])
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    got = await h.forward(stream=True)
+    assert "could not go on" in got.events()[-1]["error"]["message"]
+    ended = h.of(AttemptEnded)[-1]
+    assert (ended.kind, ended.status, ended.error) == ("continuation", 400, None)
+    h.assert_settled()
+
+
+async def test_a_disaggregated_request_takes_the_prefill_backend_s_kv_handoff() -> None:
+    handoff = {"remote_engine_id": "p0", "remote_block_ids": [1, 2]}
+
+    def answer(k: int, sent: Sent) -> Script:
+        asked = msgspec.json.decode(sent.body)
+        if k == 0:  # the prefill half: one token, not streamed, asking to keep the KV
+            assert sent.origin.host == "10.0.0.2"
+            assert (asked["max_tokens"], asked["stream"]) == (1, False)
+            assert asked["kv_transfer_params"]["do_remote_decode"] is True
+            return Script(200, [msgspec.json.encode({"kv_transfer_params": handoff})])
+        assert asked["kv_transfer_params"] == handoff  # the decode half gets the handoff
+        return Script(200, [b"{}"])
+
+    h = Harness(2, answer, prefill=1, retries=FAST_RETRIES)
+    assert (await h.forward()).status == 200
+    kinds = [(e.kind, e.backend.backend.id) for e in h.of(AttemptEnded)]
+    assert kinds[0] == ("prefill", "b2") and kinds[1][0] == "first"
+    h.assert_settled()
+
+
+async def test_a_failed_prefill_leaves_the_body_to_the_decode_backend() -> None:
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:
+            return Script(error=ConnectError("refused"))
+        assert "kv_transfer_params" not in msgspec.json.decode(sent.body)
+        return Script(200, [b"{}"])
+
+    h = Harness(1, answer, prefill=1, retries=FAST_RETRIES)
+    assert (await h.forward()).status == 200
+    assert [e.error for e in h.of(AttemptEnded)] == ["connect", None]
+    h.assert_settled()

@@ -21,7 +21,7 @@ def states(n: int) -> tuple[BackendState, ...]:
 
 
 def measured(state: BackendState, prefill_s_per_token: float, tpot_s: float) -> None:
-    """One answer of 101 tokens to a 100-token prompt, as the proxy records it."""
+    """One answer of 101 tokens to a 100-token prompt, as the fleet accounting records it."""
     ttft = prefill_s_per_token * 100
     state.latency.record_stream(ttft, ttft + tpot_s * 100, tokens=101, prefill_tokens=100)
 

@@ -68,9 +68,6 @@ class HighestScore:
         assert scores is not None
         return candidates[max(range(len(candidates)), key=scores.__getitem__)]
 
-    def load_changed(self, state: BackendState) -> None:
-        pass
-
 
 def states() -> tuple[BackendState, ...]:
     spec = [("b0", 1.0, "us"), ("b1", 2.0, "eu"), ("b2", 4.0, "us"), ("b3", 1.0, "eu")]
@@ -122,6 +119,19 @@ def test_scores_combine_as_a_weighted_mean() -> None:
     assert all(0.0 <= s <= 1.0 for s in scores)
     assert now == 2.5
     assert chosen is candidates[1]
+
+
+def test_a_pick_can_explain_each_scorer_s_score_of_the_chosen_backend() -> None:
+    candidates = states()
+    candidates[2].in_flight = 3
+    pipeline = RoutingPipeline(HighestScore(), scorers=[(IdleScorer(), 3.0), (WeightScorer(), 1.0)])
+    why: dict[str, float] = {}
+    chosen = pipeline.pick(REQUEST, candidates, 0.0, why)
+    assert chosen is candidates[1]
+    assert why == {"IdleScorer": 1.0, "WeightScorer": 0.5}  # b1's own scores
+    lone: dict[str, float] = {}
+    assert pipeline.pick(REQUEST, candidates[:1], 0.0, lone) is candidates[0]
+    assert lone == {}  # nothing to compare: nothing scored
 
 
 def test_scorers_see_only_the_filtered_candidates() -> None:
