@@ -105,7 +105,7 @@ class OutlierDetector:
         record = self._record(state)
         self._count(record, now, False)
         record.failures = 0
-        if self._pool.is_ejected(state):
+        if state.flags and self._pool.is_ejected(state):  # flags first: 0 for the healthy
             return  # an answer that was on its way: the return stays half-open
         record.half_open = False
         # Forgive one past ejection per max_ejection_s of good behaviour since the return.

@@ -59,10 +59,10 @@ class Exchange:
     backend: str = NO_BACKEND  # whose answer
     ttft_s: float | None = None
     progress: StreamProgress | None = None  # of the stream the client has, if any
+    deadline: float = field(init=False)  # when the total timeout ends the whole exchange
 
-    @property
-    def deadline(self) -> float:
-        return self.started + self.timeouts.total_s
+    def __post_init__(self) -> None:
+        self.deadline = self.started + self.timeouts.total_s
 
 
 @dataclass(slots=True)
