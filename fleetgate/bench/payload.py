@@ -17,7 +17,6 @@ PATHS: dict[Endpoint, bytes] = {
     "chat": b"/v1/chat/completions",
     "completions": b"/v1/completions",
 }
-DONE = b"[DONE]"
 
 _encoder = msgspec.json.Encoder()
 

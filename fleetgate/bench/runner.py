@@ -21,12 +21,13 @@ from typing import Protocol
 
 import msgspec
 
-from fleetgate.bench.payload import DONE, PATHS, encode_request, parse_chunk
+from fleetgate.bench.payload import PATHS, encode_request, parse_chunk
 from fleetgate.bench.stats import RequestRecord
 from fleetgate.bench.workloads import RequestSpec
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.http.errors import ConnectError, ProtocolError, ReadError, UpstreamError
 from fleetgate.http.sse import SseDecoder
+from fleetgate.openai_api import DONE
 from fleetgate.tokens import count_tokens
 
 Clock = Callable[[], float]  # monotonic seconds

@@ -8,6 +8,7 @@ when Prometheus scrapes. The overhead benchmark runs with all of it on.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -26,7 +27,7 @@ from fleetgate.lifecycle.events import (
     RetryRefused,
 )
 from fleetgate.lifecycle.hooks import Hooks
-from fleetgate.observe.series import CounterSeries, HistogramSeries
+from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
 
 # Latency buckets (seconds) spanning a cached 5 ms TTFT to a queued 2-minute request.
 LATENCY_BUCKETS = (
@@ -112,15 +113,18 @@ class GatewayMetrics(Collector):
         self._status_text: dict[int, str] = {}
 
     def routing_timer(self, model: str) -> Callable[[str, float], None]:
-        """What a pool's routing pipeline reports each plugin's time to."""
-        keys: dict[str, tuple[str, str]] = {}
-        observe = self._routing.observe
+        """What a pool's routing pipeline reports each plugin's time to (several times per
+        request: each plugin's histogram is observed into directly)."""
+        series = self._routing
+        bounds = series.bounds
+        by_plugin: dict[str, Buckets] = {}
 
         def timed(plugin: str, seconds: float) -> None:
-            key = keys.get(plugin)
-            if key is None:
-                key = keys[plugin] = (model, plugin)
-            observe(key, seconds)
+            buckets = by_plugin.get(plugin)
+            if buckets is None:
+                buckets = by_plugin[plugin] = series.buckets((model, plugin))
+            buckets.counts[bisect_left(bounds, seconds)] += 1
+            buckets.sum += seconds
 
         return timed
 

@@ -33,7 +33,9 @@ class CounterSeries:
         return family
 
 
-class _Buckets:
+class Buckets:
+    """One label tuple's histogram: counts per bucket and their sum."""
+
     __slots__ = ("counts", "sum")
 
     def __init__(self, n: int) -> None:
@@ -49,12 +51,24 @@ class HistogramSeries:
     def __init__(self, name: str, doc: str, labels: Sequence[str], bounds: Sequence[float]):
         self._name, self._doc, self._labels = name, doc, list(labels)
         self._bounds = tuple(bounds)
-        self._series: dict[tuple[str, ...], _Buckets] = {}
+        self._series: dict[tuple[str, ...], Buckets] = {}
+
+    @property
+    def bounds(self) -> tuple[float, ...]:
+        return self._bounds
+
+    def buckets(self, key: tuple[str, ...]) -> Buckets:
+        """The histogram of one label tuple, for a caller that observes into it directly
+        (counts[bisect_left(bounds, value)] += 1; sum += value): one call fewer per value."""
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = Buckets(len(self._bounds) + 1)
+        return series
 
     def observe(self, key: tuple[str, ...], value: float) -> None:
         series = self._series.get(key)
         if series is None:
-            series = self._series[key] = _Buckets(len(self._bounds) + 1)
+            series = self._series[key] = Buckets(len(self._bounds) + 1)
         series.counts[bisect_left(self._bounds, value)] += 1  # le: value <= bound
         series.sum += value
 

@@ -116,7 +116,7 @@ class RoutingPipeline:
             chosen = candidates[0]
         else:
             combined: list[float] | None = None
-            each: list[list[float]] = []  # every scorer's scores, kept only to explain
+            each: list[list[float]] | None = [] if explain is not None else None
             if scorers:
                 combined = [0.0] * len(candidates)
                 for i, (scorer, share) in enumerate(scorers):
@@ -124,12 +124,12 @@ class RoutingPipeline:
                     scores = scorer.score(request, candidates, now)
                     combined = [c + share * s for c, s in zip(combined, scores, strict=True)]
                     spent[i] = clock() - start
-                    if explain is not None:
+                    if each is not None:  # kept only to explain
                         each.append(scores)
             start = clock()
             chosen = self.picker.pick(request, candidates, combined, now)
             timer(names[id(self.picker)], clock() - start)
-            if each and explain is not None:
+            if each and explain is not None:  # (each is None unless explaining)
                 at = candidates.index(chosen)
                 for (scorer, _), scores in zip(scorers, each, strict=True):
                     explain[names[id(scorer)]] = scores[at]

@@ -21,16 +21,16 @@ from typing import Any
 import msgspec
 
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.openai_api import DONE_EVENT, SSE_HEADERS
 from fleetgate.tokens import count_tokens, filler_token
 from fleetgate.workers.sim.driver import WallClockDriver
 from fleetgate.workers.sim.engine import EngineRequest, FinishedRequest
 from fleetgate.workers.sim.metrics import WorkerMetrics
 from fleetgate.workers.sim.prompt import PromptBlocks, from_text, from_token_ids, render_chat
-from fleetgate.workers.sim.responses import DONE, StreamFormat, full_response, usage
+from fleetgate.workers.sim.responses import StreamFormat, full_response, usage
 
 MAX_MODEL_LEN = 131_072  # Llama-3.1's context window; prompt + output beyond it is a 400
 EMBEDDING_DIM = 384
-_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
 class GenerationError(Exception):
@@ -211,7 +211,7 @@ class Generator:
         except ValueError as exc:  # e.g. a prompt larger than the whole KV cache
             raise GenerationError(400, str(exc), "messages" if job.chat else "prompt") from None
         if fmt is not None:
-            writer.start(200, _SSE)
+            writer.start(200, list(SSE_HEADERS))
         try:
             info = await sink.done
         finally:
@@ -222,7 +222,7 @@ class Generator:
             writer.write(fmt.finish(job.finish_reason))
             if job.include_usage:
                 writer.write(fmt.usage(u))
-            writer.write(DONE)
+            writer.write(DONE_EVENT)
             writer.end()
             return
         text = "".join(filler_token(i, job.seed) for i in range(info.output_tokens))

@@ -70,9 +70,6 @@ class StreamFormat:
         return b"".join((self._head, b'],"usage":', _encode(u), b"}\n\n"))
 
 
-DONE = b"data: [DONE]\n\n"
-
-
 def full_response(
     chat: bool,
     request_id: str,
