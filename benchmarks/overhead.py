@@ -14,7 +14,9 @@ Layout (2 cores): the gateway alone on core 0; the upstream and wrk share core 1
      of three runs.
 nginx (reverse proxy, keep-alive upstream, buffering off, one worker) and `sglang-router`, when
 on PATH, are measured in the gateway's place too, as references from the same machine and run.
-The gateway runs with its defaults: least_requests routing and metrics on.
+The gateway runs with its defaults: least_requests routing and metrics on. With `--auth`, a
+second gateway runs with API keys and a tenant's rate limits on (in-process store, limits set
+high enough never to refuse) and is printed beside it, as the ratio to the gateway without.
 """
 
 from __future__ import annotations
@@ -57,12 +59,25 @@ def _serving(cmd: list[str], health: str) -> Iterator[subprocess.Popen[str]]:
         yield proc
 
 
-def _wrk(url: str, body: str, conns: int, seconds: float, latency: bool = False) -> str:
+AUTH_KEY = "sk-overhead-benchmark"
+AUTH_CONFIG = f"""
+tenants:
+  - name: bench
+    keys: [{AUTH_KEY}]
+    limits: {{requests_per_minute: 1.0e+12, tokens_per_minute: 1.0e+15}}
+"""
+
+
+def _wrk(
+    url: str, body: str, conns: int, seconds: float, latency: bool = False, key: str | None = None
+) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(
             f"wrk.method = 'POST'\nwrk.body = '{body}'\n"
             "wrk.headers['Content-Type'] = 'application/json'\n"
         )
+        if key is not None:
+            script.write(f"wrk.headers['Authorization'] = 'Bearer {key}'\n")
     cmd = [*_pin(1), "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "-s", script.name]
     if latency:
         cmd.append("--latency")
@@ -112,24 +127,28 @@ http {{
 """
 
 
-def measure(url: str, seconds: float, pid: int | None, upstream_pid: int) -> dict[str, float]:
+def measure(
+    url: str, seconds: float, pid: int | None, upstream_pid: int, key: str | None = None
+) -> dict[str, float]:
     path = url + "/v1/chat/completions"
-    _wrk(path, CHAT, 64, 2)  # warm up: connections, caches
-    rps = _rps(_wrk(path, CHAT, 64, seconds))
+    _wrk(path, CHAT, 64, 2, key=key)  # warm up: connections, caches
+    rps = _rps(_wrk(path, CHAT, 64, seconds, key=key))
     _repin(upstream_pid, 0)
-    p50 = _p50_us(_wrk(path, CHAT, 1, seconds, latency=True))
+    p50 = _p50_us(_wrk(path, CHAT, 1, seconds, latency=True, key=key))
     _repin(upstream_pid, 1)
-    windows = [_stream_window(path, seconds, pid) for _ in range(STREAM_WINDOWS)]
+    windows = [_stream_window(path, seconds, pid, key) for _ in range(STREAM_WINDOWS)]
     streams = statistics.median(w[0] for w in windows)
     cpu = statistics.median(w[1] for w in windows)
     return {"rps": rps, "p50_us": p50, "streams": streams, "cpu": cpu}
 
 
-def _stream_window(path: str, seconds: float, pid: int | None) -> tuple[float, float]:
+def _stream_window(
+    path: str, seconds: float, pid: int | None, key: str | None
+) -> tuple[float, float]:
     """One run of the paced streams: completed streams/s, and the proxy's CPU (of one core)."""
     cpu0 = cpu_seconds(pid) if pid else 0.0
     t0 = time.monotonic()
-    streams = _rps(_wrk(path, STREAM, 256, seconds))
+    streams = _rps(_wrk(path, STREAM, 256, seconds, key=key))
     cpu = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0) if pid else float("nan")
     return streams, cpu
 
@@ -144,6 +163,7 @@ def _nginx_worker(master: int) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each wrk run")
+    parser.add_argument("--auth", action="store_true", help="also with keys and rate limits on")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         print("wrk is needed: apt-get install wrk", file=sys.stderr)
@@ -163,6 +183,14 @@ def main() -> int:
         with _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
             print("through fleetgate ...", flush=True)
             results["fleetgate"] = measure(f"http://127.0.0.1:{gw_port}", seconds, gw.pid, up.pid)
+        if args.auth:
+            with open(cfg.name, "a") as more:
+                more.write(AUTH_CONFIG)
+            with _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
+                print("through fleetgate with keys and rate limits ...", flush=True)
+                results["fleetgate+auth"] = measure(
+                    f"http://127.0.0.1:{gw_port}", seconds, gw.pid, up.pid, AUTH_KEY
+                )
         os.unlink(cfg.name)
         nginx = shutil.which("nginx") or (
             "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
@@ -193,7 +221,7 @@ def main() -> int:
 
 def report(results: dict[str, dict[str, float]]) -> None:
     direct = results["direct"]
-    names = [n for n in ("fleetgate", "nginx", "sglang-router") if n in results]
+    names = [n for n in ("fleetgate", "fleetgate+auth", "nginx", "sglang-router") if n in results]
     print()
     print(f"{'':34}{'direct':>10}" + "".join(f"{n:>15}" for n in names))
     rows = [
@@ -218,6 +246,12 @@ def report(results: dict[str, dict[str, float]]) -> None:
         gw, ng = results["fleetgate"], results["nginx"]
         print(f"\nfleetgate / nginx: {gw['rps'] / ng['rps']:.2f}x the req/s, "
               f"{gw['cpu'] / ng['cpu']:.2f}x the CPU per streamed answer")  # fmt: skip
+    if "fleetgate+auth" in results:
+        gw, auth = results["fleetgate"], results["fleetgate+auth"]
+        print(f"keys and rate limits on / off: {auth['rps'] / gw['rps']:.2f}x the req/s, "
+              f"{auth['p50_us'] - gw['p50_us']:+,.0f} us at p50, "
+              f"{auth['cpu'] / gw['cpu']:.2f}x the CPU per streamed answer "
+              "(target: req/s >= 0.90x)")  # fmt: skip
     if "sglang-router" not in results:
         print("sglang-router: not installed (pip install sglang-router to compare)")
 

@@ -29,6 +29,9 @@ from fleetgate.resilience.retry import RetrySettings
 from fleetgate.routing.pipeline import SHORTLIST
 from fleetgate.routing.registry import DEFAULT_POLICY, PluginSpec, Profile
 from fleetgate.settings import Settings, at_least, positive_seconds, within
+from fleetgate.traffic.keys import digest_of
+from fleetgate.traffic.limits import PricingSettings
+from fleetgate.traffic.tenants import TenantSettings
 from fleetgate.upstream.timeouts import Timeouts
 from fleetgate.workers.sim.profiles import PROFILES
 
@@ -62,8 +65,11 @@ class BackendConfig(Settings, frozen=True):
     weight: float = 1.0  # relative share for weight-aware policies
     labels: dict[str, str] = {}  # free-form: region, zone, accelerator, tier
     max_in_flight: int | None = None  # at this many requests in flight routing skips it
+    api_key: str | None = None  # sent to this backend as `Authorization: Bearer` (not logged)
 
     def __post_init__(self) -> None:
+        if self.api_key is not None and (not self.api_key.isprintable() or not self.api_key):
+            raise ValueError("`api_key` must be printable text")
         if (self.url is None) == (self.sim is None):
             raise ValueError("give exactly one of `url` or `sim`")
         if not 0 < self.weight < math.inf:  # also refuses NaN
@@ -144,6 +150,7 @@ class PoolConfig(Settings, frozen=True):
     engine_metrics: ScrapeSettings = ScrapeSettings()  # backends' own load (fleet/scraper.py)
     weights: WeightSettings = WeightSettings()  # self-calibrating weights (calibration.py)
     prefill: PrefillConfig | None = None  # disaggregated: prefill here, decode on `backends`
+    pricing: PricingSettings = PricingSettings()  # its tokens' price, for budgets and spend
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
@@ -190,11 +197,50 @@ class ModelRouteConfig(Settings, frozen=True):
     tiers: TiersConfig | None = None  # or: a cheap pool unless the request is hard
 
 
+class AuthConfig(Settings, frozen=True):
+    """Who may call (docs/configuration.md, "Tenants and keys"): tenants' keys are in
+    `tenants:`; these are the operator's."""
+
+    enabled: bool | None = None  # None: on when a tenant has keys or `key_file` is given
+    admin_keys: list[str] = []  # for /admin/* (clear or `sha256:<hex>`)
+    heartbeat_keys: list[str] = []  # for workers' POST /fleet/heartbeat
+    key_file: str | None = None  # more keys, one `OWNER KEY` per line (traffic/keys.py)
+
+    def __post_init__(self) -> None:
+        for key in (*self.admin_keys, *self.heartbeat_keys):
+            digest_of(key)  # a malformed key fails here, naming the field's section
+
+
+class LimitsConfig(Settings, frozen=True):
+    """Where rate limits and budgets are counted (traffic/store.py)."""
+
+    store: str = "memory"  # memory: this gateway alone; redis: shared by several gateways
+    redis_url: str | None = None  # redis://host:port/db, for `store: redis`
+    key_prefix: str = "fleetgate"  # of the Redis keys, to share one Redis between fleets
+    assumed_output_tokens: int = 256  # reserved for a request that sends no `max_tokens`
+
+    def __post_init__(self) -> None:
+        if self.store not in ("memory", "redis"):
+            raise ValueError(f"`store` must be memory or redis, got {self.store!r}")
+        if self.store == "redis" and not self.redis_url:
+            raise ValueError("`store: redis` needs `redis_url`")
+        at_least("assumed_output_tokens", self.assumed_output_tokens, 1)
+
+
 class Config(Settings, frozen=True):
     server: ServerConfig = ServerConfig()
     pools: list[PoolConfig] = []
     models: list[ModelRouteConfig] = []  # aliases, splits and tiers over the pools
     seed: int | None = None  # seeds routing's random choices; None draws one at start
+    auth: AuthConfig = AuthConfig()  # API keys; off unless tenants have keys
+    tenants: list[TenantSettings] = []  # who may call, and their limits (traffic/tenants.py)
+    limits: LimitsConfig = LimitsConfig()  # where limits are counted
+
+    @property
+    def auth_enabled(self) -> bool:
+        if self.auth.enabled is not None:
+            return self.auth.enabled
+        return self.auth.key_file is not None or any(t.keys for t in self.tenants)
 
 
 def check_config(config: Config) -> Config:
@@ -211,7 +257,28 @@ def check_config(config: Config) -> Config:
         if pool.routing is not None:
             pool.routing.profile(f"{where}.routing")
     _check_models(config, seen)
+    _check_tenants(config)
     return config
+
+
+def _check_tenants(config: Config) -> None:
+    names: set[str] = set()
+    keys: set[bytes] = set()
+    for i, tenant in enumerate(config.tenants):
+        where = f"$.tenants[{i}]"
+        if tenant.name in names:
+            raise ConfigError(f"{where}.name: {tenant.name!r} is given twice")
+        names.add(tenant.name)
+        for j, key in enumerate(tenant.keys):
+            try:
+                digest = digest_of(key)
+            except ValueError as exc:
+                raise ConfigError(f"{where}.keys[{j}]: {exc}") from None
+            if digest in keys:
+                raise ConfigError(f"{where}.keys[{j}]: this key is already given")
+            keys.add(digest)
+    if config.auth.enabled and not config.tenants and config.auth.key_file is None:
+        raise ConfigError("$.auth.enabled: no tenant has keys; add `tenants:` or a `key_file`")
 
 
 def _check_models(config: Config, pools: set[str]) -> None:

@@ -76,3 +76,25 @@ def with_fields(body: bytes, drop: tuple[str, ...] = (), **fields: object) -> by
     for name, value in fields.items():
         top[name] = msgspec.Raw(_encode(value))
     return _encode(top)
+
+
+class Usage(msgspec.Struct):
+    """What an answer says it used (`usage`)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class _WithUsage(msgspec.Struct):
+    usage: Usage | None = None
+
+
+_decode_usage = msgspec.json.Decoder(_WithUsage).decode
+
+
+def usage_of(body: bytes) -> Usage | None:
+    """The `usage` of a whole answer (chat, completion or embeddings); None without one."""
+    try:
+        return _decode_usage(body).usage
+    except msgspec.DecodeError:
+        return None

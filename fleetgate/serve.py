@@ -47,6 +47,11 @@ from fleetgate.routing.registry import (
 )
 from fleetgate.routing.router import Router
 from fleetgate.runtime import settle_heap
+from fleetgate.traffic.door import Caller, FrontDoor
+from fleetgate.traffic.keys import ADMIN, HEARTBEAT, KeyRing, digest_of, read_key_file
+from fleetgate.traffic.limits import Limits
+from fleetgate.traffic.store import MemoryStore
+from fleetgate.traffic.tenants import Tenant
 from fleetgate.upstream.attempt import Attempts
 from fleetgate.upstream.prefill import Prefill
 from fleetgate.workers.sim.fleet_process import SimFleetProcess
@@ -166,6 +171,44 @@ def _parts(cluster: Cluster) -> tuple[Pool, ...]:
     return (cluster.pool, cluster.prefill.router.pool)
 
 
+def build_front_door(
+    config: Config, clock: Callable[[], float], wall_clock: Callable[[], float]
+) -> tuple[FrontDoor | None, KeyRing[str] | None]:
+    """The tenants' door (None when auth is off and no one is limited) and the operator's
+    keys (None when auth is off). ConfigError for a bad key file."""
+    tenants = {t.name: Tenant.of(t) for t in config.tenants}
+    keys: KeyRing[Caller] | None = None
+    operators: KeyRing[str] | None = None
+    if config.auth_enabled:
+        keys, operators = KeyRing(), KeyRing()
+        pairs = [(t.name, k) for t in config.tenants for k in t.keys]
+        pairs += [(ADMIN, k) for k in config.auth.admin_keys]
+        pairs += [(HEARTBEAT, k) for k in config.auth.heartbeat_keys]
+        if config.auth.key_file is not None:
+            try:
+                pairs += read_key_file(config.auth.key_file)
+            except ValueError as exc:
+                raise ConfigError(f"auth.key_file: {exc}") from None
+        for owner, key in pairs:
+            try:
+                if owner in (ADMIN, HEARTBEAT):
+                    operators.add(key, owner[1:])
+                elif owner in tenants:
+                    keys.add(key, Caller(tenants[owner], digest_of(key).hex()[:16]))
+                else:
+                    raise ValueError(f"no tenant {owner!r} (tenants: {', '.join(tenants)})")
+            except ValueError as exc:
+                raise ConfigError(f"a key of {owner}: {exc}") from None
+    limits = Limits(
+        MemoryStore(clock), wall_clock, config.limits.key_prefix,
+        config.limits.assumed_output_tokens,
+    )  # fmt: skip
+    if keys is None and not any(limits.limited(t) for t in tenants.values()):
+        return None, operators
+    pricing = {p.model: p.pricing for p in config.pools}
+    return FrontDoor(keys, limits, pricing), operators
+
+
 def build_model_routes(config: Config, rng: random.Random) -> dict[str, ModelRoute]:
     """Aliases, splits and tiers (routing/models.py) from the `models:` section."""
     routes: dict[str, ModelRoute] = {}
@@ -247,9 +290,16 @@ async def start_gateway(
         backends = []
         for b in _all_backends(pool):
             url = b.url if b.url is not None else next(urls)
+            labels = dict(b.labels)
             backends.append(
                 Backend(
-                    _backend_id(url), url, (pool.model,), b.weight, dict(b.labels), b.max_in_flight
+                    _backend_id(url),
+                    url,
+                    (pool.model,),
+                    b.weight,
+                    labels,
+                    b.max_in_flight,
+                    b.api_key,
                 )
             )
         n = len(pool.backends)
@@ -283,9 +333,11 @@ async def start_gateway(
         heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
         edge = Hooks()
         metrics.subscribe(edge)
+        door, operators = build_front_door(config, clock, time.time)
         gateway = Gateway(
             clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
-            int(time.time()), admin, heartbeats, build_model_routes(config, rng),
+            int(time.time()), admin, heartbeats, build_model_routes(config, rng), door,
+            operators,
         )  # fmt: skip
         s = config.server
         server = await start_server(gateway.handle, gateway.send_error, s.host, s.port, s)
@@ -308,6 +360,10 @@ def banner(running: RunningGateway, host: str) -> str:
         ids = ", ".join(s.backend.id for s in pool.states)
         lines.append(f"  {model}  ({len(pool.states)} backends: {ids})")
     m = models[0]
+    if running.gateway.auth:
+        lines.append("auth: on (API keys required)")
+    else:
+        lines.append("auth: OFF - anyone who can reach this port may use every model")
     lines += [
         "",
         "try it:",

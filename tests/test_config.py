@@ -229,7 +229,9 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     import msgspec
 
     from fleetgate.config import (
+        AuthConfig,
         BackendConfig,
+        LimitsConfig,
         ModelRouteConfig,
         PoolConfig,
         PrefillConfig,
@@ -244,6 +246,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     from fleetgate.health.outlier import OutlierSettings
     from fleetgate.resilience.hedge import HedgeSettings
     from fleetgate.resilience.retry import RetrySettings
+    from fleetgate.traffic.limits import PricingSettings
+    from fleetgate.traffic.tenants import BudgetSettings, RateLimitSettings, TenantSettings
 
     doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     for prefix, struct in (("server.", ServerConfig), ("pools[].", PoolConfig),
@@ -257,7 +261,12 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("models[].split[].", ShareConfig),
                            ("models[].tiers.", TiersConfig),
                            ("pools[].weights.", WeightSettings),
-                           ("pools[].prefill.", PrefillConfig)):  # fmt: skip
+                           ("pools[].prefill.", PrefillConfig),
+                           ("pools[].pricing.", PricingSettings), ("auth.", AuthConfig),
+                           ("tenants[].", TenantSettings),
+                           ("tenants[].limits.", RateLimitSettings),
+                           ("tenants[].budget.", BudgetSettings),
+                           ("limits.", LimitsConfig)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

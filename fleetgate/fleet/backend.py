@@ -34,10 +34,16 @@ class Backend:
         default_factory=lambda: MappingProxyType({})
     )  # region, zone, accelerator, ...
     max_in_flight: int | None = None  # at this many requests routing skips it; None: no limit
+    api_key: str | None = field(default=None, repr=False)  # its own, never a client's
     origin: Origin = field(init=False, compare=False)
+    # What every request to it carries besides the client's headers: its api key.
+    credentials: tuple[tuple[bytes, bytes], ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "origin", backend_origin(self.url))
+        key = self.api_key
+        credentials = () if key is None else ((b"authorization", b"Bearer " + key.encode()),)
+        object.__setattr__(self, "credentials", credentials)
 
 
 class BackendState:

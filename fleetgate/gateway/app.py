@@ -34,10 +34,13 @@ from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.models import ModelRoute
+from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Pass, Refused
+from fleetgate.traffic.keys import KeyRing, bearer
 from fleetgate.upstream.attempt import Exchange
 
-# Request headers passed on to the backend; all others stay at the gateway.
-_FORWARDED = (b"authorization", b"traceparent", b"tracestate")
+# Request headers passed on to the backend; all others stay at the gateway (the client's
+# Authorization is the gateway's credential: a backend gets its own, from config).
+_FORWARDED = (b"traceparent", b"tracestate")
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
 
@@ -68,8 +71,13 @@ class Gateway:
         admin: Admin | None = None,
         heartbeats: HeartbeatEndpoint | None = None,
         routes: Mapping[str, ModelRoute] | None = None,
+        door: FrontDoor | None = None,
+        operators: KeyRing[str] | None = None,
     ) -> None:
         self._clusters = dict(clusters)
+        self._door = door  # None: auth off and no limits, nothing to ask per request
+        # Keys of the operator's endpoints, owned by "admin" or "heartbeat" (None: auth off).
+        self._operators = operators
         self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py
         self._failover = failover
         self._emit = emit  # for what happens before a request reaches its pool
@@ -99,14 +107,19 @@ class Gateway:
             b"/metrics": self._scrape,
         }
         if admin is not None:
-            post[b"/admin/drain"] = admin.drain
-            get[b"/admin/backends"] = admin.backends
+            post[b"/admin/drain"] = self._operator("admin", admin.drain)
+            get[b"/admin/backends"] = self._operator("admin", admin.backends)
         if heartbeats is not None:
-            post[b"/fleet/heartbeat"] = heartbeats.beat
+            post[b"/fleet/heartbeat"] = self._operator("heartbeat", heartbeats.beat)
         self._routes: dict[bytes, dict[bytes, _Handler]] = {}
         for method, table in ((b"POST", post), (b"GET", get)):
             for path, handler in table.items():
                 self._routes.setdefault(path, {})[method] = handler
+
+    @property
+    def auth(self) -> bool:
+        """Whether clients need an API key."""
+        return self._door is not None and self._door.auth
 
     async def handle(self, request: Request, writer: ResponseWriter) -> None:
         request_id = request.headers.get(b"x-request-id") or self._ids.next()
@@ -147,44 +160,109 @@ class Gateway:
         headers = [(b"content-type", JSON), (b"x-request-id", request_id), *(extra or ())]
         writer.send(status, headers, error_body(status, message, param, code))
 
+    def _operator(self, role: str, handler: _Handler) -> _Handler:
+        """`handler` behind the operator's credential for `role` (when auth is on)."""
+
+        async def guarded(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+            if self._operators is not None:
+                key = bearer(request.headers)
+                if self._operators.owner(key) != role:
+                    message = f"This endpoint needs the {role} key: `Authorization: Bearer KEY`."
+                    self._error(writer, request_id, 401, message, code="invalid_api_key")
+                    return
+            await handler(request, writer, request_id)
+
+        return guarded
+
     def _inference(self, parse: _Parser) -> _Handler:
         async def handle(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
             started = self._clock()
-            emit = self._emit
+            emit, door = self._emit, self._door
             if emit.received is not None:
                 emit.received(Received(request_id, started, request.path))
+            caller = ANONYMOUS_CALLER
+            admitted: Pass | None = None
             try:
-                cluster, exchange = self._admit(parse, request, writer, request_id, started)
-            except BadRequest as exc:
-                self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code)
-                now = self._clock()
-                if emit.rejected is not None:
-                    reason = exc.code or "invalid_request"
-                    emit.rejected(Rejected(request_id, now, exc.status, reason))
-                self._finished_here(request_id, started, exc.status, "rejected")
+                if door is not None:
+                    caller = door.identify(request.headers)
+                cluster, exchange = self._prepare(parse, request, writer, request_id, started,
+                                                  caller)  # fmt: skip
+                if door is not None:
+                    admitted = await self._enter(door, caller, exchange, request.headers)
+                if emit.admitted is not None:
+                    now = self._clock()
+                    tenant = caller.tenant.name
+                    emit.admitted(Admitted(request_id, now, exchange.model, exchange.routing,
+                                           tenant))  # fmt: skip
+            except (BadRequest, Refused) as exc:
+                self._refuse(writer, request_id, started, exc, caller)
                 return
             except Exception:
                 self._finished_here(request_id, started, 500, "failed")  # the server sends it
                 raise
-            await self._failover.forward(cluster, exchange)
+            if admitted is None:
+                await self._failover.forward(cluster, exchange)
+                return
+            try:
+                await self._failover.forward(cluster, exchange)
+            finally:
+                assert door is not None
+                used = _used(exchange)
+                settled = None if used is None else door.leave(admitted, *used)
+                if settled is not None:
+                    await settled
 
         return handle
 
-    def _admit(
+    async def _enter(
+        self, door: FrontDoor, caller: Caller, ex: Exchange, headers: dict[bytes, bytes]
+    ) -> Pass:
+        routing = ex.routing
+        priority = door.priority(caller, headers)
+        admitted = await door.enter(
+            caller, priority, ex.model, routing.prompt_tokens, routing.max_tokens
+        )
+        if admitted.reservation is not None:
+            ex.count_usage = True
+            ex.reply_headers = tuple(admitted.headers)
+        return admitted
+
+    def _refuse(
+        self,
+        writer: ResponseWriter,
+        request_id: bytes,
+        started: float,
+        exc: BadRequest | Refused,
+        caller: Caller,
+    ) -> None:
+        extra = exc.headers if isinstance(exc, Refused) else None
+        self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code, extra)
+        rejected = self._emit.rejected
+        if rejected is not None:
+            reason = exc.code or "invalid_request"
+            now = self._clock()
+            rejected(Rejected(request_id, now, exc.status, reason, caller.tenant.name))
+        self._finished_here(request_id, started, exc.status, "rejected")
+
+    def _prepare(
         self,
         parse: _Parser,
         request: Request,
         writer: ResponseWriter,
         request_id: bytes,
         started: float,
+        caller: Caller,
     ) -> tuple[Cluster, Exchange]:
-        """The pool a request goes to and its Exchange; `BadRequest` when it cannot go."""
+        """The pool a request goes to and its Exchange; `BadRequest` when it cannot go,
+        `Refused` when its caller may not use the model."""
         if request.body_too_large:
             raise BadRequest(
                 "The request body is larger than this gateway accepts; send a smaller one.",
                 status=413, code="request_too_large",
             )  # fmt: skip
         routing = parse(request.body, request.headers)
+        if self._door is not None:
+            self._door.allow(caller, routing.model)
         body = request.body
         cluster = self._clusters.get(routing.model)
         route = self._model_routes.get(routing.model) if cluster is None else None
@@ -199,8 +277,6 @@ class Gateway:
             )  # fmt: skip
         timeouts = request_timeouts(cluster.timeouts, request.headers)
         model = cluster.model
-        if self._emit.admitted is not None:
-            self._emit.admitted(Admitted(request_id, self._clock(), model, routing))
         headers = [(b"content-type", JSON), (b"x-request-id", request_id)]
         for name in _FORWARDED:
             value = request.headers.get(name)
@@ -227,9 +303,17 @@ class Gateway:
             )  # fmt: skip
 
     async def _models(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
-        writer.send(
-            200, [(b"content-type", JSON), (b"x-request-id", request_id)], self._models_body
-        )
+        body = self._models_body
+        if self._door is not None and self._door.auth:
+            try:
+                tenant = self._door.identify(request.headers).tenant
+            except Refused as exc:
+                self._error(writer, request_id, exc.status, exc.message, code=exc.code)
+                return
+            listing = msgspec.json.decode(body)
+            listing["data"] = [m for m in listing["data"] if tenant.may_use(m["id"])]
+            body = msgspec.json.encode(listing)
+        writer.send(200, [(b"content-type", JSON), (b"x-request-id", request_id)], body)
 
     async def _healthz(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(
@@ -254,3 +338,17 @@ class Gateway:
             ],
             self._metrics(),
         )
+
+
+def _used(ex: Exchange) -> tuple[int, int] | None:
+    """The prompt and completion tokens a request used, for its tenant's limits: the engine's
+    `usage` when the answer had one; for a stream, the estimated prompt and the events relayed
+    (one per token); nothing for an error the client got instead of an answer; None (keep
+    what was reserved) for an answer whose use is unknown."""
+    if ex.usage is not None:
+        return ex.usage.prompt_tokens, ex.usage.completion_tokens
+    if ex.progress is not None:
+        return ex.routing.prompt_tokens, ex.progress.events
+    if ex.writer.status == 200:
+        return None
+    return 0, 0

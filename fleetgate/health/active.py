@@ -149,9 +149,10 @@ class ActiveChecker:
         if s.kind == "inference":
             method, path = b"POST", b"/v1/completions"
             body = msgspec.json.encode({"model": model, "prompt": "ping", "max_tokens": 1})
-            headers = [(b"content-type", b"application/json")]
+            headers = [(b"content-type", b"application/json"), *state.backend.credentials]
         else:
-            method, path, body, headers = b"GET", s.path.encode(), b"", []
+            method, path, body = b"GET", s.path.encode(), b""
+            headers = list(state.backend.credentials)
         try:
             response = await self._client.request(
                 origin, method, path, headers, body, timeout_s=s.timeout_s

@@ -53,11 +53,12 @@ class Received(Event, frozen=True, gc=False):
 
 
 class Rejected(Event, frozen=True, gc=False):
-    """The gateway refused the request before routing it (bad input, unknown model; later
-    rate limits and shedding). `reason` is the error's code."""
+    """The gateway refused the request before routing it (bad input, unknown model, a bad
+    key, a rate limit or budget, shedding). `reason` is the error's code."""
 
     status: int
     reason: str
+    tenant: str = ""  # whose request, when the gateway knew it ("" before its key was read)
 
 
 class Admitted(Event, frozen=True, gc=False):
@@ -65,6 +66,7 @@ class Admitted(Event, frozen=True, gc=False):
 
     model: str
     request: RoutingRequest
+    tenant: str = "anonymous"  # whose request (traffic/tenants.py)
 
 
 class Routed(Event, frozen=True, gc=False):

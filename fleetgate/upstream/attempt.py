@@ -31,7 +31,7 @@ from fleetgate.lifecycle.events import (
     FirstToken,
 )
 from fleetgate.lifecycle.hooks import Emitters
-from fleetgate.openai_api import JSON, SSE_HEADERS, error_body
+from fleetgate.openai_api import JSON, SSE_HEADERS, Usage, error_body, usage_of
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.upstream.progress import StreamProgress
 from fleetgate.upstream.relay import StreamRelay
@@ -59,6 +59,10 @@ class Exchange:
     backend: str = NO_BACKEND  # whose answer
     ttft_s: float | None = None
     progress: StreamProgress | None = None  # of the stream the client has, if any
+    # Headers of the gateway's own for the answer (a limited tenant's x-ratelimit-*).
+    reply_headers: tuple[tuple[bytes, bytes], ...] = ()
+    count_usage: bool = False  # read the answer's `usage` (its tenant's tokens are counted)
+    usage: Usage | None = None  # what the engine said the answer used, when read
     deadline: float = field(init=False)  # when the total timeout ends the whole exchange
 
     def __post_init__(self) -> None:
@@ -120,9 +124,10 @@ class Attempts:
         """The request on its way: the transport's own awaitable (not a coroutine of ours
         around it: one frame fewer per request), its head due within the first-byte timeout
         or what is left of the total."""
-        t = ex.timeouts
+        t, backend = ex.timeouts, state.backend
+        headers = [*ex.headers, *backend.credentials] if backend.credentials else ex.headers
         return self._transport.request(
-            state.backend.origin, b"POST", ex.path, ex.headers, body,
+            backend.origin, b"POST", ex.path, headers, body,
             timeout_s=max(0.0, min(t.first_byte_s, ex.deadline - self._clock())),
             connect_timeout_s=t.connect_s,
         )  # fmt: skip
@@ -176,7 +181,10 @@ class Attempts:
                         )
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
-                        ex.writer.start(200, [*SSE_HEADERS, (b"x-request-id", ex.request_id)])
+                        ex.writer.start(
+                            200,
+                            [*SSE_HEADERS, (b"x-request-id", ex.request_id), *ex.reply_headers],
+                        )
                     return won
 
                 relay = StreamRelay(ex.writer, response, clock, progress, None, start)
@@ -218,7 +226,11 @@ class Attempts:
             return Failed(status, data, reply)
         if claim is None or claim():
             ex.backend = state.backend.id
-            ex.writer.send(status, [*reply, (b"x-request-id", ex.request_id)], data)
+            if ex.count_usage and status == 200:
+                ex.usage = usage_of(data)
+            ex.writer.send(
+                status, [*reply, (b"x-request-id", ex.request_id), *ex.reply_headers], data
+            )
         return None
 
     async def resume(

@@ -95,7 +95,8 @@ class Prefill:
         answer = b""
         try:
             response = await self._transport.request(
-                state.backend.origin, b"POST", ex.path, ex.headers, prefill_body(ex.body),
+                state.backend.origin, b"POST", ex.path, [*ex.headers, *state.backend.credentials],
+                prefill_body(ex.body),
                 timeout_s=t.first_byte_s, connect_timeout_s=t.connect_s,
             )  # fmt: skip
             response.expire_in(t.total_s, t.total_message)

@@ -1,0 +1,25 @@
+"""The front door: tenants and their API keys, rate limits and budgets (reserved on arrival,
+reconciled at the end), priority classes; door.py is what the gateway's edge asks."""
+
+from fleetgate.traffic.door import Caller, FrontDoor, Pass, Refused
+from fleetgate.traffic.keys import KeyRing
+from fleetgate.traffic.limits import Limits, PricingSettings
+from fleetgate.traffic.priority import Priority
+from fleetgate.traffic.store import Bucket, LimitStore, MemoryStore
+from fleetgate.traffic.tenants import Tenant, TenantSettings
+
+__all__ = [
+    "Bucket",
+    "Caller",
+    "FrontDoor",
+    "KeyRing",
+    "LimitStore",
+    "Limits",
+    "MemoryStore",
+    "Pass",
+    "PricingSettings",
+    "Priority",
+    "Refused",
+    "Tenant",
+    "TenantSettings",
+]

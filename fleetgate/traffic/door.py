@@ -1,0 +1,136 @@
+"""The front door: who is calling, what they may use, and whether they may go now.
+
+    identify   the API key -> the caller's tenant             401 without a valid key
+    allow      the model the request names                    403 if the tenant may not use it
+    enter      rate limits and budget (traffic/limits.py)     429 with Retry-After
+    ... the request is routed and answered ...
+    leave      the reservation reconciled with what it used
+
+With auth off every request is the anonymous tenant's, which has no limits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass
+
+from fleetgate.traffic.keys import KeyRing, bearer
+from fleetgate.traffic.limits import FREE, Limits, PricingSettings, Refusal, Reservation
+from fleetgate.traffic.priority import Priority
+from fleetgate.traffic.tenants import ANONYMOUS, Tenant
+
+PRIORITY_HEADER = b"x-fleetgate-priority"
+
+
+class Refused(Exception):
+    """The front door turns the request away; becomes an OpenAI-shaped 4xx or 503."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.headers = headers or []
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Whose request it is: the tenant and which of its keys (an id, never the key)."""
+
+    tenant: Tenant
+    key_id: str
+
+
+ANONYMOUS_CALLER = Caller(ANONYMOUS, "")
+
+
+@dataclass(slots=True)
+class Pass:
+    """An admitted request's hold on its tenant's limits, given back when it ends."""
+
+    caller: Caller
+    priority: Priority
+    reservation: Reservation | None  # None: its tenant has no limits
+    headers: list[tuple[bytes, bytes]]  # x-ratelimit-* for the answer
+
+    @property
+    def tenant(self) -> str:
+        return self.caller.tenant.name
+
+
+def retry_after(seconds: float) -> tuple[bytes, bytes]:
+    """The Retry-After header for a wait: whole seconds, at least 1."""
+    return (b"retry-after", b"%d" % max(1, math.ceil(min(seconds, 86400.0))))
+
+
+class FrontDoor:
+    """Keys, model permissions and limits, for the gateway's edge (gateway/app.py)."""
+
+    def __init__(
+        self,
+        keys: KeyRing[Caller] | None,
+        limits: Limits,
+        pricing: Mapping[str, PricingSettings] | None = None,
+    ) -> None:
+        self._keys = keys  # None: auth is off
+        self._limits = limits
+        self._pricing = dict(pricing or {})
+
+    @property
+    def auth(self) -> bool:
+        return self._keys is not None
+
+    def identify(self, headers: dict[bytes, bytes]) -> Caller:
+        if self._keys is None:
+            return ANONYMOUS_CALLER
+        key = bearer(headers)
+        caller = self._keys.owner(key)
+        if caller is None:
+            if key is None:
+                message = "No API key: send `Authorization: Bearer YOUR_KEY`."
+            else:
+                message = "The API key is not valid here; check it, or ask for a new one."
+            raise Refused(401, message, "invalid_api_key")
+        return caller
+
+    def allow(self, caller: Caller, model: str) -> None:
+        if not caller.tenant.may_use(model):
+            raise Refused(
+                403, f"This API key may not use the model {model!r}.", "model_not_allowed",
+                param="model",
+            )  # fmt: skip
+
+    def priority(self, caller: Caller, headers: dict[bytes, bytes]) -> Priority:
+        try:
+            return caller.tenant.priority_for(headers.get(PRIORITY_HEADER))
+        except ValueError as exc:
+            raise Refused(400, f"x-fleetgate-priority: {exc}.", "invalid_priority") from None
+
+    async def enter(
+        self, caller: Caller, priority: Priority, model: str, prompt: int, max_tokens: int | None
+    ) -> Pass:
+        """A pass for the request, or `Refused` (429) when a limit or the budget says no."""
+        tenant = caller.tenant
+        if not self._limits.limited(tenant):
+            return Pass(caller, priority, None, [])
+        pricing = self._pricing.get(model, FREE)
+        held = await self._limits.reserve(tenant, caller.key_id, prompt, max_tokens, pricing)
+        if isinstance(held, Refusal):
+            headers = [retry_after(held.retry_after_s), *held.headers]
+            raise Refused(429, held.message, held.code, headers)
+        return Pass(caller, priority, held, held.headers)
+
+    def leave(self, admitted: Pass, prompt: int, output: int) -> Awaitable[None] | None:
+        """Reconcile the pass with the tokens the request used (None: nothing to do)."""
+        if admitted.reservation is None:
+            return None
+        return self._limits.settle(admitted.reservation, prompt, output)

@@ -1,0 +1,247 @@
+"""Rate limits and budgets: reserve on arrival, reconcile when the answer ends.
+
+A request reserves 1 from each requests-per-minute bucket that applies to it (its tenant's,
+its key's) and its estimated tokens from each tokens bucket and its tenant's budget:
+
+    estimate = estimated prompt tokens + (max_tokens or `assumed_output_tokens`)
+    cost_usd = prompt * input_per_1m_usd / 1e6 + completion * output_per_1m_usd / 1e6
+
+When it ends, the difference between the estimate and what it used (the engine's `usage`, or
+for a stream its relayed events) goes back to the buckets or is taken from them, so nothing
+is charged twice and nothing used slips past a limit. A refusal says which limit, and when
+a request of the same size would pass (Retry-After); the `x-ratelimit-*` headers the OpenAI
+SDKs read go with every answer of a limited tenant.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from fleetgate.settings import Settings, at_least
+from fleetgate.traffic.store import Bucket, LimitStore, Taken
+from fleetgate.traffic.tenants import RateLimitSettings, Tenant
+
+
+class PricingSettings(Settings, frozen=True):
+    """What a pool's tokens cost (`pools[].pricing`), for budgets and spend."""
+
+    input_per_1m_usd: float = 0.0  # per million prompt tokens
+    output_per_1m_usd: float = 0.0  # per million completion tokens
+
+    def __post_init__(self) -> None:
+        at_least("input_per_1m_usd", self.input_per_1m_usd, 0)
+        at_least("output_per_1m_usd", self.output_per_1m_usd, 0)
+
+    def cost_usd(self, prompt: float, completion: float) -> float:
+        return (prompt * self.input_per_1m_usd + completion * self.output_per_1m_usd) / 1e6
+
+
+FREE = PricingSettings()
+Kind = Literal["requests", "tokens", "budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Limit:
+    bucket: Bucket
+    kind: Kind
+    amount: float  # the limit as configured: per minute, or the budget per period
+    per_key: bool = False  # a key's own limit, not its tenant's
+    usd: bool = False  # a budget in money, not tokens
+    renews_s: float = 0.0  # a budget: until its period ends
+
+    def wait_s(self, cost: float, level: float) -> float:
+        """Until a request of `cost` could pass (a cost over the bucket's size: until it is
+        full, the most it will ever hold)."""
+        b = self.bucket
+        if b.rate_per_s <= 0:
+            return self.renews_s
+        return max(0.0, (min(cost, b.capacity) - level) / b.rate_per_s)
+
+
+def _rate_limits(prefix: str, settings: RateLimitSettings, per_key: bool) -> list[_Limit]:
+    limits = []
+    if settings.requests_per_minute is not None:
+        rpm = settings.requests_per_minute
+        size = settings.requests_burst or rpm
+        bucket = Bucket(f"{prefix}:rpm", size, rpm / 60)
+        limits.append(_Limit(bucket, "requests", rpm, per_key))
+    if settings.tokens_per_minute is not None:
+        tpm = settings.tokens_per_minute
+        size = settings.tokens_burst or tpm
+        limits.append(_Limit(Bucket(f"{prefix}:tpm", size, tpm / 60), "tokens", tpm, per_key))
+    return limits
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What one admitted request took, to reconcile when it ends."""
+
+    limits: tuple[_Limit, ...]
+    prompt_tokens: int  # estimated
+    output_tokens: int  # reserved
+    pricing: PricingSettings
+    headers: list[tuple[bytes, bytes]]  # x-ratelimit-* for the client
+
+    def cost(self, limit: _Limit, prompt: float, completion: float) -> float:
+        if limit.kind == "requests":
+            return 1.0
+        if limit.usd:
+            return self.pricing.cost_usd(prompt, completion)
+        return prompt + completion
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request may not go now: the 429's message, code, and Retry-After."""
+
+    message: str
+    code: str
+    retry_after_s: float
+    headers: list[tuple[bytes, bytes]]
+
+
+class Limits:
+    """The rate limits and budgets of every tenant, over one store."""
+
+    def __init__(
+        self,
+        store: LimitStore,
+        wall_clock: Callable[[], float],
+        prefix: str = "fleetgate",
+        assumed_output_tokens: int = 256,
+    ) -> None:
+        self._store = store
+        self._wall = wall_clock  # budgets' periods are counted in Unix time
+        self._prefix = prefix
+        self._assumed = assumed_output_tokens
+        self._plans: dict[tuple[str, str], tuple[_Limit, ...]] = {}
+
+    def limited(self, tenant: Tenant) -> bool:
+        s = tenant.settings
+        return s.limits.limited or s.key_limits.limited or s.budget is not None
+
+    def _plan(self, tenant: Tenant, key_id: str) -> tuple[_Limit, ...]:
+        plan = self._plans.get((tenant.name, key_id))
+        if plan is None:
+            s, p = tenant.settings, self._prefix
+            plan = (*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
+                    *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True))  # fmt: skip
+            self._plans[(tenant.name, key_id)] = plan
+        return plan
+
+    def _budget(self, tenant: Tenant) -> _Limit | None:
+        budget = tenant.settings.budget
+        if budget is None:
+            return None
+        now, period = self._wall(), budget.period_s
+        index = int(now // period)
+        left_s = (index + 1) * period - now
+        usd = budget.cost_usd is not None
+        amount = budget.cost_usd if budget.cost_usd is not None else budget.tokens
+        assert amount is not None
+        key = f"{self._prefix}:b:{tenant.name}:{budget.period}:{index}"
+        # Kept a minute past its period, for a request that reconciles late.
+        bucket = Bucket(key, amount, 0.0, left_s + 60.0)
+        return _Limit(bucket, "budget", amount, False, usd, left_s)
+
+    async def reserve(
+        self,
+        tenant: Tenant,
+        key_id: str,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        pricing: PricingSettings = FREE,
+    ) -> Reservation | Refusal:
+        """Take what the request may use from its tenant's limits, or say why it may not."""
+        limits = self._plan(tenant, key_id)
+        budget = self._budget(tenant)
+        if budget is not None:
+            limits = (*limits, budget)
+        output = max_tokens if max_tokens is not None else self._assumed
+        held = Reservation(limits, prompt_tokens, output, pricing, [])
+        costs = [held.cost(limit, prompt_tokens, output) for limit in limits]
+        taken = await self._store.take([limit.bucket for limit in limits], costs)
+        held.headers = _headers(limits, taken)
+        if taken.ok:
+            return held
+        return _refusal(limits, costs, taken, held.headers)
+
+    async def settle(self, held: Reservation, prompt_tokens: int, output_tokens: int) -> None:
+        """Reconcile a reservation with what the request used."""
+        buckets, amounts = [], []
+        for limit in held.limits:
+            if limit.kind == "requests":
+                continue
+            reserved = held.cost(limit, held.prompt_tokens, held.output_tokens)
+            used = held.cost(limit, prompt_tokens, output_tokens)
+            if used != reserved:
+                buckets.append(limit.bucket)
+                amounts.append(reserved - used)
+        if buckets:
+            await self._store.give(buckets, amounts)
+
+
+def _headers(limits: tuple[_Limit, ...], taken: Taken) -> list[tuple[bytes, bytes]]:
+    """OpenAI's x-ratelimit-* headers, from the tightest requests and tokens buckets."""
+    headers: list[tuple[bytes, bytes]] = []
+    for kind in ("requests", "tokens"):
+        pairs = [
+            (lim, lvl) for lim, lvl in zip(limits, taken.levels, strict=True) if lim.kind == kind
+        ]
+        if not pairs:
+            continue
+        limit, level = min(pairs, key=lambda pair: pair[1])
+        b = limit.bucket
+        reset = (b.capacity - level) / b.rate_per_s
+        headers += [
+            (b"x-ratelimit-limit-" + kind.encode(), b"%d" % limit.amount),
+            (b"x-ratelimit-remaining-" + kind.encode(), b"%d" % max(0, math.floor(level))),
+            (b"x-ratelimit-reset-" + kind.encode(), duration(reset).encode()),
+        ]
+    return headers
+
+
+def _refusal(
+    limits: tuple[_Limit, ...], costs: list[float], taken: Taken, headers: list[tuple[bytes, bytes]]
+) -> Refusal:
+    """The refusal for the limit that keeps the request waiting longest."""
+    short = [
+        (lim, c, lvl) for lim, c, lvl in zip(limits, costs, taken.levels, strict=True) if lvl < c
+    ]
+    limit, cost, level = max(short, key=lambda s: s[0].wait_s(s[1], s[2]))
+    retry = limit.wait_s(cost, level)
+    if limit.kind == "budget":
+        unit = "USD" if limit.usd else "tokens"
+        message = (
+            f"This key's tenant has spent its budget of {limit.amount:g} {unit} for the "
+            f"period; it renews in {duration(retry)}."
+        )
+        return Refusal(message, "insufficient_quota", retry, headers)
+    scope = "key" if limit.per_key else "tenant"
+    if cost > limit.bucket.capacity:
+        message = (
+            f"This request needs {cost:.0f} {limit.kind} (prompt + max_tokens), more than the "
+            f"{scope}'s limit allows at once ({limit.bucket.capacity:.0f}): lower `max_tokens`."
+        )
+    else:
+        message = (
+            f"Rate limit reached: {limit.amount:g} {limit.kind} per minute for this {scope}. "
+            f"Retry in {duration(retry)}."
+        )
+    return Refusal(message, "rate_limit_exceeded", retry, headers)
+
+
+def duration(seconds: float) -> str:
+    """A wait as OpenAI writes it in x-ratelimit-reset-*: `20ms`, `1.5s`, `6m0s`."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{rest}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes}m{rest}s"

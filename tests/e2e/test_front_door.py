@@ -1,0 +1,113 @@
+"""Tenants and keys at a real gateway, through the official openai SDK: who may call, which
+models, the limits and the SDK's own retry on a 429, the operator's endpoints."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+
+import openai
+import pytest
+
+from tests.e2e.procs import Proc, gateway, get, sim_workers
+
+MODEL, OTHER = "sim-8b", "sim-8b-other"
+GOLD, NARROW, LIMITED, ADMIN = (
+    "sk-gold-test-key", "sk-narrow-test-key", "sk-limited-test-key", "sk-admin-test-key"
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Proc]]:
+    with sim_workers(MODEL, 2) as workers:
+        config = {
+            "server": {"admin": True},
+            "auth": {"admin_keys": [ADMIN]},
+            "tenants": [
+                {"name": "gold", "keys": [GOLD], "priority": "critical"},
+                {"name": "narrow", "keys": [NARROW], "models": [MODEL]},
+                {
+                    "name": "limited",
+                    "keys": [LIMITED],
+                    "limits": {"requests_per_minute": 20, "requests_burst": 2},
+                },
+            ],
+            "pools": [
+                {"model": m, "policy": "round_robin", "backends": [{"url": u}]}
+                for m, u in ((MODEL, workers[0]), (OTHER, workers[1]))
+            ],
+        }
+        path = tmp_path_factory.mktemp("gw") / "gw.yaml"
+        path.write_text(json.dumps(config))
+        with gateway(["--config", str(path)]) as (url, proc):
+            yield url, proc
+
+
+def client(url: str, key: str, retries: int = 0) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key=key, max_retries=retries)
+
+
+def chat(c: openai.OpenAI, model: str = MODEL) -> str:
+    reply = c.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+    )
+    return reply.choices[0].message.content or ""
+
+
+def test_the_banner_says_auth_is_on(fleet: tuple[str, Proc]) -> None:
+    assert fleet[1].wait_for(r"(auth: on)")
+
+
+def test_a_missing_or_wrong_key_is_an_authentication_error(fleet: tuple[str, Proc]) -> None:
+    url = fleet[0]
+    with pytest.raises(openai.AuthenticationError, match="not valid") as info:
+        chat(client(url, "sk-nobody-has-this-key"))
+    assert info.value.status_code == 401
+    assert info.value.code == "invalid_api_key"
+    status, _, body = get(url + "/v1/models")  # no Authorization header at all
+    assert status == 401 and b"Authorization: Bearer" in body
+    assert chat(client(url, GOLD))
+
+
+def test_a_key_may_use_only_its_tenants_models(fleet: tuple[str, Proc]) -> None:
+    narrow = client(fleet[0], NARROW)
+    assert chat(narrow)
+    with pytest.raises(openai.PermissionDeniedError, match=OTHER):
+        chat(narrow, OTHER)
+    assert [m.id for m in narrow.models.list()] == [MODEL]
+    assert sorted(m.id for m in client(fleet[0], GOLD).models.list()) == [MODEL, OTHER]
+
+
+def test_a_limited_key_gets_429_with_retry_after_and_the_sdk_retry_succeeds(
+    fleet: tuple[str, Proc],
+) -> None:
+    url = fleet[0]
+    limited = client(url, LIMITED)
+    raw = limited.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+    )
+    assert raw.headers["x-ratelimit-limit-requests"] == "20"
+    assert raw.headers["x-ratelimit-remaining-requests"] == "1"
+    chat(limited)
+    with pytest.raises(openai.RateLimitError, match="20 requests per minute") as info:
+        chat(limited)
+    assert info.value.response.headers["retry-after"] in ("2", "3")  # one refill: 3 s
+    assert info.value.response.headers["x-ratelimit-remaining-requests"] == "0"
+    started = time.monotonic()
+    assert chat(client(url, LIMITED, retries=3))  # the SDK waits as Retry-After says
+    assert time.monotonic() - started > 1.0
+
+
+def test_the_admin_endpoints_need_the_admin_key(fleet: tuple[str, Proc]) -> None:
+    url = fleet[0] + "/admin/backends"
+    assert get(url)[0] == 401
+    for key, status in ((GOLD, 401), (ADMIN, 200)):
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                got = response.status
+        except urllib.error.HTTPError as exc:
+            got = exc.code
+        assert got == status
