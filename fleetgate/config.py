@@ -29,6 +29,7 @@ from fleetgate.resilience.retry import RetrySettings
 from fleetgate.routing.pipeline import SHORTLIST
 from fleetgate.routing.registry import DEFAULT_POLICY, PluginSpec, Profile
 from fleetgate.settings import Settings, at_least, positive_seconds, within
+from fleetgate.traffic.admission import AdmissionSettings
 from fleetgate.traffic.keys import digest_of
 from fleetgate.traffic.limits import PricingSettings
 from fleetgate.traffic.tenants import TenantSettings
@@ -151,6 +152,7 @@ class PoolConfig(Settings, frozen=True):
     weights: WeightSettings = WeightSettings()  # self-calibrating weights (calibration.py)
     prefill: PrefillConfig | None = None  # disaggregated: prefill here, decode on `backends`
     pricing: PricingSettings = PricingSettings()  # its tokens' price, for budgets and spend
+    admission: AdmissionSettings = AdmissionSettings()  # queueing and shedding when saturated
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
@@ -266,7 +268,7 @@ def _check_tenants(config: Config) -> None:
     keys: set[bytes] = set()
     for i, tenant in enumerate(config.tenants):
         where = f"$.tenants[{i}]"
-        if tenant.name in names:
+        if tenant.name in names or tenant.name == "anonymous":
             raise ConfigError(f"{where}.name: {tenant.name!r} is given twice")
         names.add(tenant.name)
         for j, key in enumerate(tenant.keys):

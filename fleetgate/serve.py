@@ -11,7 +11,7 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import msgspec
@@ -47,11 +47,13 @@ from fleetgate.routing.registry import (
 )
 from fleetgate.routing.router import Router
 from fleetgate.runtime import settle_heap
+from fleetgate.traffic.admission import Admission, AdmissionSettings
 from fleetgate.traffic.door import Caller, FrontDoor
 from fleetgate.traffic.keys import ADMIN, HEARTBEAT, KeyRing, digest_of, read_key_file
+from fleetgate.traffic.limit import ConcurrencyLimit
 from fleetgate.traffic.limits import Limits
 from fleetgate.traffic.store import MemoryStore
-from fleetgate.traffic.tenants import Tenant
+from fleetgate.traffic.tenants import ANONYMOUS, Tenant
 from fleetgate.upstream.attempt import Attempts
 from fleetgate.upstream.prefill import Prefill
 from fleetgate.workers.sim.fleet_process import SimFleetProcess
@@ -110,18 +112,18 @@ def _routed(
     backends: tuple[Backend, ...],
     pipeline: RoutingPipeline,
     subscribe: Callable[[Hooks], None],
-    ttft: TtftWindow | None,
+    watch: Callable[[Hooks, Pool], None] | None,
 ) -> tuple[Router, Emitters]:
     """A pool of `backends` routed by `pipeline`, and the emitters of its events: its own
-    fleet accounting, outlier detector and (decode pools) the hedge's TTFT window hear them,
-    and whatever `subscribe` adds."""
+    fleet accounting and outlier detector hear them, what `watch` adds for this pool (a
+    decode pool's hedge window and concurrency limit), and what `subscribe` adds."""
     states = [BackendState(b) for b in backends]
     pool = Pool(config.model, states, config.health(), config.weights)
     hooks = Hooks()
     FleetAccounting(pool).subscribe(hooks)
     OutlierDetector(config.outlier, pool).subscribe(hooks)
-    if ttft is not None:
-        ttft.subscribe(hooks)
+    if watch is not None:
+        watch(hooks, pool)
     subscribe(hooks)
     return Router(pool, pipeline), Emitters(hooks)
 
@@ -134,9 +136,10 @@ def build_clusters(
     transport: Transport,
     clock: Callable[[], float],
     subscribe: Callable[[Hooks], None],
+    tenants: Mapping[str, Tenant] | None = None,
 ) -> dict[str, Cluster]:
-    """Each pool with its routing, policies and event subscribers (`subscribe` adds those
-    every pool shares, such as metrics)."""
+    """Each pool with its routing, policies, admission queue and event subscribers
+    (`subscribe` adds those every pool shares, such as metrics)."""
     clusters: dict[str, Cluster] = {}
     for item in resolved:
         c = item.config
@@ -144,9 +147,21 @@ def build_clusters(
         timeouts = c.timeouts()
         hedge = c.hedge
         ttft = TtftWindow(hedge)
-        router, emit = _routed(
-            c, item.backends, _pipeline(c, registry, ctx, False), subscribe, ttft
-        )
+        admit = c.admission
+        admission: Admission | None = None
+
+        def watch(
+            hooks: Hooks, pool: Pool, ttft: TtftWindow = ttft, admit: AdmissionSettings = admit
+        ) -> None:
+            nonlocal admission
+            ttft.subscribe(hooks)
+            if admit.enabled:
+                limit = ConcurrencyLimit(admit.limit, pool, clock)
+                limit.subscribe(hooks)
+                admission = Admission(admit, limit, tenants or {}, clock)
+
+        router, emit = _routed(c, item.backends, _pipeline(c, registry, ctx, False), subscribe,
+                               watch)  # fmt: skip
         prefill = None
         if c.prefill is not None:
             pipeline = _pipeline(c, registry, ctx, True)
@@ -154,7 +169,7 @@ def build_clusters(
             prefill = Prefill(transport, clock, prefill_router, timeouts, prefill_emit)
         retries = c.retries
         clusters[c.model] = Cluster(
-            router, timeouts, retries, RetryBudget(retries), hedge, ttft, emit, prefill
+            router, timeouts, retries, RetryBudget(retries), hedge, ttft, emit, prefill, admission
         )
     return clusters
 
@@ -172,11 +187,13 @@ def _parts(cluster: Cluster) -> tuple[Pool, ...]:
 
 
 def build_front_door(
-    config: Config, clock: Callable[[], float], wall_clock: Callable[[], float]
+    config: Config,
+    tenants: Mapping[str, Tenant],
+    clock: Callable[[], float],
+    wall_clock: Callable[[], float],
 ) -> tuple[FrontDoor | None, KeyRing[str] | None]:
     """The tenants' door (None when auth is off and no one is limited) and the operator's
     keys (None when auth is off). ConfigError for a bad key file."""
-    tenants = {t.name: Tenant.of(t) for t in config.tenants}
     keys: KeyRing[Caller] | None = None
     operators: KeyRing[str] | None = None
     if config.auth_enabled:
@@ -271,6 +288,8 @@ async def start_gateway(
 ) -> RunningGateway:
     """Start embedded sims (if any), build pools and metrics, and listen."""
     check_config(config)
+    tenants = {t.name: Tenant.of(t) for t in config.tenants}
+    tenants[ANONYMOUS.name] = ANONYMOUS
     rng = random.Random(config.seed)
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
     sims: SimFleetProcess | None = None
@@ -309,12 +328,15 @@ async def start_gateway(
     try:
         clusters: dict[str, Cluster] = {}
         metrics = GatewayMetrics(
-            lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states)
+            lambda: (
+                (m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states
+            ),
+            lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
         )
         clusters.update(
             build_clusters(
                 resolved, registry or default_registry(), rng, transport=client, clock=clock,
-                subscribe=metrics.subscribe,
+                subscribe=metrics.subscribe, tenants=tenants,
             )
         )  # fmt: skip
         for model, cluster in clusters.items():
@@ -333,11 +355,11 @@ async def start_gateway(
         heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
         edge = Hooks()
         metrics.subscribe(edge)
-        door, operators = build_front_door(config, clock, time.time)
+        door, operators = build_front_door(config, tenants, clock, time.time)
         gateway = Gateway(
             clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
             int(time.time()), admin, heartbeats, build_model_routes(config, rng), door,
-            operators,
+            operators, config.limits.assumed_output_tokens,
         )  # fmt: skip
         s = config.server
         server = await start_server(gateway.handle, gateway.send_error, s.host, s.port, s)

@@ -246,6 +246,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     from fleetgate.health.outlier import OutlierSettings
     from fleetgate.resilience.hedge import HedgeSettings
     from fleetgate.resilience.retry import RetrySettings
+    from fleetgate.traffic.admission import AdmissionSettings
+    from fleetgate.traffic.limit import LimitSettings
     from fleetgate.traffic.limits import PricingSettings
     from fleetgate.traffic.tenants import BudgetSettings, RateLimitSettings, TenantSettings
 
@@ -266,7 +268,9 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("tenants[].", TenantSettings),
                            ("tenants[].limits.", RateLimitSettings),
                            ("tenants[].budget.", BudgetSettings),
-                           ("limits.", LimitsConfig)):  # fmt: skip
+                           ("limits.", LimitsConfig),
+                           ("pools[].admission.", AdmissionSettings),
+                           ("pools[].admission.limit.", LimitSettings)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

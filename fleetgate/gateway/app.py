@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import msgspec
 
 from fleetgate.gateway.admin import Admin
+from fleetgate.gateway.entrance import Entrance
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.requests import (
     BadRequest,
@@ -34,7 +35,7 @@ from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.models import ModelRoute
-from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Pass, Refused
+from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
 from fleetgate.traffic.keys import KeyRing, bearer
 from fleetgate.upstream.attempt import Exchange
 
@@ -73,9 +74,11 @@ class Gateway:
         routes: Mapping[str, ModelRoute] | None = None,
         door: FrontDoor | None = None,
         operators: KeyRing[str] | None = None,
+        assumed_output_tokens: int = 256,
     ) -> None:
         self._clusters = dict(clusters)
         self._door = door  # None: auth off and no limits, nothing to ask per request
+        self._entrance = Entrance(door, clock, assumed_output_tokens)
         # Keys of the operator's endpoints, owned by "admin" or "heartbeat" (None: auth off).
         self._operators = operators
         self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py
@@ -181,51 +184,33 @@ class Gateway:
             if emit.received is not None:
                 emit.received(Received(request_id, started, request.path))
             caller = ANONYMOUS_CALLER
-            admitted: Pass | None = None
             try:
                 if door is not None:
                     caller = door.identify(request.headers)
                 cluster, exchange = self._prepare(parse, request, writer, request_id, started,
                                                   caller)  # fmt: skip
-                if door is not None:
-                    admitted = await self._enter(door, caller, exchange, request.headers)
+                entry = await self._entrance.enter(
+                    caller, exchange, request.headers, cluster.admission
+                )
                 if emit.admitted is not None:
                     now = self._clock()
                     tenant = caller.tenant.name
                     emit.admitted(Admitted(request_id, now, exchange.model, exchange.routing,
-                                           tenant))  # fmt: skip
+                                           tenant, entry.priority.label))  # fmt: skip
             except (BadRequest, Refused) as exc:
                 self._refuse(writer, request_id, started, exc, caller)
                 return
             except Exception:
                 self._finished_here(request_id, started, 500, "failed")  # the server sends it
                 raise
-            if admitted is None:
-                await self._failover.forward(cluster, exchange)
-                return
             try:
                 await self._failover.forward(cluster, exchange)
             finally:
-                assert door is not None
-                used = _used(exchange)
-                settled = None if used is None else door.leave(admitted, *used)
+                settled = self._entrance.leave(entry, exchange)
                 if settled is not None:
                     await settled
 
         return handle
-
-    async def _enter(
-        self, door: FrontDoor, caller: Caller, ex: Exchange, headers: dict[bytes, bytes]
-    ) -> Pass:
-        routing = ex.routing
-        priority = door.priority(caller, headers)
-        admitted = await door.enter(
-            caller, priority, ex.model, routing.prompt_tokens, routing.max_tokens
-        )
-        if admitted.reservation is not None:
-            ex.count_usage = True
-            ex.reply_headers = tuple(admitted.headers)
-        return admitted
 
     def _refuse(
         self,
@@ -241,7 +226,8 @@ class Gateway:
         if rejected is not None:
             reason = exc.code or "invalid_request"
             now = self._clock()
-            rejected(Rejected(request_id, now, exc.status, reason, caller.tenant.name))
+            priority = exc.priority.label if isinstance(exc, Refused) and exc.priority else ""
+            rejected(Rejected(request_id, now, exc.status, reason, caller.tenant.name, priority))
         self._finished_here(request_id, started, exc.status, "rejected")
 
     def _prepare(
@@ -338,17 +324,3 @@ class Gateway:
             ],
             self._metrics(),
         )
-
-
-def _used(ex: Exchange) -> tuple[int, int] | None:
-    """The prompt and completion tokens a request used, for its tenant's limits: the engine's
-    `usage` when the answer had one; for a stream, the estimated prompt and the events relayed
-    (one per token); nothing for an error the client got instead of an answer; None (keep
-    what was reserved) for an answer whose use is unknown."""
-    if ex.usage is not None:
-        return ex.usage.prompt_tokens, ex.usage.completion_tokens
-    if ex.progress is not None:
-        return ex.routing.prompt_tokens, ex.progress.events
-    if ex.writer.status == 200:
-        return None
-    return 0, 0

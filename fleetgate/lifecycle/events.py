@@ -59,6 +59,7 @@ class Rejected(Event, frozen=True, gc=False):
     status: int
     reason: str
     tenant: str = ""  # whose request, when the gateway knew it ("" before its key was read)
+    priority: str = ""  # its class, when the gateway knew it (refused by a limit or shed)
 
 
 class Admitted(Event, frozen=True, gc=False):
@@ -67,6 +68,7 @@ class Admitted(Event, frozen=True, gc=False):
     model: str
     request: RoutingRequest
     tenant: str = "anonymous"  # whose request (traffic/tenants.py)
+    priority: str = "standard"  # its class: critical, standard or sheddable
 
 
 class Routed(Event, frozen=True, gc=False):

@@ -18,16 +18,19 @@ from prometheus_client.registry import Collector
 from fleetgate.fleet.backend import BackendState
 from fleetgate.lifecycle.events import (
     NOT_UPSTREAM,
+    Admitted,
     AttemptEnded,
     Continued,
     Finished,
     FirstToken,
     Hedged,
+    Rejected,
     Retried,
     RetryRefused,
 )
 from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
+from fleetgate.traffic.admission import Admission
 
 # Latency buckets (seconds) spanning a cached 5 ms TTFT to a queued 2-minute request.
 LATENCY_BUCKETS = (
@@ -55,11 +58,42 @@ _BACKEND_GAUGES: tuple[tuple[str, str, Callable[[BackendState], float]], ...] = 
 )  # fmt: skip
 
 
+# The per-pool admission gauges: name, help, and how each is read from a pool's queue.
+_ADMISSION_GAUGES: tuple[tuple[str, str, Callable[[Admission], float]], ...] = (
+    ("fleetgate_admission_in_flight_requests",
+     "Requests a pool's admission let through that have not finished.",
+     lambda a: a.in_flight),
+    ("fleetgate_admission_waiting_requests",
+     "Requests waiting in a pool's admission queue.",
+     lambda a: a.waiting),
+    ("fleetgate_admission_limit_requests",
+     "A pool's concurrency limit: past it requests wait (adaptive unless fixed).",
+     lambda a: a.limit),
+)  # fmt: skip
+
+
 class GatewayMetrics(Collector):
     """Everything the gateway records; `render()` gives the Prometheus text format."""
 
-    def __init__(self, states: Callable[[], Iterable[tuple[str, BackendState]]]) -> None:
+    def __init__(
+        self,
+        states: Callable[[], Iterable[tuple[str, BackendState]]],
+        admissions: Callable[[], Iterable[tuple[str, Admission]]] = lambda: (),
+    ) -> None:
         self._states = states
+        self._admissions = admissions
+        self._admitted = CounterSeries(
+            "fleetgate_admitted",
+            "Requests let through to routing, by pool, tenant and priority class.",
+            ["model", "tenant", "priority"],
+        )
+        self._rejected = CounterSeries(
+            "fleetgate_rejected",
+            "Requests refused before routing, by tenant, priority class and reason (the "
+            "error's code: invalid_api_key, rate_limit_exceeded, insufficient_quota, "
+            "overloaded, queue_timeout, ...).",
+            ["tenant", "priority", "reason"],
+        )
         self._requests = CounterSeries(
             "fleetgate_requests",
             "Requests answered, by model, backend and HTTP status.",
@@ -129,6 +163,8 @@ class GatewayMetrics(Collector):
         return timed
 
     def subscribe(self, hooks: Hooks) -> None:
+        hooks.subscribe(Admitted, self.on_admitted)
+        hooks.subscribe(Rejected, self.on_rejected)
         hooks.subscribe(Finished, self.on_finished)
         hooks.subscribe(FirstToken, self.on_first_token)
         hooks.subscribe(AttemptEnded, self.on_attempt_ended)
@@ -136,6 +172,12 @@ class GatewayMetrics(Collector):
         hooks.subscribe(RetryRefused, self.on_retry_refused)
         hooks.subscribe(Hedged, self.on_hedged)
         hooks.subscribe(Continued, self.on_continued)
+
+    def on_admitted(self, event: Admitted) -> None:
+        self._admitted.inc((event.model, event.tenant, event.priority))
+
+    def on_rejected(self, event: Rejected) -> None:
+        self._rejected.inc((event.tenant or "unknown", event.priority or "unknown", event.reason))
 
     def on_finished(self, event: Finished) -> None:
         status = event.status
@@ -169,9 +211,16 @@ class GatewayMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         for series in (
             self._requests, self._errors, self._retries, self._retries_refused, self._hedges,
-            self._continuations, self._ttft, self._e2e, self._routing,
+            self._continuations, self._ttft, self._e2e, self._routing, self._admitted,
+            self._rejected,
         ):  # fmt: skip
             yield series.family()
+        admissions = list(self._admissions())
+        for name, doc, pick in _ADMISSION_GAUGES:
+            gauge = GaugeMetricFamily(name, doc, labels=["model"])
+            for model, admission in admissions:
+                gauge.add_metric([model], pick(admission))
+            yield gauge
         states = list(self._states())
         for name, doc, read in _BACKEND_GAUGES:
             gauge = GaugeMetricFamily(name, doc, labels=["model", "backend"])

@@ -9,6 +9,7 @@ from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.resilience.hedge import HedgeSettings, TtftWindow
 from fleetgate.resilience.retry import RetryBudget, RetrySettings
 from fleetgate.routing.router import Router
+from fleetgate.traffic.admission import Admission
 from fleetgate.upstream.prefill import Prefill
 from fleetgate.upstream.timeouts import Timeouts
 
@@ -27,6 +28,7 @@ class Cluster:
     ttft: TtftWindow  # the recent TTFTs the hedge delay is taken from
     emit: Emitters
     prefill: Prefill | None = None  # disaggregated: the prefill half's backends
+    admission: Admission | None = None  # its queue when saturated (None: admission off)
 
     @property
     def pool(self) -> Pool:

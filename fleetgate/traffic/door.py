@@ -20,8 +20,6 @@ from fleetgate.traffic.limits import FREE, Limits, PricingSettings, Refusal, Res
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import ANONYMOUS, Tenant
 
-PRIORITY_HEADER = b"x-fleetgate-priority"
-
 
 class Refused(Exception):
     """The front door turns the request away; becomes an OpenAI-shaped 4xx or 503."""
@@ -33,6 +31,7 @@ class Refused(Exception):
         code: str,
         headers: list[tuple[bytes, bytes]] | None = None,
         param: str | None = None,
+        priority: Priority | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -40,6 +39,7 @@ class Refused(Exception):
         self.code = code
         self.headers = headers or []
         self.param = param
+        self.priority = priority  # the class it would have had, when known
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +109,6 @@ class FrontDoor:
                 param="model",
             )  # fmt: skip
 
-    def priority(self, caller: Caller, headers: dict[bytes, bytes]) -> Priority:
-        try:
-            return caller.tenant.priority_for(headers.get(PRIORITY_HEADER))
-        except ValueError as exc:
-            raise Refused(400, f"x-fleetgate-priority: {exc}.", "invalid_priority") from None
-
     async def enter(
         self, caller: Caller, priority: Priority, model: str, prompt: int, max_tokens: int | None
     ) -> Pass:
@@ -126,7 +120,7 @@ class FrontDoor:
         held = await self._limits.reserve(tenant, caller.key_id, prompt, max_tokens, pricing)
         if isinstance(held, Refusal):
             headers = [retry_after(held.retry_after_s), *held.headers]
-            raise Refused(429, held.message, held.code, headers)
+            raise Refused(429, held.message, held.code, headers, priority=priority)
         return Pass(caller, priority, held, held.headers)
 
     def leave(self, admitted: Pass, prompt: int, output: int) -> Awaitable[None] | None:

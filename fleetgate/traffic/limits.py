@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from fleetgate.settings import Settings, at_least
@@ -51,6 +51,10 @@ class _Limit:
     per_key: bool = False  # a key's own limit, not its tenant's
     usd: bool = False  # a budget in money, not tokens
     renews_s: float = 0.0  # a budget: until its period ends
+    header: bytes = field(init=False)  # x-ratelimit-limit-*'s value
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "header", b"%d" % self.amount)
 
     def wait_s(self, cost: float, level: float) -> float:
         """Until a request of `cost` could pass (a cost over the bucket's size: until it is
@@ -117,18 +121,18 @@ class Limits:
         self._wall = wall_clock  # budgets' periods are counted in Unix time
         self._prefix = prefix
         self._assumed = assumed_output_tokens
-        self._plans: dict[tuple[str, str], tuple[_Limit, ...]] = {}
+        self._plans: dict[tuple[str, str], _Plan] = {}
 
     def limited(self, tenant: Tenant) -> bool:
         s = tenant.settings
         return s.limits.limited or s.key_limits.limited or s.budget is not None
 
-    def _plan(self, tenant: Tenant, key_id: str) -> tuple[_Limit, ...]:
+    def _plan(self, tenant: Tenant, key_id: str) -> _Plan:
         plan = self._plans.get((tenant.name, key_id))
         if plan is None:
             s, p = tenant.settings, self._prefix
-            plan = (*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
-                    *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True))  # fmt: skip
+            plan = _Plan((*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
+                          *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True)))  # fmt: skip
             self._plans[(tenant.name, key_id)] = plan
         return plan
 
@@ -156,18 +160,22 @@ class Limits:
         pricing: PricingSettings = FREE,
     ) -> Reservation | Refusal:
         """Take what the request may use from its tenant's limits, or say why it may not."""
-        limits = self._plan(tenant, key_id)
+        plan = self._plan(tenant, key_id)
+        output = max_tokens if max_tokens is not None else self._assumed
         budget = self._budget(tenant)
         if budget is not None:
-            limits = (*limits, budget)
-        output = max_tokens if max_tokens is not None else self._assumed
-        held = Reservation(limits, prompt_tokens, output, pricing, [])
-        costs = [held.cost(limit, prompt_tokens, output) for limit in limits]
-        taken = await self._store.take([limit.bucket for limit in limits], costs)
-        held.headers = _headers(limits, taken)
+            plan = _Plan((*plan.limits, budget))
+        held = Reservation(plan.limits, prompt_tokens, output, pricing, [])
+        tokens = prompt_tokens + output
+        if budget is None:
+            costs = [1.0 if per_request else tokens for per_request in plan.per_request]
+        else:
+            costs = [held.cost(limit, prompt_tokens, output) for limit in plan.limits]
+        taken = await self._store.take(plan.buckets, costs)
+        held.headers = plan.headers(taken.levels)
         if taken.ok:
             return held
-        return _refusal(limits, costs, taken, held.headers)
+        return _refusal(plan.limits, costs, taken, held.headers)
 
     async def settle(self, held: Reservation, prompt_tokens: int, output_tokens: int) -> None:
         """Reconcile a reservation with what the request used."""
@@ -184,24 +192,41 @@ class Limits:
             await self._store.give(buckets, amounts)
 
 
-def _headers(limits: tuple[_Limit, ...], taken: Taken) -> list[tuple[bytes, bytes]]:
-    """OpenAI's x-ratelimit-* headers, from the tightest requests and tokens buckets."""
-    headers: list[tuple[bytes, bytes]] = []
-    for kind in ("requests", "tokens"):
-        pairs = [
-            (lim, lvl) for lim, lvl in zip(limits, taken.levels, strict=True) if lim.kind == kind
-        ]
-        if not pairs:
-            continue
-        limit, level = min(pairs, key=lambda pair: pair[1])
-        b = limit.bucket
-        reset = (b.capacity - level) / b.rate_per_s
-        headers += [
-            (b"x-ratelimit-limit-" + kind.encode(), b"%d" % limit.amount),
-            (b"x-ratelimit-remaining-" + kind.encode(), b"%d" % max(0, math.floor(level))),
-            (b"x-ratelimit-reset-" + kind.encode(), duration(reset).encode()),
-        ]
-    return headers
+_HEADER_NAMES = {
+    kind: tuple(f"x-ratelimit-{part}-{kind}".encode() for part in ("limit", "remaining", "reset"))
+    for kind in ("requests", "tokens")
+}
+
+
+class _Plan:
+    """A key's limits, with what each request recomputes made once."""
+
+    __slots__ = ("buckets", "by_kind", "limits", "per_request")
+
+    def __init__(self, limits: tuple[_Limit, ...]) -> None:
+        self.limits = limits
+        self.buckets = tuple(limit.bucket for limit in limits)
+        self.per_request = tuple(limit.kind == "requests" for limit in limits)
+        self.by_kind = tuple(
+            (_HEADER_NAMES[kind], tuple(i for i, lim in enumerate(limits) if lim.kind == kind))
+            for kind in ("requests", "tokens")
+            if any(lim.kind == kind for lim in limits)
+        )
+
+    def headers(self, levels: tuple[float, ...]) -> list[tuple[bytes, bytes]]:
+        """OpenAI's x-ratelimit-* headers, from the tightest requests and tokens buckets."""
+        headers: list[tuple[bytes, bytes]] = []
+        for names, indices in self.by_kind:
+            i = min(indices, key=levels.__getitem__) if len(indices) > 1 else indices[0]
+            limit, level = self.limits[i], levels[i]
+            bucket = limit.bucket
+            reset = (bucket.capacity - level) / bucket.rate_per_s
+            headers += (
+                (names[0], limit.header),
+                (names[1], b"%d" % level if level > 0 else b"0"),
+                (names[2], b"%dms" % (reset * 1000) if reset < 1 else b"%ds" % math.ceil(reset)),
+            )
+        return headers
 
 
 def _refusal(

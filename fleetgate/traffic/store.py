@@ -74,7 +74,9 @@ class MemoryStore:
         if state is None or now >= state[2]:
             return bucket.capacity
         level, then, _ = state
-        return min(bucket.capacity, level + bucket.rate_per_s * max(0.0, now - then))
+        if now <= then:
+            return level
+        return min(bucket.capacity, level + bucket.rate_per_s * (now - then))
 
     async def take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         return self.take_now(buckets, costs)
@@ -85,20 +87,18 @@ class MemoryStore:
         self._calls += 1
         if self._calls % self._SWEEP_EVERY == 0:
             self._sweep(now)
-        levels = [self._level(b, now) for b in buckets]
-        wait = max(
-            (
-                wait_for(level, c, b.rate_per_s)
-                for b, level, c in zip(buckets, levels, costs, strict=True)
-            ),
-            default=0.0,
-        )
+        levels = [self._level(bucket, now) for bucket in buckets]
+        wait = 0.0
+        for bucket, level, cost in zip(buckets, levels, costs, strict=True):
+            if level < cost:
+                wait = max(wait, wait_for(level, cost, bucket.rate_per_s))
         if wait > 0:
             return Taken(False, tuple(levels), wait)
+        state = self._state
         after = []
         for bucket, level, cost in zip(buckets, levels, costs, strict=True):
             left = level - cost
-            self._state[bucket.key] = (left, now, bucket.expires(left, now))
+            state[bucket.key] = (left, now, bucket.expires(left, now))
             after.append(left)
         return Taken(True, tuple(after), 0.0)
 

@@ -1,0 +1,303 @@
+"""Admission: when a pool is saturated, requests wait in front of routing, by class and fairly.
+
+A pool is saturated when the requests it serves reach its concurrency limit (`limit.py`).
+Below it every request goes at once (one comparison). At it, a request waits in the queue of
+its class: `critical` before `standard` before `sheddable`, each a fair queue across tenants
+(queue.py), and batch-lane requests only when no interactive request waits and at most
+`batch_share` of the limit is theirs. A request leaves the queue when a request ends and
+frees its place, or at its deadline with 503 and a Retry-After from the queue's drain rate.
+
+Shedding: a request whose wait, predicted from the requests ahead of it and the drain rate,
+is longer than its deadline is refused at once (503), without waiting for nothing; when the
+queue is full, a request of a higher class takes the place of the newest of the lowest class
+queued. So as saturation rises, sheddable requests go first, then standard, critical last.
+
+Tenants' concurrency: at its `max_concurrency` a tenant's requests wait even when the pool
+has room; below its `min_concurrency` they go at once even when it has none (the floor is
+kept out of what the others may take).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from fleetgate.settings import Settings, at_least, positive_seconds, within
+from fleetgate.traffic.limit import ConcurrencyLimit, LimitSettings
+from fleetgate.traffic.priority import Priority
+from fleetgate.traffic.queue import FairQueue
+from fleetgate.traffic.tenants import Tenant
+
+
+class AdmissionSettings(Settings, frozen=True):
+    """A pool's admission control (`pools[].admission`)."""
+
+    enabled: bool = True  # off: every request goes to routing at once, however busy
+    limit: LimitSettings = LimitSettings()  # how many it serves at once (limit.py)
+    max_queue: int = 2048  # requests waiting at most; beyond, the lowest class is shed
+    batch_share: float = 0.5  # of the concurrency limit batch-lane requests may hold
+    drain_window_s: float = 10.0  # the drain rate (for Retry-After) is averaged over this
+
+    def __post_init__(self) -> None:
+        at_least("max_queue", self.max_queue, 0)
+        within("batch_share", self.batch_share, 0, 1, open_low=True)
+        positive_seconds("drain_window_s", self.drain_window_s)
+
+
+class Shed(Exception):
+    """The request is not admitted: 503 (or the status given) with Retry-After."""
+
+    def __init__(self, message: str, retry_after_s: float, code: str = "overloaded") -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+        self.code = code
+
+
+@dataclass(slots=True, eq=False)
+class Ticket:
+    """A request's place: waiting, then admitted until `Admission.leave`."""
+
+    tenant: str
+    priority: Priority
+    batch: bool
+    cost: float  # estimated tokens, for fairness
+    weight: float
+    deadline: float
+    floor: bool = False  # admitted under its tenant's guaranteed floor
+    admitted: bool = False
+    gone: bool = False  # left the queue on its own
+    future: asyncio.Future[None] | None = field(default=None, repr=False)
+
+
+class Admission:
+    """One pool's admission queue (module docstring)."""
+
+    def __init__(
+        self,
+        settings: AdmissionSettings,
+        limit: ConcurrencyLimit,
+        tenants: Mapping[str, Tenant],
+        clock: Callable[[], float],
+    ) -> None:
+        self._settings = settings
+        self._limit = limit
+        self._clock = clock
+        self._caps = {n: t.settings.max_concurrency for n, t in tenants.items()
+                      if t.settings.max_concurrency is not None}  # fmt: skip
+        self._floors = {n: t.settings.min_concurrency for n, t in tenants.items()
+                        if t.settings.min_concurrency > 0}  # fmt: skip
+        self._queues = [FairQueue[Ticket]() for _ in Priority]
+        self._batch = FairQueue[Ticket]()
+        self.in_flight = 0  # admitted requests not yet left
+        self.batch_in_flight = 0
+        self._by_tenant: dict[str, int] = {}
+        self._floor_room = sum(self._floors.values())  # floors not in use, kept free
+        self.waiting = 0
+        self._drained = 0.0  # decayed count of requests that left the pool
+        self._drained_at = clock()
+
+    # -- the request path ------------------------------------------------------------
+
+    def admit_now(self, ticket: Ticket) -> bool:
+        """Admit `ticket` if it may go at once (no coroutine: the common case); False when
+        it must `wait`."""
+        name = ticket.tenant
+        if name in self._floors and self._by_tenant.get(name, 0) < self._floors[name]:
+            ticket.floor = True
+            self._admit(ticket)
+            return True
+        if self._may_go(ticket):
+            self._admit(ticket)
+            return True
+        return False
+
+    async def wait(self, ticket: Ticket) -> None:
+        """Wait for a place until the ticket's deadline; `Shed` when there is none."""
+        wait_s = ticket.deadline - self._clock()
+        predicted = self._predicted_wait(ticket)
+        if predicted is not None and predicted > wait_s:
+            raise Shed(self._shed_message(ticket, predicted), max(1.0, predicted))
+        self._make_room(ticket)
+        ticket.future = future = asyncio.get_running_loop().create_future()
+        self._queue_of(ticket).push(ticket, ticket.weight)
+        self.waiting += 1
+        self._dispatch()  # the queue held only requests gone already: room for this one
+        try:
+            await asyncio.wait_for(asyncio.shield(future), max(0.0, wait_s))
+        except TimeoutError:
+            if not ticket.admitted:
+                self._give_up(ticket)
+                raise Shed(
+                    f"No place opened in this model's {ticket.priority.label} queue within "
+                    f"{max(0.0, wait_s):.3g} s; retry later.", self._retry_after(ticket),
+                    "queue_timeout",
+                ) from None  # fmt: skip
+        except asyncio.CancelledError:
+            if ticket.admitted:
+                self.leave(ticket)
+            else:
+                self._give_up(ticket)
+            raise
+
+    @property
+    def limit(self) -> int:
+        """The pool's concurrency limit now."""
+        return self._limit.value
+
+    def leave(self, ticket: Ticket) -> None:
+        """The admitted request has ended: its place goes to the next in line."""
+        if not ticket.admitted:
+            return
+        ticket.admitted = False
+        self.in_flight -= 1
+        if ticket.batch:
+            self.batch_in_flight -= 1
+        name = ticket.tenant
+        count = self._by_tenant[name] - 1
+        self._by_tenant[name] = count
+        floor = self._floors.get(name, 0)
+        if count < floor:
+            self._floor_room += 1
+        cap = self._caps.get(name)
+        if cap is not None and count == cap - 1:
+            for queue in (*self._queues, self._batch):
+                queue.release(name)
+        self._count_drained()
+        self._limit.observe(self.in_flight, bool(self.waiting))
+        self._dispatch()
+
+    # -- decisions ---------------------------------------------------------------------
+
+    def _may_go(self, ticket: Ticket) -> bool:
+        """Room for it now, and no one of its class or above waiting before it."""
+        cap = self._caps.get(ticket.tenant)
+        if cap is not None and self._by_tenant.get(ticket.tenant, 0) >= cap:
+            return False
+        if ticket.batch:
+            return (
+                not self._interactive_waiting() and not self._batch.ready() and self._batch_room()
+            )
+        if any(q.ready() for q in self._queues[: ticket.priority + 1]):
+            return False
+        return self.in_flight + self._floor_room < self._limit.value
+
+    def _batch_room(self) -> bool:
+        limit = self._limit.value
+        return (
+            self.in_flight + self._floor_room < limit
+            and self.batch_in_flight < limit * self._settings.batch_share
+        )
+
+    def _interactive_waiting(self) -> bool:
+        return any(q.ready() for q in self._queues)
+
+    def _under_floor(self, tenant: str) -> bool:
+        floor = self._floors.get(tenant)
+        return floor is not None and self._by_tenant.get(tenant, 0) < floor
+
+    def _admit(self, ticket: Ticket) -> None:
+        ticket.admitted = True
+        self.in_flight += 1
+        if ticket.batch:
+            self.batch_in_flight += 1
+        name = ticket.tenant
+        count = self._by_tenant.get(name, 0) + 1
+        self._by_tenant[name] = count
+        if count <= self._floors.get(name, 0):
+            self._floor_room -= 1
+        cap = self._caps.get(name)
+        if cap is not None and count >= cap:
+            for queue in (*self._queues, self._batch):
+                queue.hold(name)
+        self._limit.observe(self.in_flight, bool(self.waiting))
+
+    def _dispatch(self) -> None:
+        """Admit waiting requests while there is room, the most urgent first."""
+        limit = self._limit.value
+        while self.waiting and self.in_flight + self._floor_room < limit:
+            ticket = None
+            for queue in self._queues:
+                ticket = queue.pop()
+                if ticket is not None:
+                    break
+            if ticket is None and self._batch_room():
+                ticket = self._batch.pop()
+            if ticket is None:
+                return
+            self._wake(ticket)
+
+    def _wake(self, ticket: Ticket) -> None:
+        self.waiting -= 1
+        self._admit(ticket)
+        if ticket.future is not None and not ticket.future.done():
+            ticket.future.set_result(None)
+
+    def _give_up(self, ticket: Ticket) -> None:
+        """A waiting ticket leaves on its own (deadline, or its client went away)."""
+        if not ticket.gone:
+            ticket.gone = True
+            self.waiting -= 1
+            queue = self._queue_of(ticket)
+            if len(queue) > 2 * self.waiting + 64:  # gone entries pile up: sweep them
+                queue.forget_gone()
+
+    def _make_room(self, ticket: Ticket) -> None:
+        """A full queue: the newest request of a lower class leaves for this one."""
+        if self.waiting < self._settings.max_queue:
+            return
+        for queue in (self._batch, *reversed(self._queues[ticket.priority + 1 :])):
+            while (victim := queue.remove_newest()) is not None:
+                if victim.gone:
+                    continue
+                victim.gone = True
+                self.waiting -= 1
+                if victim.future is not None and not victim.future.done():
+                    message = "A more urgent request took this one's place in the queue."
+                    victim.future.set_exception(Shed(message, self._retry_after(victim)))
+                return
+        raise Shed(
+            f"The queue of this model is full ({self._settings.max_queue} waiting); retry "
+            "later.", self._retry_after(ticket),
+        )  # fmt: skip
+
+    def _queue_of(self, ticket: Ticket) -> FairQueue[Ticket]:
+        return self._batch if ticket.batch else self._queues[ticket.priority]
+
+    # -- how long a wait will be -------------------------------------------------------
+
+    def _count_drained(self) -> None:
+        now = self._clock()
+        window = self._settings.drain_window_s
+        self._drained = self._drained * math.exp(-(now - self._drained_at) / window) + 1
+        self._drained_at = now
+
+    def drain_rate(self) -> float:
+        """Requests leaving the pool per second, lately."""
+        now = self._clock()
+        window = self._settings.drain_window_s
+        return self._drained * math.exp(-(now - self._drained_at) / window) / window
+
+    def _predicted_wait(self, ticket: Ticket) -> float | None:
+        """Seconds until `ticket` would be admitted: the requests ahead of it (its class and
+        above, plus itself) over the drain rate; None while no request has left yet."""
+        if ticket.batch:
+            ahead = sum(len(q) for q in self._queues) + len(self._batch) + 1
+        else:
+            ahead = sum(len(q) for q in self._queues[: ticket.priority + 1]) + 1
+        rate = self.drain_rate()
+        if rate <= 0:
+            return None
+        return ahead / rate
+
+    def _retry_after(self, ticket: Ticket) -> float:
+        """When to try again: the predicted wait, at least 1 s."""
+        return max(1.0, self._predicted_wait(ticket) or 1.0)
+
+    def _shed_message(self, ticket: Ticket, predicted: float) -> str:
+        return (
+            f"This model is at capacity: a {ticket.priority.label} request would wait about "
+            f"{predicted:.0f} s for a place, longer than its deadline. Retry later."
+        )

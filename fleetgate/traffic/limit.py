@@ -1,0 +1,125 @@
+"""How many requests a pool may serve at once: fixed, or found by watching its engines.
+
+The adaptive limit looks for the most requests the pool serves without queueing them in the
+engines, and moves once per `interval_s`:
+
+    congested   the engines' own queues hold more than `engine_queue` requests per backend
+                (their fresh metrics), or the time to first token of the interval's short
+                prompts, measured from when each was sent, has its p90 over `target_ttft_s`
+    congested:                       limit = max(minimum, limit * 0.9)
+    else, if the limit was reached:  limit = limit * 1.05 + 1
+    else:                            unchanged
+
+Its signals are what the engines said within `stale_after_s` and what the gateway measured
+itself: when the engines' metrics go stale it goes on with the TTFTs, and with neither it
+keeps its value. It never stops admitting (the minimum is 1 per backend) and never admits
+without bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from fleetgate.fleet.pool import Pool
+from fleetgate.lifecycle.events import AttemptEnded
+from fleetgate.lifecycle.hooks import Hooks
+from fleetgate.settings import Settings, at_least, positive_seconds
+
+_DECREASE = 0.9
+_INCREASE = 1.05
+_SAMPLES = 512  # TTFTs kept per interval at most
+
+
+class LimitSettings(Settings, frozen=True):
+    """A pool's concurrency limit (`pools[].admission.limit`)."""
+
+    max_in_flight: int | None = None  # a fixed limit for the pool; None: adaptive
+    initial_per_backend: int = 32  # the adaptive limit's start, per backend
+    min_per_backend: int = 1  # it never goes below this, per backend
+    max_per_backend: int = 4096  # nor above this
+    target_ttft_s: float = 1.0  # p90 of short prompts' TTFT it keeps under
+    short_prompt_tokens: int = 2048  # prompts up to this long (estimated) are judged by TTFT
+    engine_queue: float = 2.0  # requests per backend the engines may queue themselves
+    interval_s: float = 1.0  # between two moves
+    stale_after_s: float = 5.0  # engine metrics older than this are not read
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight is not None:
+            at_least("max_in_flight", self.max_in_flight, 1)
+        at_least("min_per_backend", self.min_per_backend, 1)
+        at_least("initial_per_backend", self.initial_per_backend, self.min_per_backend)
+        at_least("max_per_backend", self.max_per_backend, self.initial_per_backend)
+        positive_seconds("target_ttft_s", self.target_ttft_s)
+        at_least("short_prompt_tokens", self.short_prompt_tokens, 1)
+        at_least("engine_queue", self.engine_queue, 0)
+        positive_seconds("interval_s", self.interval_s)
+        positive_seconds("stale_after_s", self.stale_after_s)
+
+
+class ConcurrencyLimit:
+    """The limit of one pool (module docstring). `value` is read on every admission."""
+
+    def __init__(self, settings: LimitSettings, pool: Pool, clock: Callable[[], float]) -> None:
+        self._settings = settings
+        self._pool = pool
+        self._clock = clock
+        n = len(pool.states)
+        self.fixed = settings.max_in_flight is not None
+        start = settings.max_in_flight or settings.initial_per_backend * n
+        self._value = float(start)
+        self.value = start
+        self._min = settings.min_per_backend * n
+        self._max = settings.max_per_backend * n
+        self._ttfts: list[float] = []
+        self._reached = False
+        self._next = clock() + settings.interval_s
+
+    def subscribe(self, hooks: Hooks) -> None:
+        if not self.fixed:
+            hooks.subscribe(AttemptEnded, self.on_attempt_ended)
+
+    def on_attempt_ended(self, event: AttemptEnded) -> None:
+        first = event.first_token_at
+        if (
+            first is not None
+            and event.kind in ("first", "retry")
+            and event.prompt_tokens <= self._settings.short_prompt_tokens
+            and len(self._ttfts) < _SAMPLES
+        ):
+            self._ttfts.append(first - event.sent_at)
+
+    def observe(self, in_flight: int, queued: bool) -> None:
+        """Called as requests come and go: whether the limit is reached, and the moves."""
+        if self.fixed:
+            return
+        if queued or in_flight >= self.value:
+            self._reached = True
+        now = self._clock()
+        if now >= self._next:
+            self._move(now)
+
+    def _move(self, now: float) -> None:
+        self._next = now + self._settings.interval_s
+        if self.congested(now):
+            self._value = max(float(self._min), self._value * _DECREASE)
+        elif self._reached:
+            self._value = min(float(self._max), self._value * _INCREASE + 1)
+        self.value = max(self._min, math.floor(self._value))
+        self._ttfts.clear()
+        self._reached = False
+
+    def congested(self, now: float) -> bool:
+        s = self._settings
+        ttfts = self._ttfts
+        if len(ttfts) >= 5:
+            ttfts.sort()
+            if ttfts[int(0.9 * (len(ttfts) - 1))] > s.target_ttft_s:
+                return True
+        waiting, fresh = 0.0, 0
+        for state in self._pool.states:
+            engine = state.engine
+            if engine is not None and now - engine.scraped_at <= s.stale_after_s:
+                waiting += engine.waiting
+                fresh += 1
+        return fresh > 0 and waiting > s.engine_queue * fresh

@@ -1,0 +1,94 @@
+"""The adaptive concurrency limit: down when the engines queue or first tokens are late, up
+while it is what holds requests back, still when it has nothing to go on."""
+
+from __future__ import annotations
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.engine_load import EngineLoad
+from fleetgate.fleet.pool import Pool
+from fleetgate.lifecycle.events import AttemptEnded
+from fleetgate.traffic.limit import ConcurrencyLimit, LimitSettings
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def setup(**settings: float) -> tuple[ConcurrencyLimit, Pool, Clock]:
+    clock = Clock()
+    states = [BackendState(Backend(f"b{i}", f"http://127.0.0.1:{i + 1}", ("m",))) for i in range(2)]
+    pool = Pool("m", states)
+    params = {"initial_per_backend": 10, **settings}
+    return ConcurrencyLimit(LimitSettings(**params), pool, clock), pool, clock  # type: ignore[arg-type]
+
+
+def engines(pool: Pool, clock: Clock, waiting: float) -> None:
+    for state in pool.states:
+        state.engine = EngineLoad(10, waiting, 0.5, 0, 0, None, clock.now)
+
+
+def ended(limit: ConcurrencyLimit, pool: Pool, ttft_s: float, prompt: int = 100) -> None:
+    state = pool.states[0]
+    limit.on_attempt_ended(
+        AttemptEnded(
+            b"r", 0.0, "m", state, "first", 0.0, prompt, 0, 200, None, None, ttft_s, 10, True
+        )
+    )
+
+
+def tick(limit: ConcurrencyLimit, clock: Clock, reached: bool) -> int:
+    clock.now += 1.0
+    limit.observe(limit.value if reached else 0, False)
+    return limit.value
+
+
+def test_it_grows_while_it_holds_requests_back_and_the_engines_keep_up() -> None:
+    limit, pool, clock = setup()
+    assert limit.value == 20
+    engines(pool, clock, waiting=0)
+    assert tick(limit, clock, reached=True) == 22  # 20 * 1.05 + 1
+    assert tick(limit, clock, reached=False) == 22  # not reached: no reason to move
+    for _ in range(20):
+        engines(pool, clock, waiting=0)
+        tick(limit, clock, reached=True)
+    assert limit.value > 60
+
+
+def test_it_shrinks_when_the_engines_queue_requests() -> None:
+    limit, pool, clock = setup()
+    engines(pool, clock, waiting=5)  # 10 queued in all, more than 2 per backend
+    assert tick(limit, clock, reached=True) == 18
+    engines(pool, clock, waiting=1)  # 2 queued: within what the engines may queue
+    assert tick(limit, clock, reached=True) == 19
+
+
+def test_it_shrinks_when_short_prompts_wait_long_for_their_first_token() -> None:
+    limit, pool, clock = setup(target_ttft_s=1.0)
+    for _ in range(10):
+        ended(limit, pool, ttft_s=2.0)
+    assert tick(limit, clock, reached=True) == 18
+    for _ in range(10):
+        ended(limit, pool, ttft_s=5.0, prompt=10_000)  # long prompts take long: not judged
+    assert tick(limit, clock, reached=True) == 19
+
+
+def test_stale_engine_metrics_are_not_read_and_the_floor_holds() -> None:
+    limit, pool, clock = setup(stale_after_s=5.0, min_per_backend=5)
+    engines(pool, clock, waiting=50)
+    clock.now += 10  # the scrape is 10 s old now
+    assert tick(limit, clock, reached=True) == 22  # grows: nothing says it is congested
+    engines(pool, clock, waiting=50)
+    for _ in range(30):
+        engines(pool, clock, waiting=50)
+        tick(limit, clock, reached=True)
+    assert limit.value == 10  # 5 per backend
+
+
+def test_a_fixed_limit_never_moves() -> None:
+    limit, pool, clock = setup(max_in_flight=7)
+    engines(pool, clock, waiting=50)
+    assert tick(limit, clock, reached=True) == 7
