@@ -220,7 +220,7 @@ def build_front_door(
         MemoryStore(clock), wall_clock, config.limits.key_prefix,
         config.limits.assumed_output_tokens,
     )  # fmt: skip
-    if keys is None and not any(limits.limited(t) for t in tenants.values()):
+    if keys is None and not any(t.limited for t in tenants.values()):
         return None, operators
     pricing = {p.model: p.pricing for p in config.pools}
     return FrontDoor(keys, limits, pricing), operators
@@ -280,6 +280,61 @@ class RunningGateway:
             self._sims.stop()
 
 
+def compose(
+    config: Config,
+    resolved: list[ResolvedPool],
+    *,
+    transport: Transport,
+    clock: Callable[[], float],
+    rng: random.Random,
+    registry: PluginRegistry | None = None,
+    wall_clock: Callable[[], float] = time.time,
+    checker: ActiveChecker | None = None,
+    scraper: MetricsScraper | None = None,
+) -> tuple[Gateway, dict[str, Cluster]]:
+    """The gateway over `resolved` pools and its clusters, everything wired; the checker and
+    scraper, when given, start probing the backends (a benchmark or a simulator gives none)."""
+    tenants = {t.name: Tenant.of(t) for t in config.tenants}
+    tenants[ANONYMOUS.name] = ANONYMOUS
+    clusters: dict[str, Cluster] = {}
+    metrics = GatewayMetrics(
+        lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
+        lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
+    )
+    clusters.update(
+        build_clusters(
+            resolved, registry or default_registry(), rng, transport=transport, clock=clock,
+            subscribe=metrics.subscribe, tenants=tenants,
+        )
+    )  # fmt: skip
+    for model, cluster in clusters.items():
+        cluster.router.pipeline.set_timer(metrics.routing_timer(model))
+    attempts = Attempts(transport, clock)
+    failover = Failover(
+        attempts, Continuation(attempts, clock), clock, random.Random(rng.getrandbits(64))
+    )
+    pools = {model: cluster.pool for model, cluster in clusters.items()}
+    admin = Admin(pools, clock) if config.server.admin else None
+    heartbeats = None
+    for pool_config in config.pools:
+        for part in _parts(clusters[pool_config.model]):
+            if checker is not None:
+                checker.start(part.model, part.states, pool_config.health_check, part.refresh)
+            if scraper is not None:
+                scraper.start(part.states, pool_config.engine_metrics)
+    if checker is not None and checker.expects_heartbeats:
+        heartbeats = HeartbeatEndpoint(checker)
+    edge = Hooks()
+    metrics.subscribe(edge)
+    door, operators = build_front_door(config, tenants, clock, wall_clock)
+    gateway = Gateway(
+        clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
+        int(wall_clock()), admin, heartbeats, build_model_routes(config, rng), door, operators,
+        config.limits.assumed_output_tokens,
+    )  # fmt: skip
+    return gateway, clusters
+
+
 async def start_gateway(
     config: Config,
     *,
@@ -288,8 +343,6 @@ async def start_gateway(
 ) -> RunningGateway:
     """Start embedded sims (if any), build pools and metrics, and listen."""
     check_config(config)
-    tenants = {t.name: Tenant.of(t) for t in config.tenants}
-    tenants[ANONYMOUS.name] = ANONYMOUS
     rng = random.Random(config.seed)
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
     sims: SimFleetProcess | None = None
@@ -326,41 +379,11 @@ async def start_gateway(
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
     try:
-        clusters: dict[str, Cluster] = {}
-        metrics = GatewayMetrics(
-            lambda: (
-                (m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states
-            ),
-            lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
-        )
-        clusters.update(
-            build_clusters(
-                resolved, registry or default_registry(), rng, transport=client, clock=clock,
-                subscribe=metrics.subscribe, tenants=tenants,
-            )
+        gateway, clusters = compose(
+            config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
+            checker=checker, scraper=scraper,
         )  # fmt: skip
-        for model, cluster in clusters.items():
-            cluster.router.pipeline.set_timer(metrics.routing_timer(model))
         pools = {model: cluster.pool for model, cluster in clusters.items()}
-        attempts = Attempts(client, clock)
-        failover = Failover(
-            attempts, Continuation(attempts, clock), clock, random.Random(rng.getrandbits(64))
-        )
-        admin = Admin(pools, clock) if config.server.admin else None
-        for pool_config in config.pools:
-            health_check = pool_config.health_check
-            for part in _parts(clusters[pool_config.model]):
-                checker.start(part.model, part.states, health_check, part.refresh)
-                scraper.start(part.states, pool_config.engine_metrics)
-        heartbeats = HeartbeatEndpoint(checker) if checker.expects_heartbeats else None
-        edge = Hooks()
-        metrics.subscribe(edge)
-        door, operators = build_front_door(config, tenants, clock, time.time)
-        gateway = Gateway(
-            clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
-            int(time.time()), admin, heartbeats, build_model_routes(config, rng), door,
-            operators, config.limits.assumed_output_tokens,
-        )  # fmt: skip
         s = config.server
         server = await start_server(gateway.handle, gateway.send_error, s.host, s.port, s)
     except BaseException:

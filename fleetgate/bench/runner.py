@@ -8,7 +8,9 @@ are cancelled and recorded as errors of kind "timeout".
 
 Error kinds: "connect", "read" (connection lost mid-response), "protocol", "http_<status>",
 "stream_error" (an error object in the body or stream), "bad_json", "no_output" (a 200 with
-no generated text), "timeout", and "internal:<exception>" for a bug in this module.
+no generated text), "timeout" (the answer did not end in time: the request timeout, or the
+grace period), "no_answer" (not even the answer's head came within the request timeout: the
+server left the client hanging), and "internal:<exception>" for a bug in this module.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class LoadSettings:
     stream: bool = True
     grace_s: float = 30.0  # how long in-flight requests may finish after sending stops
     api_key: str | None = None  # sent as a bearer token when given
+    request_timeout_s: float | None = None  # a client that gives up after this; None: never
+    headers: tuple[tuple[bytes, bytes], ...] = ()  # more request headers (lower-case names)
 
     def __post_init__(self) -> None:
         if not self.duration_s > 0:
@@ -69,7 +73,9 @@ class RunResult:
 class _Attempt:
     """A request in flight, filled in as its response arrives."""
 
-    __slots__ = ("first_s", "index", "itl", "last_s", "sent_at", "spec", "start")
+    __slots__ = (
+        "answered", "first_s", "index", "itl", "last_s", "retry_after", "sent_at", "spec", "start",
+    )  # fmt: skip
 
     def __init__(self, index: int, spec: RequestSpec, start: float, sent_at: float) -> None:
         self.index = index
@@ -78,6 +84,8 @@ class _Attempt:
         self.sent_at = sent_at  # on the clock
         self.first_s: float | None = None
         self.last_s = 0.0
+        self.answered = False  # the answer's head came
+        self.retry_after: float | None = None
         self.itl = array("d")
 
     def text_arrived(self, now: float) -> None:
@@ -98,6 +106,7 @@ class _Attempt:
             ttft_s=None if self.first_s is None else self.first_s - self.sent_at,
             itl_s=self.itl,
             e2e_s=now - self.sent_at,
+            retry_after_s=self.retry_after,
         )
 
 
@@ -180,6 +189,7 @@ class LoadGenerator:
             headers.append((b"accept", b"text/event-stream"))
         if settings.api_key:
             headers.append((b"authorization", b"Bearer " + settings.api_key.encode()))
+        headers += settings.headers
         self._headers = headers
 
     async def run(
@@ -222,11 +232,29 @@ class LoadGenerator:
             run.started(attempt, asyncio.create_task(self._send(attempt, body)))
 
     async def _send(self, attempt: _Attempt, body: bytes) -> RequestRecord:
+        timeout_s = self._settings.request_timeout_s
+        if timeout_s is None:
+            return await self._exchange(attempt, body)
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._exchange(attempt, body)
+        except TimeoutError:
+            kind = "timeout" if attempt.answered else "no_answer"
+            return attempt.record(self._clock(), 0, kind)
+
+    async def _exchange(self, attempt: _Attempt, body: bytes) -> RequestRecord:
         path = PATHS[attempt.spec.endpoint]
         try:
             response = await self._client.request(self._origin, b"POST", path, self._headers, body)
+            attempt.answered = True
             try:
                 if response.status != 200:
+                    wait = response.header(b"retry-after")
+                    if wait is not None:
+                        try:
+                            attempt.retry_after = float(wait)
+                        except ValueError:
+                            attempt.retry_after = -1.0  # present, but not a number of seconds
                     await response.read()  # drain it, so the connection can be reused
                     return attempt.record(self._clock(), 0, f"http_{response.status}")
                 if self._settings.stream:

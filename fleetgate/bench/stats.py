@@ -34,6 +34,7 @@ class RequestRecord:
     ttft_s: float | None = None  # None when not streamed or no text arrived
     itl_s: array[float] = field(default_factory=lambda: array("d"))  # compact: runs are long
     e2e_s: float | None = None  # to success or failure
+    retry_after_s: float | None = None  # a refusal's Retry-After, when it had one
 
     @property
     def ok(self) -> bool:

@@ -14,7 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from fleetgate.traffic.admission import Admission, Shed, Ticket
-from fleetgate.traffic.door import Caller, FrontDoor, Pass, Refused, retry_after
+from fleetgate.traffic.door import Caller, FrontDoor, Refused, retry_after
+from fleetgate.traffic.limits import Reservation
 from fleetgate.traffic.priority import Priority
 from fleetgate.upstream.attempt import Exchange
 
@@ -28,7 +29,7 @@ class Entry:
     """An admitted request's holds, given back by `Entrance.leave`."""
 
     priority: Priority
-    admitted: Pass | None  # its tenant's limits (None: no limits to reconcile)
+    held: Reservation | None  # of its tenant's limits (None: no limits to reconcile)
     ticket: Ticket | None  # its place in the pool (None: the pool admits without a queue)
     admission: Admission | None
 
@@ -55,16 +56,15 @@ class Entrance:
         except ValueError as exc:
             raise Refused(400, f"x-fleetgate-priority: {exc}.", "invalid_priority") from None
         routing = ex.routing
-        admitted = None
-        if self._door is not None:
-            admitted = await self._door.enter(
+        held = None
+        if self._door is not None and tenant.limited:
+            held = await self._door.enter(
                 caller, priority, ex.model, routing.prompt_tokens, routing.max_tokens
             )
-            if admitted.reservation is not None:
-                ex.count_usage = True
-                ex.reply_headers = tuple(admitted.headers)
+            ex.count_usage = held.counts_tokens
+            ex.reply_headers = tuple(held.headers)
         if admission is None:
-            return Entry(priority, admitted, None, None)
+            return Entry(priority, held, None, None)
         settings = tenant.settings
         lane = headers.get(LANE_HEADER)
         cost = routing.prompt_tokens + (routing.max_tokens or self._assumed)
@@ -76,30 +76,32 @@ class Entrance:
             try:
                 await admission.wait(ticket)
             except BaseException as exc:  # shed, or the client left: nothing was used
-                if admitted is not None:
-                    refund = self._release_limits(admitted, 0, 0)
+                if held is not None:
+                    refund = self._release_limits(held, 0, 0)
                     if refund is not None:
                         await refund
                 if isinstance(exc, Shed):
                     wait = [retry_after(exc.retry_after_s)]
                     raise Refused(503, exc.message, exc.code, wait, priority=priority) from None
                 raise
-        return Entry(priority, admitted, ticket, admission)
+        return Entry(priority, held, ticket, admission)
 
     def leave(self, entry: Entry, ex: Exchange) -> Awaitable[None] | None:
         """Give back the request's place and reconcile its limits with what it used."""
         if entry.ticket is not None and entry.admission is not None:
             entry.admission.leave(entry.ticket)
-        if entry.admitted is None:
+        if entry.held is None:
             return None
         used = _used(ex)
         if used is None:
             return None
-        return self._release_limits(entry.admitted, *used)
+        return self._release_limits(entry.held, *used)
 
-    def _release_limits(self, admitted: Pass, prompt: int, output: int) -> Awaitable[None] | None:
+    def _release_limits(
+        self, held: Reservation, prompt: int, output: int
+    ) -> Awaitable[None] | None:
         assert self._door is not None
-        return self._door.leave(admitted, prompt, output)
+        return self._door.leave(held, prompt, output)
 
 
 def _queue_timeout(headers: dict[bytes, bytes], tenants: float) -> float:

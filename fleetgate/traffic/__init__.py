@@ -1,7 +1,7 @@
 """The front door: tenants and their API keys, rate limits and budgets (reserved on arrival,
 reconciled at the end), priority classes; door.py is what the gateway's edge asks."""
 
-from fleetgate.traffic.door import Caller, FrontDoor, Pass, Refused
+from fleetgate.traffic.door import Caller, FrontDoor, Refused
 from fleetgate.traffic.keys import KeyRing
 from fleetgate.traffic.limits import Limits, PricingSettings
 from fleetgate.traffic.priority import Priority
@@ -16,7 +16,6 @@ __all__ = [
     "LimitStore",
     "Limits",
     "MemoryStore",
-    "Pass",
     "PricingSettings",
     "Priority",
     "Refused",

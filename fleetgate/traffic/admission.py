@@ -20,7 +20,6 @@ kept out of what the others may take).
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -29,6 +28,8 @@ from fleetgate.traffic.limit import ConcurrencyLimit, LimitSettings
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.queue import FairQueue
 from fleetgate.traffic.tenants import Tenant
+
+_TICK_S = 0.25  # how often the drain rate is updated and the limit asked to move
 
 
 class AdmissionSettings(Settings, frozen=True):
@@ -96,14 +97,28 @@ class Admission:
         self._by_tenant: dict[str, int] = {}
         self._floor_room = sum(self._floors.values())  # floors not in use, kept free
         self.waiting = 0
-        self._drained = 0.0  # decayed count of requests that left the pool
-        self._drained_at = clock()
+        # Without caps or floors no per-tenant count is kept: the fast path.
+        self._plain = not self._caps and not self._floors
+        self.rate = 0.0  # requests leaving per second, averaged over `drain_window_s`
+        self._left = 0  # requests that left since the last tick
+        self._last_tick = clock()
+        self._next_tick = self._last_tick + _TICK_S
 
     # -- the request path ------------------------------------------------------------
 
     def admit_now(self, ticket: Ticket) -> bool:
         """Admit `ticket` if it may go at once (no coroutine: the common case); False when
         it must `wait`."""
+        if self._plain and not self.waiting and not ticket.batch:  # the fast path
+            limit = self._limit
+            if self.in_flight >= limit.value:
+                limit.reached()
+                return False
+            self.in_flight += 1
+            ticket.admitted = True
+            if self.in_flight >= limit.value:
+                limit.reached()
+            return True
         name = ticket.tenant
         if name in self._floors and self._by_tenant.get(name, 0) < self._floors[name]:
             ticket.floor = True
@@ -112,6 +127,7 @@ class Admission:
         if self._may_go(ticket):
             self._admit(ticket)
             return True
+        self._limit.reached()
         return False
 
     async def wait(self, ticket: Ticket) -> None:
@@ -153,21 +169,40 @@ class Admission:
             return
         ticket.admitted = False
         self.in_flight -= 1
+        self._left += 1
+        if not self._plain or ticket.batch:
+            self._count_out(ticket)
+        now = self._clock()
+        if now >= self._next_tick:
+            self._tick(now)
+        if self.waiting:
+            self._dispatch()
+
+    def _count_out(self, ticket: Ticket) -> None:
+        """The per-tenant and batch counts of a ticket that left."""
         if ticket.batch:
             self.batch_in_flight -= 1
+        if self._plain:
+            return
         name = ticket.tenant
         count = self._by_tenant[name] - 1
         self._by_tenant[name] = count
-        floor = self._floors.get(name, 0)
-        if count < floor:
+        if count < self._floors.get(name, 0):
             self._floor_room += 1
         cap = self._caps.get(name)
         if cap is not None and count == cap - 1:
             for queue in (*self._queues, self._batch):
                 queue.release(name)
-        self._count_drained()
-        self._limit.observe(self.in_flight, bool(self.waiting))
-        self._dispatch()
+
+    def _tick(self, now: float) -> None:
+        """Once per `_TICK_S`: the drain rate, and the limit's move."""
+        elapsed = now - self._last_tick
+        share = min(1.0, elapsed / self._settings.drain_window_s)
+        self.rate += share * (self._left / elapsed - self.rate)
+        self._left = 0
+        self._last_tick = now
+        self._next_tick = now + _TICK_S
+        self._limit.tick(now)
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -201,8 +236,12 @@ class Admission:
     def _admit(self, ticket: Ticket) -> None:
         ticket.admitted = True
         self.in_flight += 1
+        if self.in_flight >= self._limit.value:
+            self._limit.reached()
         if ticket.batch:
             self.batch_in_flight += 1
+        if self._plain:
+            return
         name = ticket.tenant
         count = self._by_tenant.get(name, 0) + 1
         self._by_tenant[name] = count
@@ -212,7 +251,6 @@ class Admission:
         if cap is not None and count >= cap:
             for queue in (*self._queues, self._batch):
                 queue.hold(name)
-        self._limit.observe(self.in_flight, bool(self.waiting))
 
     def _dispatch(self) -> None:
         """Admit waiting requests while there is room, the most urgent first."""
@@ -268,18 +306,6 @@ class Admission:
 
     # -- how long a wait will be -------------------------------------------------------
 
-    def _count_drained(self) -> None:
-        now = self._clock()
-        window = self._settings.drain_window_s
-        self._drained = self._drained * math.exp(-(now - self._drained_at) / window) + 1
-        self._drained_at = now
-
-    def drain_rate(self) -> float:
-        """Requests leaving the pool per second, lately."""
-        now = self._clock()
-        window = self._settings.drain_window_s
-        return self._drained * math.exp(-(now - self._drained_at) / window) / window
-
     def _predicted_wait(self, ticket: Ticket) -> float | None:
         """Seconds until `ticket` would be admitted: the requests ahead of it (its class and
         above, plus itself) over the drain rate; None while no request has left yet."""
@@ -287,7 +313,7 @@ class Admission:
             ahead = sum(len(q) for q in self._queues) + len(self._batch) + 1
         else:
             ahead = sum(len(q) for q in self._queues[: ticket.priority + 1]) + 1
-        rate = self.drain_rate()
+        rate = self.rate
         if rate <= 0:
             return None
         return ahead / rate

@@ -53,20 +53,6 @@ class Caller:
 ANONYMOUS_CALLER = Caller(ANONYMOUS, "")
 
 
-@dataclass(slots=True)
-class Pass:
-    """An admitted request's hold on its tenant's limits, given back when it ends."""
-
-    caller: Caller
-    priority: Priority
-    reservation: Reservation | None  # None: its tenant has no limits
-    headers: list[tuple[bytes, bytes]]  # x-ratelimit-* for the answer
-
-    @property
-    def tenant(self) -> str:
-        return self.caller.tenant.name
-
-
 def retry_after(seconds: float) -> tuple[bytes, bytes]:
     """The Retry-After header for a wait: whole seconds, at least 1."""
     return (b"retry-after", b"%d" % max(1, math.ceil(min(seconds, 86400.0))))
@@ -111,20 +97,16 @@ class FrontDoor:
 
     async def enter(
         self, caller: Caller, priority: Priority, model: str, prompt: int, max_tokens: int | None
-    ) -> Pass:
-        """A pass for the request, or `Refused` (429) when a limit or the budget says no."""
-        tenant = caller.tenant
-        if not self._limits.limited(tenant):
-            return Pass(caller, priority, None, [])
+    ) -> Reservation:
+        """What the request reserved of its tenant's limits, or `Refused` (429) when a limit
+        or the budget says no. Only for a tenant that is `limited`."""
         pricing = self._pricing.get(model, FREE)
-        held = await self._limits.reserve(tenant, caller.key_id, prompt, max_tokens, pricing)
+        held = await self._limits.reserve(caller.tenant, caller.key_id, prompt, max_tokens, pricing)
         if isinstance(held, Refusal):
             headers = [retry_after(held.retry_after_s), *held.headers]
             raise Refused(429, held.message, held.code, headers, priority=priority)
-        return Pass(caller, priority, held, held.headers)
+        return held
 
-    def leave(self, admitted: Pass, prompt: int, output: int) -> Awaitable[None] | None:
-        """Reconcile the pass with the tokens the request used (None: nothing to do)."""
-        if admitted.reservation is None:
-            return None
-        return self._limits.settle(admitted.reservation, prompt, output)
+    def leave(self, held: Reservation, prompt: int, output: int) -> Awaitable[None] | None:
+        """Reconcile a reservation with the tokens the request used (None: nothing to do)."""
+        return self._limits.settle(held, prompt, output)

@@ -7,7 +7,8 @@ engines, and moves once per `interval_s`:
                 (their fresh metrics), or the time to first token of the interval's short
                 prompts, measured from when each was sent, has its p90 over `target_ttft_s`
     congested:                       limit = max(minimum, limit * 0.9)
-    else, if the limit was reached:  limit = limit * 1.05 + 1
+    else, if the limit was reached:  limit = limit * 2 until the first congestion (slow start,
+                                     as TCP's), then limit * 1.05 + 1
     else:                            unchanged
 
 Its signals are what the engines said within `stale_after_s` and what the gateway measured
@@ -73,6 +74,7 @@ class ConcurrencyLimit:
         self._max = settings.max_per_backend * n
         self._ttfts: list[float] = []
         self._reached = False
+        self._slow_start = True  # until the first congestion: double while reached
         self._next = clock() + settings.interval_s
 
     def subscribe(self, hooks: Hooks) -> None:
@@ -89,22 +91,23 @@ class ConcurrencyLimit:
         ):
             self._ttfts.append(first - event.sent_at)
 
-    def observe(self, in_flight: int, queued: bool) -> None:
-        """Called as requests come and go: whether the limit is reached, and the moves."""
-        if self.fixed:
-            return
-        if queued or in_flight >= self.value:
-            self._reached = True
-        now = self._clock()
-        if now >= self._next:
+    def reached(self) -> None:
+        """The limit held a request back (or was met) since the last move."""
+        self._reached = True
+
+    def tick(self, now: float) -> None:
+        """Called as requests end: moves the limit once per interval."""
+        if now >= self._next and not self.fixed:
             self._move(now)
 
     def _move(self, now: float) -> None:
         self._next = now + self._settings.interval_s
         if self.congested(now):
+            self._slow_start = False
             self._value = max(float(self._min), self._value * _DECREASE)
         elif self._reached:
-            self._value = min(float(self._max), self._value * _INCREASE + 1)
+            grown = self._value * 2 if self._slow_start else self._value * _INCREASE + 1
+            self._value = min(float(self._max), grown)
         self.value = max(self._min, math.floor(self._value))
         self._ttfts.clear()
         self._reached = False

@@ -15,8 +15,7 @@ SDKs read go with every answer of a limited tenant.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -83,18 +82,29 @@ def _rate_limits(prefix: str, settings: RateLimitSettings, per_key: bool) -> lis
 class Reservation:
     """What one admitted request took, to reconcile when it ends."""
 
-    limits: tuple[_Limit, ...]
+    plan: _Plan
     prompt_tokens: int  # estimated
     output_tokens: int  # reserved
     pricing: PricingSettings
     headers: list[tuple[bytes, bytes]]  # x-ratelimit-* for the client
 
-    def cost(self, limit: _Limit, prompt: float, completion: float) -> float:
-        if limit.kind == "requests":
-            return 1.0
-        if limit.usd:
-            return self.pricing.cost_usd(prompt, completion)
-        return prompt + completion
+    @property
+    def limits(self) -> tuple[_Limit, ...]:
+        return self.plan.limits
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether what the request uses matters (a tokens limit or a budget)."""
+        return bool(self.plan.token_buckets) or self.plan.budgeted
+
+
+def _cost(limit: _Limit, pricing: PricingSettings, prompt: float, completion: float) -> float:
+    """What a request of `prompt` and `completion` tokens costs against `limit`."""
+    if limit.kind == "requests":
+        return 1.0
+    if limit.usd:
+        return pricing.cost_usd(prompt, completion)
+    return prompt + completion
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,19 +131,13 @@ class Limits:
         self._wall = wall_clock  # budgets' periods are counted in Unix time
         self._prefix = prefix
         self._assumed = assumed_output_tokens
-        self._plans: dict[tuple[str, str], _Plan] = {}
-
-    def limited(self, tenant: Tenant) -> bool:
-        s = tenant.settings
-        return s.limits.limited or s.key_limits.limited or s.budget is not None
+        self._plans: dict[str, _Plan] = {}  # by key id (a tenant's name when it has no key)
 
     def _plan(self, tenant: Tenant, key_id: str) -> _Plan:
-        plan = self._plans.get((tenant.name, key_id))
-        if plan is None:
-            s, p = tenant.settings, self._prefix
-            plan = _Plan((*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
-                          *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True)))  # fmt: skip
-            self._plans[(tenant.name, key_id)] = plan
+        s, p = tenant.settings, self._prefix
+        plan = _Plan((*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
+                      *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True)))  # fmt: skip
+        self._plans[key_id or f"tenant:{tenant.name}"] = plan
         return plan
 
     def _budget(self, tenant: Tenant) -> _Limit | None:
@@ -160,36 +164,42 @@ class Limits:
         pricing: PricingSettings = FREE,
     ) -> Reservation | Refusal:
         """Take what the request may use from its tenant's limits, or say why it may not."""
-        plan = self._plan(tenant, key_id)
+        plan = self._plans.get(key_id or f"tenant:{tenant.name}") or self._plan(tenant, key_id)
         output = max_tokens if max_tokens is not None else self._assumed
-        budget = self._budget(tenant)
-        if budget is not None:
-            plan = _Plan((*plan.limits, budget))
-        held = Reservation(plan.limits, prompt_tokens, output, pricing, [])
-        tokens = prompt_tokens + output
-        if budget is None:
+        if tenant.settings.budget is None:
+            tokens = prompt_tokens + output
             costs = [1.0 if per_request else tokens for per_request in plan.per_request]
         else:
-            costs = [held.cost(limit, prompt_tokens, output) for limit in plan.limits]
+            budget = self._budget(tenant)
+            assert budget is not None
+            plan = _Plan((*plan.limits, budget))
+            costs = [_cost(lim, pricing, prompt_tokens, output) for lim in plan.limits]
         taken = await self._store.take(plan.buckets, costs)
-        held.headers = plan.headers(taken.levels)
         if taken.ok:
-            return held
-        return _refusal(plan.limits, costs, taken, held.headers)
+            return Reservation(plan, prompt_tokens, output, pricing, plan.headers(taken.levels))
+        headers = plan.headers(taken.levels, reset=True)
+        return _refusal(plan.limits, costs, taken, headers)
 
-    async def settle(self, held: Reservation, prompt_tokens: int, output_tokens: int) -> None:
-        """Reconcile a reservation with what the request used."""
+    def settle(
+        self, held: Reservation, prompt_tokens: int, output_tokens: int
+    ) -> Awaitable[None] | None:
+        """Reconcile a reservation with what the request used (None: nothing to change)."""
+        plan = held.plan
+        if not plan.budgeted:  # tokens alone: one difference for every tokens bucket
+            unused = held.prompt_tokens + held.output_tokens - prompt_tokens - output_tokens
+            if unused == 0 or not plan.token_buckets:
+                return None
+            return self._store.give(plan.token_buckets, [unused] * len(plan.token_buckets))
         buckets, amounts = [], []
         for limit in held.limits:
             if limit.kind == "requests":
                 continue
-            reserved = held.cost(limit, held.prompt_tokens, held.output_tokens)
-            used = held.cost(limit, prompt_tokens, output_tokens)
+            reserved = _cost(limit, held.pricing, held.prompt_tokens, held.output_tokens)
+            used = _cost(limit, held.pricing, prompt_tokens, output_tokens)
             if used != reserved:
                 buckets.append(limit.bucket)
                 amounts.append(reserved - used)
-        if buckets:
-            await self._store.give(buckets, amounts)
+        return self._store.give(buckets, amounts) if buckets else None
 
 
 _HEADER_NAMES = {
@@ -201,31 +211,34 @@ _HEADER_NAMES = {
 class _Plan:
     """A key's limits, with what each request recomputes made once."""
 
-    __slots__ = ("buckets", "by_kind", "limits", "per_request")
+    __slots__ = ("buckets", "budgeted", "by_kind", "limits", "per_request", "token_buckets")
 
     def __init__(self, limits: tuple[_Limit, ...]) -> None:
         self.limits = limits
         self.buckets = tuple(limit.bucket for limit in limits)
         self.per_request = tuple(limit.kind == "requests" for limit in limits)
+        self.token_buckets = tuple(lim.bucket for lim in limits if lim.kind == "tokens")
+        self.budgeted = any(limit.kind == "budget" for limit in limits)
         self.by_kind = tuple(
             (_HEADER_NAMES[kind], tuple(i for i, lim in enumerate(limits) if lim.kind == kind))
             for kind in ("requests", "tokens")
             if any(lim.kind == kind for lim in limits)
         )
 
-    def headers(self, levels: tuple[float, ...]) -> list[tuple[bytes, bytes]]:
-        """OpenAI's x-ratelimit-* headers, from the tightest requests and tokens buckets."""
+    def headers(self, levels: list[float], reset: bool = False) -> list[tuple[bytes, bytes]]:
+        """OpenAI's x-ratelimit-limit-* and -remaining-* headers, from the tightest requests
+        and tokens buckets; -reset-* too when `reset` (a refusal: each answer would pay for
+        formatting the time to full)."""
         headers: list[tuple[bytes, bytes]] = []
         for names, indices in self.by_kind:
             i = min(indices, key=levels.__getitem__) if len(indices) > 1 else indices[0]
             limit, level = self.limits[i], levels[i]
-            bucket = limit.bucket
-            reset = (bucket.capacity - level) / bucket.rate_per_s
-            headers += (
-                (names[0], limit.header),
-                (names[1], b"%d" % level if level > 0 else b"0"),
-                (names[2], b"%dms" % (reset * 1000) if reset < 1 else b"%ds" % math.ceil(reset)),
-            )
+            headers.append((names[0], limit.header))
+            headers.append((names[1], b"%d" % level if level > 0 else b"0"))
+            if reset:
+                bucket = limit.bucket
+                wait = (bucket.capacity - level) / bucket.rate_per_s
+                headers.append((names[2], duration(wait).encode()))
         return headers
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,13 +34,12 @@ class Bucket:
         return now + self.ttl_s
 
 
-@dataclass(frozen=True, slots=True)
-class Taken:
+class Taken(NamedTuple):
     """What `take` did: `ok` if it took every cost; `levels` of each bucket after (before,
     when refused); `wait_s` until every bucket could pay (inf: not before a new period)."""
 
     ok: bool
-    levels: tuple[float, ...]
+    levels: list[float]
     wait_s: float
 
 
@@ -85,33 +84,47 @@ class MemoryStore:
         """`take`, without a coroutine (the store of one process never waits)."""
         now = self._clock()
         self._calls += 1
-        if self._calls % self._SWEEP_EVERY == 0:
+        if self._calls >= self._SWEEP_EVERY:
             self._sweep(now)
-        levels = [self._level(bucket, now) for bucket in buckets]
-        wait = 0.0
-        for bucket, level, cost in zip(buckets, levels, costs, strict=True):
-            if level < cost:
-                wait = max(wait, wait_for(level, cost, bucket.rate_per_s))
-        if wait > 0:
-            return Taken(False, tuple(levels), wait)
         state = self._state
-        after = []
-        for bucket, level, cost in zip(buckets, levels, costs, strict=True):
-            left = level - cost
-            state[bucket.key] = (left, now, bucket.expires(left, now))
-            after.append(left)
-        return Taken(True, tuple(after), 0.0)
+        levels = []
+        short = False
+        for bucket, cost in zip(buckets, costs):  # noqa: B905 (same length; strict costs time)
+            cell = state.get(bucket.key)
+            if cell is None or now >= cell[2]:
+                level = bucket.capacity
+            else:
+                level = cell[0] + bucket.rate_per_s * max(0.0, now - cell[1])
+                if level > bucket.capacity:
+                    level = bucket.capacity
+            levels.append(level)
+            if level < cost:
+                short = True
+        if short:
+            wait = max(
+                wait_for(level, cost, bucket.rate_per_s)
+                for bucket, level, cost in zip(buckets, levels, costs)  # noqa: B905
+            )
+            return Taken(False, levels, wait)
+        for i, bucket in enumerate(buckets):
+            left = levels[i] = levels[i] - costs[i]
+            rate = bucket.rate_per_s
+            expires = now + (bucket.capacity - left) / rate if rate > 0 else now + bucket.ttl_s
+            state[bucket.key] = (left, now, expires)
+        return Taken(True, levels, 0.0)
 
     async def give(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
         self.give_now(buckets, amounts)
 
     def give_now(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
         now = self._clock()
-        for bucket, amount in zip(buckets, amounts, strict=True):
+        state = self._state
+        for bucket, amount in zip(buckets, amounts):  # noqa: B905 (same length)
             level = min(bucket.capacity, self._level(bucket, now) + amount)
-            self._state[bucket.key] = (level, now, bucket.expires(level, now))
+            state[bucket.key] = (level, now, bucket.expires(level, now))
 
     def _sweep(self, now: float) -> None:
+        self._calls = 0
         for key in [k for k, (_, _, expires) in self._state.items() if now >= expires]:
             del self._state[key]
 

@@ -114,6 +114,7 @@ class Tenant:
     all_models: bool  # `*` among its models: no check per request
     exact: frozenset[str]
     patterns: tuple[str, ...]
+    limited: bool  # it has rate limits or a budget
 
     @classmethod
     def of(cls, settings: TenantSettings) -> Tenant:
@@ -121,7 +122,9 @@ class Tenant:
         top = priority if settings.max_priority is None else Priority.parse(settings.max_priority)
         patterns = tuple(m for m in settings.models if any(c in m for c in "*?["))
         exact = frozenset(m for m in settings.models if m not in patterns)
-        return cls(settings.name, settings, priority, top, "*" in patterns, exact, patterns)
+        s = settings
+        limited = s.limits.limited or s.key_limits.limited or s.budget is not None
+        return cls(s.name, s, priority, top, "*" in patterns, exact, patterns, limited)
 
     def may_use(self, model: str) -> bool:
         if self.all_models or model in self.exact:

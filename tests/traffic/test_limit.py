@@ -42,20 +42,23 @@ def ended(limit: ConcurrencyLimit, pool: Pool, ttft_s: float, prompt: int = 100)
 
 def tick(limit: ConcurrencyLimit, clock: Clock, reached: bool) -> int:
     clock.now += 1.0
-    limit.observe(limit.value if reached else 0, False)
+    if reached:
+        limit.reached()
+    limit.tick(clock.now)
     return limit.value
 
 
-def test_it_grows_while_it_holds_requests_back_and_the_engines_keep_up() -> None:
+def test_it_doubles_until_the_first_congestion_then_grows_slowly() -> None:
     limit, pool, clock = setup()
     assert limit.value == 20
     engines(pool, clock, waiting=0)
-    assert tick(limit, clock, reached=True) == 22  # 20 * 1.05 + 1
-    assert tick(limit, clock, reached=False) == 22  # not reached: no reason to move
-    for _ in range(20):
-        engines(pool, clock, waiting=0)
-        tick(limit, clock, reached=True)
-    assert limit.value > 60
+    assert tick(limit, clock, reached=True) == 40  # slow start
+    assert tick(limit, clock, reached=False) == 40  # not reached: no reason to move
+    assert tick(limit, clock, reached=True) == 80
+    engines(pool, clock, waiting=10)
+    assert tick(limit, clock, reached=True) == 72  # congested: x 0.9
+    engines(pool, clock, waiting=0)
+    assert tick(limit, clock, reached=True) == 76  # 72 * 1.05 + 1, no more doubling
 
 
 def test_it_shrinks_when_the_engines_queue_requests() -> None:
@@ -63,7 +66,7 @@ def test_it_shrinks_when_the_engines_queue_requests() -> None:
     engines(pool, clock, waiting=5)  # 10 queued in all, more than 2 per backend
     assert tick(limit, clock, reached=True) == 18
     engines(pool, clock, waiting=1)  # 2 queued: within what the engines may queue
-    assert tick(limit, clock, reached=True) == 19
+    assert tick(limit, clock, reached=True) == 19  # 18 * 1.05 + 1
 
 
 def test_it_shrinks_when_short_prompts_wait_long_for_their_first_token() -> None:
@@ -80,7 +83,7 @@ def test_stale_engine_metrics_are_not_read_and_the_floor_holds() -> None:
     limit, pool, clock = setup(stale_after_s=5.0, min_per_backend=5)
     engines(pool, clock, waiting=50)
     clock.now += 10  # the scrape is 10 s old now
-    assert tick(limit, clock, reached=True) == 22  # grows: nothing says it is congested
+    assert tick(limit, clock, reached=True) == 40  # grows: nothing says it is congested
     engines(pool, clock, waiting=50)
     for _ in range(30):
         engines(pool, clock, waiting=50)

@@ -22,7 +22,7 @@ def test_a_bucket_pays_out_its_size_then_refills_at_its_rate() -> None:
     store = MemoryStore(clock)
     rpm = Bucket("t:rpm", capacity=3, rate_per_s=1.0)
     for left in (2, 1, 0):
-        assert store.take_now([rpm], [1]).levels == (left,)
+        assert store.take_now([rpm], [1]).levels == [left]
     refused = store.take_now([rpm], [1])
     assert not refused.ok
     assert refused.wait_s == pytest.approx(1.0)
@@ -31,7 +31,7 @@ def test_a_bucket_pays_out_its_size_then_refills_at_its_rate() -> None:
     clock.now += 0.5
     assert store.take_now([rpm], [1]).ok
     clock.now += 100  # refills to its size, not beyond
-    assert store.take_now([rpm], [0]).levels == (3,)
+    assert store.take_now([rpm], [0]).levels == [3]
 
 
 def test_a_take_is_all_or_nothing_over_its_buckets() -> None:
@@ -40,7 +40,7 @@ def test_a_take_is_all_or_nothing_over_its_buckets() -> None:
     refused = store.take_now([roomy, tight], [10, 10])
     assert not refused.ok
     assert refused.wait_s == pytest.approx((10 - 5) / 0.5)
-    assert store.take_now([roomy], [0]).levels == (100,)  # nothing was taken from `a`
+    assert store.take_now([roomy], [0]).levels == [100]  # nothing was taken from `a`
 
 
 def test_giving_back_is_capped_and_taking_more_leaves_a_debt() -> None:
@@ -49,10 +49,10 @@ def test_giving_back_is_capped_and_taking_more_leaves_a_debt() -> None:
     tpm = Bucket("tpm", 100, 10.0)
     store.take_now([tpm], [80])
     store.give_now([tpm], [500])  # more than was taken: capped at the size
-    assert store.take_now([tpm], [0]).levels == (100,)
+    assert store.take_now([tpm], [0]).levels == [100]
     store.give_now([tpm], [-150])  # used 150 more than reserved
     refused = store.take_now([tpm], [10])
-    assert refused.levels == (-50,)
+    assert refused.levels == [-50]
     assert refused.wait_s == pytest.approx(6.0)  # (10 - -50) / 10
 
 

@@ -1,0 +1,232 @@
+"""Overload: the built-in fleet offered ten times what it serves, by tenants of every class,
+and an interactive tenant beside a batch tenant. Every figure is printed beside its reference
+from the same run.
+
+    .venv/bin/python benchmarks/overload.py [--seconds 60] [--out FILE]
+
+The fleet: the built-in 8B pool (one h100-llama3-8b and one a100-llama3-8b sim worker) behind
+a gateway process, prompts of 1,024 tokens and answers of 128, streamed, every client giving
+up after 30 s (as the OpenAI SDKs' default timeouts do, roughly).
+
+  0. capacity: the gateway with admission off, offered twice the fleet's nominal rate; what
+     the fleet completes per second once its queues are full is its capacity.
+  1. overload, admission on, ten times capacity in all for `--seconds`: `critical` 0.5x,
+     `standard` 2x, `sheddable` 4x, and two standard tenants of equal weight, `even-a` 2.5x
+     and `even-b` 1x (fair queuing gives them the same goodput; first come first served would
+     give even-a 2.5 times even-b's).
+  2. an interactive tenant alone at half of capacity, then the same beside a batch tenant
+     (the batch lane) offering three times capacity: its TTFT p99 against its own alone.
+
+Per tenant: offered, admitted (any answer but a refusal), succeeded, shed (by status),
+timed out (the answer began but did not end in 30 s), hung (no answer at all in 30 s: must be
+0), TTFT p50/p99 of its successes, goodput; and whether every refusal had a Retry-After.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import gateway
+
+from fleetgate.bench.generated import LengthDist, synthetic
+from fleetgate.bench.runner import LoadGenerator, LoadSettings
+from fleetgate.bench.stats import RequestRecord, percentile
+from fleetgate.bench.workloads import PoissonArrivals, bounded, schedule
+from fleetgate.http.client import HttpClient, Origin
+
+MODEL = "llama-3.1-8b-instruct"
+PROMPT, OUTPUT = 1024, 128
+CLIENT_TIMEOUT_S = 30.0
+NOMINAL = 40.0  # req/s: where the capacity phase starts offering (2x this)
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    priority: str
+    share: float  # of capacity, offered
+    batch: bool = False
+
+
+OVERLOAD = (
+    Tenant("critical", "critical", 0.5),
+    Tenant("standard", "standard", 2.0),
+    Tenant("sheddable", "sheddable", 4.0),
+    Tenant("even-a", "standard", 2.5),
+    Tenant("even-b", "standard", 1.0),
+)
+INTERACTIVE = Tenant("interactive", "standard", 0.5)
+BATCH = Tenant("batch", "sheddable", 3.0, batch=True)
+
+
+def key(tenant: str) -> str:
+    return f"sk-overload-{tenant}"
+
+
+def config(admission: bool) -> dict[str, Any]:
+    tenants = [*OVERLOAD, INTERACTIVE, BATCH]
+    return {
+        "pools": [{
+            "model": MODEL,
+            "backends": [{"sim": "h100-llama3-8b"}, {"sim": "a100-llama3-8b"}],
+            "admission": {"enabled": admission},
+        }],
+        "tenants": [
+            {"name": t.name, "keys": [key(t.name)], "priority": t.priority, "batch": t.batch,
+             "queue_timeout_s": 120.0 if t.batch else 10.0}
+            for t in tenants
+        ],
+    }  # fmt: skip
+
+
+@contextmanager
+def fleet(admission: bool) -> Iterator[Origin]:
+    """A gateway over the built-in 8B pool, with the tenants above."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "overload.json"
+        path.write_text(json.dumps(config(admission)))
+        with gateway(path) as (url, _):
+            yield Origin.parse(url)
+
+
+async def offer(
+    origin: Origin, tenants: list[tuple[Tenant, float]], seconds: float, seed: int
+) -> dict[str, list[RequestRecord]]:
+    """Each tenant's open-loop Poisson load at its rate (req/s), all at once."""
+    client = HttpClient(connect_timeout_s=5.0)
+    try:
+        runs = []
+        for i, (tenant, rate) in enumerate(tenants):
+            rng = random.Random(seed * 100 + i)
+            prompts = synthetic(rng, input_len=LengthDist(PROMPT), output_len=LengthDist(OUTPUT))
+            specs = bounded(schedule(prompts, PoissonArrivals(rate), rng), seconds)
+            settings = LoadSettings(
+                MODEL, seconds, grace_s=CLIENT_TIMEOUT_S + 5, api_key=key(tenant.name),
+                request_timeout_s=CLIENT_TIMEOUT_S,
+            )  # fmt: skip
+            runs.append(LoadGenerator(client, origin, settings, clock=time.monotonic).run(specs))
+        results = await asyncio.gather(*runs)
+        return {t.name: r.records for (t, _), r in zip(tenants, results, strict=True)}
+    finally:
+        await client.close()
+
+
+def capacity(records: list[RequestRecord], seconds: float) -> float:
+    """Completions per second over the last two thirds of the window (queues full by then)."""
+    start = seconds / 3
+    ends = [r.sent_s + (r.e2e_s or 0) for r in records if r.ok]
+    done = [e for e in ends if start <= e <= seconds]
+    return len(done) / (seconds - start)
+
+
+def row(name: str, records: list[RequestRecord], seconds: float) -> dict[str, Any]:
+    kinds = Counter(r.error or "ok" for r in records)
+    shed = {k: v for k, v in kinds.items() if k.startswith(("http_4", "http_5"))}
+    refusals = [r for r in records if r.error in ("http_429", "http_503")]
+    ttfts = sorted(r.ttft_s for r in records if r.ok and r.ttft_s is not None)
+    return {
+        "tenant": name,
+        "offered": len(records),
+        "admitted": len(records) - sum(shed.values()),
+        "succeeded": kinds["ok"],
+        "shed": shed,
+        "timed_out": kinds["timeout"],
+        "hung": kinds["no_answer"],
+        "other_errors": {k: v for k, v in kinds.items()
+                         if k not in ("ok", "timeout", "no_answer") and k not in shed},
+        "refusals_without_retry_after": sum(1 for r in refusals if r.retry_after_s is None),
+        "ttft_p50_ms": percentile(ttfts, 0.5) * 1000 if ttfts else None,
+        "ttft_p99_ms": percentile(ttfts, 0.99) * 1000 if ttfts else None,
+        "goodput": kinds["ok"] / seconds,
+    }  # fmt: skip
+
+
+def show(rows: list[dict[str, Any]]) -> None:
+    head = (f"{'tenant':12}{'offered':>8}{'admitted':>9}{'ok':>7}{'shed':>16}{'timed out':>10}"
+            f"{'hung':>6}{'TTFT p50':>10}{'p99 ms':>9}{'goodput/s':>10}")  # fmt: skip
+    print(head)
+    for r in rows:
+        shed = ",".join(f"{k[5:]}:{v}" for k, v in sorted(r["shed"].items())) or "-"
+        p50 = f"{r['ttft_p50_ms']:.0f}" if r["ttft_p50_ms"] is not None else "-"
+        p99 = f"{r['ttft_p99_ms']:.0f}" if r["ttft_p99_ms"] is not None else "-"
+        print(f"{r['tenant']:12}{r['offered']:>8}{r['admitted']:>9}{r['succeeded']:>7}"
+              f"{shed:>16}{r['timed_out']:>10}{r['hung']:>6}{p50:>10}{p99:>9}"
+              f"{r['goodput']:>10.1f}")  # fmt: skip
+        if r["other_errors"]:
+            print(f"{'':12}other errors: {r['other_errors']}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="length of each phase")
+    parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    args = parser.parse_args()
+    seconds = args.seconds
+    report: dict[str, Any] = {"seconds": seconds, "prompt": PROMPT, "output": OUTPUT}
+
+    print(f"0. capacity: admission off, {2 * NOMINAL:.0f} req/s offered for {seconds:.0f} s ...",
+          flush=True)  # fmt: skip
+    with fleet(admission=False) as origin:
+        load = [(Tenant("critical", "critical", 0), 2 * NOMINAL)]
+        records = asyncio.run(offer(origin, load, seconds, 0))["critical"]
+    cap = capacity(records, seconds)
+    report["capacity"] = cap
+    print(f"   capacity: {cap:.1f} req/s completed once the queues were full\n")
+
+    with fleet(admission=True) as origin:
+        print(f"1. overload: {sum(t.share for t in OVERLOAD):g}x capacity "
+              f"({sum(t.share for t in OVERLOAD) * cap:.0f} req/s) ...", flush=True)  # fmt: skip
+        load = [(t, t.share * cap) for t in OVERLOAD]
+        by_tenant = asyncio.run(offer(origin, load, seconds, 1))
+        rows = [row(t.name, by_tenant[t.name], seconds) for t in OVERLOAD]
+        show(rows)
+        goodput = sum(r["goodput"] for r in rows)
+        a, b = (next(r["goodput"] for r in rows if r["tenant"] == n) for n in ("even-a", "even-b"))
+        missing = sum(r["refusals_without_retry_after"] for r in rows)
+        first_shed = {r["tenant"]: sum(r["shed"].values()) / max(1, r["offered"]) for r in rows}
+        print(f"\n   goodput {goodput:.1f} req/s = {goodput / cap:.2f}x capacity (target >= 0.95)")
+        print(
+            f"   even-a / even-b goodput: {a:.1f} / {b:.1f} = {a / b if b else 0:.2f} "
+            "(target within 10%)"
+        )
+        print(
+            f"   shed share: sheddable {first_shed['sheddable']:.0%}, standard "
+            f"{first_shed['standard']:.0%}, critical {first_shed['critical']:.0%}"
+        )
+        print(f"   refusals without Retry-After: {missing}; hung: {sum(r['hung'] for r in rows)}\n")
+        report["overload"] = {"rows": rows, "goodput": goodput, "goodput_ratio": goodput / cap,
+                              "fairness": a / b if b else None}  # fmt: skip
+
+        print(f"2. interactive at {INTERACTIVE.share}x capacity alone, then beside a batch "
+              f"tenant at {BATCH.share}x ...", flush=True)  # fmt: skip
+        alone = asyncio.run(offer(origin, [(INTERACTIVE, INTERACTIVE.share * cap)], seconds, 2))
+        mixed = asyncio.run(offer(origin, [(INTERACTIVE, INTERACTIVE.share * cap),
+                                           (BATCH, BATCH.share * cap)], seconds, 3))  # fmt: skip
+        rows2 = [row("alone", alone["interactive"], seconds),
+                 row("with batch", mixed["interactive"], seconds),
+                 row("batch", mixed["batch"], seconds)]  # fmt: skip
+        show(rows2)
+        p_alone, p_mixed = rows2[0]["ttft_p99_ms"], rows2[1]["ttft_p99_ms"]
+        if p_alone and p_mixed:
+            print(f"\n   interactive TTFT p99 beside batch / alone: {p_mixed:.0f} / {p_alone:.0f} "
+                  f"ms = {p_mixed / p_alone:.2f}x (target <= 1.5x)")  # fmt: skip
+        report["batch_lane"] = {"rows": rows2}
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
