@@ -69,6 +69,13 @@ class _HeadTooLarge(Exception):
     """Raised in a parser callback to stop at an oversized head."""
 
 
+class _Discard:
+    """Callbacks of a parser that nothing feeds any more."""
+
+
+# What a closed connection holds in place of its parser (see `connection_lost`).
+_SPENT = httptools.HttpRequestParser(_Discard())
+
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]
 ErrorResponder = Callable[[ResponseWriter, int, str], None]
 
@@ -151,7 +158,16 @@ class HttpConnection(asyncio.Protocol):
         self._pending.clear()
         if self._task is not None and not self._task.done():
             self._task.cancel()
+        self._task = None  # the loop holds it while it runs; a task cancelled early would
+        # hold, in its CancelledError's traceback, the frame that holds this connection
         self._wake_drain()
+        # The parser holds this connection and this connection the parser: a cycle that only
+        # the collector would free, and the gateway runs it rarely (runtime.py), so a closed
+        # connection would keep its last body for good. Break it now; no callback comes after
+        # connection_lost.
+        self._parser = _SPENT
+        self._body = []
+        self._headers = {}
 
     def pause_writing(self) -> None:
         self.paused = True

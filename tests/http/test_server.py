@@ -6,7 +6,9 @@ Every wait is on an event or a read, with `asyncio.wait_for` only as a guard aga
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -447,3 +449,28 @@ async def test_expect_100_continue_is_answered(serve: Serve) -> None:
     status, _, body = await read_response(reader)
     assert status == 200
     assert body.endswith(b" hi")
+
+
+async def test_a_closed_connection_is_freed_by_reference_counting_alone(serve: Serve) -> None:
+    """The gateway collects garbage rarely (runtime.py), so a connection kept alive by a cycle
+    would keep its last request's body for good: it must go as soon as it closes."""
+    conns: list[weakref.ref[object]] = []
+    freed = asyncio.Event()
+
+    async def handler(request: Request, writer: ResponseWriter) -> None:
+        conn = writer._conn  # the HttpConnection behind the writer
+        conns.append(weakref.ref(conn, lambda _: freed.set()))
+        writer.send(200, [], b"ok")
+
+    server = await serve(handler)
+    gc.disable()
+    try:
+        reader, writer = await connect(server)
+        writer.write(b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 65536\r\n\r\n")
+        writer.write(b"x" * 65536)
+        assert (await read_response(reader))[0] == 200
+        writer.close()
+        await asyncio.wait_for(freed.wait(), GUARD_S)
+    finally:
+        gc.enable()
+    assert conns[0]() is None
