@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Awaitable, Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import msgspec
 
@@ -40,6 +41,8 @@ from fleetgate.upstream.attempt import Exchange
 _FORWARDED = (b"authorization", b"traceparent", b"tracestate")
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
+# A client's own request id is echoed in answers and logs: only if it cannot forge either.
+_CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}").fullmatch
 
 
 class RequestIds:
@@ -51,6 +54,13 @@ class RequestIds:
 
     def next(self) -> bytes:
         return b"%b-%x" % (self._prefix, next(self._counter))
+
+    def of(self, client: bytes | None) -> bytes:
+        """The client's x-request-id when it is only [A-Za-z0-9._:-], at most 128 long; else
+        a new one."""
+        if client is not None and _CLIENT_ID(client) is not None:
+            return client
+        return self.next()
 
 
 class Gateway:
@@ -109,7 +119,7 @@ class Gateway:
                 self._routes.setdefault(path, {})[method] = handler
 
     async def handle(self, request: Request, writer: ResponseWriter) -> None:
-        request_id = request.headers.get(b"x-request-id") or self._ids.next()
+        request_id = self._ids.of(request.headers.get(b"x-request-id"))
         methods = self._routes.get(request.path)
         if methods is None:
             paths = ", ".join(sorted(p.decode() for p in self._routes))
@@ -129,10 +139,17 @@ class Gateway:
             return
         await handler(request, writer, request_id)
 
-    def send_error(self, writer: ResponseWriter, status: int, message: str) -> None:
+    def send_error(
+        self,
+        writer: ResponseWriter,
+        status: int,
+        message: str,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
         """The server's answer to what never became a request (bad HTTP, a head too large, a
-        request too slow to arrive, a handler crash): OpenAI-shaped, with a request id."""
-        self._error(writer, self._ids.next(), status, message)
+        request too slow to arrive, the server full, a handler crash): OpenAI-shaped, with a
+        request id."""
+        self._error(writer, self._ids.next(), status, message, extra=[*headers])
 
     def _error(
         self,
