@@ -67,6 +67,12 @@ CHAT = "/v1/chat/completions"
         (CHAT, b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404,
          "model", "sim-8b"),
         ("/v1/nothing", b"{}", 404, None, "/v1/chat/completions"),
+        (CHAT, b'{"model": "sim-8b", "messages": [{"role": "user", "content": "\xff"}]}', 400,
+         None, "UTF-8"),
+        (CHAT, b'{"model": "sim-\xff", "messages": [{"role": "user", "content": "x"}]}', 400,
+         None, "UTF-8"),
+        (CHAT, b'{"model": "sim-8b", "messages": [{"role": "user", "content": %b}]}'
+         % (b"[" * 1000 + b"]" * 1000), 400, None, "levels deep"),
     ],
 )  # fmt: skip
 def test_bad_bodies_get_a_clear_4xx(
