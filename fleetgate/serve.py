@@ -245,14 +245,16 @@ async def start_gateway(
     resolved: list[ResolvedPool] = []
     for pool in config.pools:
         backends = []
-        for b in _all_backends(pool):
+        n = len(pool.backends)
+        for i, b in enumerate(_all_backends(pool)):
             url = b.url if b.url is not None else next(urls)
+            name = f"{pool.model}#{i}" if i < n else f"{pool.model}#prefill{i - n}"
             backends.append(
                 Backend(
-                    _backend_id(url), url, (pool.model,), b.weight, dict(b.labels), b.max_in_flight
+                    _backend_id(url), url, (pool.model,), b.weight, dict(b.labels),
+                    b.max_in_flight, name,
                 )
-            )
-        n = len(pool.backends)
+            )  # fmt: skip
         resolved.append(ResolvedPool(pool, tuple(backends[:n]), tuple(backends[n:])))
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))

@@ -34,10 +34,15 @@ class Backend:
         default_factory=lambda: MappingProxyType({})
     )  # region, zone, accelerator, ...
     max_in_flight: int | None = None  # at this many requests routing skips it; None: no limit
+    # What clients may be told of it, never its address: its pool's model and its place
+    # there, e.g. "llama-3.1-8b-instruct#1" (serve.py); its first model when not given.
+    name: str = ""
     origin: Origin = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "origin", backend_origin(self.url))
+        if not self.name:
+            object.__setattr__(self, "name", self.models[0] if self.models else "backend")
 
 
 class BackendState:

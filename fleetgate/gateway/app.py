@@ -225,7 +225,7 @@ class Gateway:
                 headers.append((name, value))
         exchange = Exchange(
             model, routing, request.path, headers, body, request_id, writer, started,
-            timeouts, cluster.emit,
+            timeouts, cluster.emit, cluster.timeouts,
         )  # fmt: skip
         return cluster, exchange
 

@@ -205,7 +205,9 @@ def parse_embedding(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     return RoutingRequest(parsed.model, "embeddings", False, None, parsed.user)
 
 
-# Per-request overrides of the pool's timeouts, in seconds.
+# Per-request overrides of the pool's timeouts, in seconds: shorter only. A longer one is
+# clamped to the pool's (as proxies treat a client's deadline: it may give up sooner, never
+# hold the gateway's connections longer than the operator allows).
 TIMEOUT_HEADERS = (
     (b"x-fleetgate-first-byte-timeout-s", "first_byte_s"),
     (b"x-fleetgate-idle-timeout-s", "idle_s"),
@@ -214,7 +216,8 @@ TIMEOUT_HEADERS = (
 
 
 def request_timeouts(pool: Timeouts, headers: dict[bytes, bytes]) -> Timeouts:
-    """The pool's timeouts, with any the request overrides by header."""
+    """The pool's timeouts, with any the request shortens by header (`pool` itself when it
+    shortens none)."""
     changes: dict[str, float] = {}
     for name, field in TIMEOUT_HEADERS:
         value = headers.get(name)
@@ -227,7 +230,8 @@ def request_timeouts(pool: Timeouts, headers: dict[bytes, bytes]) -> Timeouts:
         if not 0 < seconds < math.inf:
             header = name.decode()
             raise BadRequest(f"The {header} header must be a number of seconds > 0.", header)
-        changes[field] = seconds
+        if seconds < getattr(pool, field):
+            changes[field] = seconds
     if not changes:
         return pool
     return Timeouts(
