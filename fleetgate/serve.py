@@ -27,6 +27,7 @@ from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.outlier import OutlierDetector
 from fleetgate.http.client import HttpClient
+from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import HttpServer, start_server
 from fleetgate.http.transport import Transport
 from fleetgate.lifecycle.accounting import FleetAccounting
@@ -288,6 +289,7 @@ async def start_gateway(
         gateway = Gateway(
             clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
             int(time.time()), admin, heartbeats, build_model_routes(config, rng),
+            RequestHeaders(config.server.deny_request_headers),
         )  # fmt: skip
         s = config.server
         server = await start_server(gateway.handle, gateway.send_error, s.host, s.port, s)

@@ -19,6 +19,7 @@ from fleetgate.gateway.requests import (
     request_timeouts,
     with_model,
 )
+from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.lifecycle.events import (
@@ -37,8 +38,6 @@ from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.models import ModelRoute
 from fleetgate.upstream.attempt import Exchange
 
-# Request headers passed on to the backend; all others stay at the gateway.
-_FORWARDED = (b"authorization", b"traceparent", b"tracestate")
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
 # A client's own request id is echoed in answers and logs: only if it cannot forge either.
@@ -78,8 +77,10 @@ class Gateway:
         admin: Admin | None = None,
         heartbeats: HeartbeatEndpoint | None = None,
         routes: Mapping[str, ModelRoute] | None = None,
+        forward: RequestHeaders | None = None,
     ) -> None:
         self._clusters = dict(clusters)
+        self._forward = forward or RequestHeaders()  # which of a client's headers go upstream
         self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py
         self._failover = failover
         self._emit = emit  # for what happens before a request reaches its pool
@@ -218,11 +219,10 @@ class Gateway:
         model = cluster.model
         if self._emit.admitted is not None:
             self._emit.admitted(Admitted(request_id, self._clock(), model, routing))
-        headers = [(b"content-type", JSON), (b"x-request-id", request_id)]
-        for name in _FORWARDED:
-            value = request.headers.get(name)
-            if value is not None:
-                headers.append((name, value))
+        headers = [
+            (b"content-type", JSON), (b"x-request-id", request_id),
+            *self._forward.forwarded(request.headers),
+        ]  # fmt: skip
         exchange = Exchange(
             model, routing, request.path, headers, body, request_id, writer, started,
             timeouts, cluster.emit, cluster.timeouts,

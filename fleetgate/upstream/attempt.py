@@ -21,6 +21,7 @@ from fleetgate.http.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from fleetgate.http.forwarding import returned
 from fleetgate.http.transport import Transport, UpstreamAnswer
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.lifecycle.events import (
@@ -39,6 +40,7 @@ from fleetgate.upstream.relay import StreamRelay
 from fleetgate.upstream.timeouts import Timeouts
 
 Claim = Callable[[], bool]  # True if this attempt has (now) the client: resilience/hedge.py
+_SSE_NAMES = frozenset(name for name, _ in SSE_HEADERS)  # a stream's, whatever the upstream's
 
 
 @dataclass(slots=True)
@@ -206,7 +208,9 @@ class Attempts:
                         )
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
-                        ex.writer.start(200, [*SSE_HEADERS, (b"x-request-id", ex.request_id)])
+                        upstream = [h for h in returned(response.headers) if h[0] not in _SSE_NAMES]
+                        head = [*SSE_HEADERS, *upstream, (b"x-request-id", ex.request_id)]
+                        ex.writer.start(200, head)
                     return won
 
                 relay = StreamRelay(ex.writer, response, clock, progress, None, start)
@@ -254,9 +258,10 @@ class Attempts:
                     ex.prior_backend = None  # taken back now, and this one never counted
                 else:
                     ex.prior_status, ex.prior_backend = status, state
-        reply = [(b"content-type", response.header(b"content-type") or JSON)]
-        if wait_s is not None:  # an engine's backpressure: the client may wait as it asked
-            reply.append((b"retry-after", response.header(b"retry-after") or b"1"))
+        # The upstream's headers (its Retry-After included: the client may wait as it asked).
+        reply = returned(response.headers)
+        if response.header(b"content-type") is None:
+            reply.append((b"content-type", JSON))
         if status in retry_on:
             return Failed(status, data, reply)
         if claim is None or claim():

@@ -506,3 +506,16 @@ async def test_the_gateway_out_of_sockets_answers_503_without_blaming_a_backend(
     assert "retry shortly" in msgspec.json.decode(got.body)["error"]["message"]
     assert {e.error for e in h.of(AttemptEnded)} == {"local_resources"}
     assert all(s.healthy for s in h.cluster.pool.states)
+
+
+async def test_an_upstream_s_headers_reach_the_client_whole_answer_or_stream() -> None:
+    extra = [(b"openai-processing-ms", b"41"), (b"keep-alive", b"timeout=5"),
+             (b"content-type", b"text/event-stream")]  # fmt: skip
+    h = Harness(1, lambda k, sent: Script(200, sse(token("a")) if k else [b"{}"], extra))
+    got = await h.forward()
+    assert (got.headers[b"openai-processing-ms"], got.headers[b"x-request-id"]) == (b"41", b"r1")
+    assert b"keep-alive" not in got.headers
+    streamed = await h.forward(stream=True)
+    assert streamed.headers[b"openai-processing-ms"] == b"41"
+    head = bytes(h.socket.data).split(b"\r\n\r\n", 1)[0]
+    assert head.count(b"content-type") == 1 and b"keep-alive" not in head
