@@ -52,6 +52,10 @@ class ServerConfig(ServerLimits, frozen=True):
     connect_timeout_s: float = 5.0  # discovery and health probes connecting to a backend
     drain_timeout_s: float = 30.0  # on SIGTERM/Ctrl-C, requests in progress get this long
     admin: bool = False  # serve /admin/* (draining backends); keep off on exposed ports
+    # Client request headers never passed to a backend, besides the hop-by-hop ones, host,
+    # content-length, authorization, expect and x-fleetgate-* (http/forwarding.py): by
+    # default cookies and the other ways clients send API keys.
+    deny_request_headers: tuple[str, ...] = ("cookie", "x-api-key", "api-key")
 
     def __post_init__(self) -> None:
         super().__post_init__()

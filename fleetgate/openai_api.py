@@ -4,6 +4,8 @@ the framing of a Server-Sent-Events stream."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import msgspec
 
 from fleetgate.http.writer import ResponseWriter
@@ -54,9 +56,14 @@ def error_body(
     return _encode(_Body(_Detail(message, error_type(status), param, code)))
 
 
-def send_error(writer: ResponseWriter, status: int, message: str) -> None:
+def send_error(
+    writer: ResponseWriter,
+    status: int,
+    message: str,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+) -> None:
     """The server's fallback for errors outside any handler (bad HTTP, a handler crash)."""
-    writer.send(status, [(b"content-type", JSON)], error_body(status, message))
+    writer.send(status, [(b"content-type", JSON), *headers], error_body(status, message))
 
 
 def error_event(status: int, message: str, code: str | None = None) -> bytes:

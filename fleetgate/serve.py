@@ -27,6 +27,7 @@ from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.outlier import OutlierDetector
 from fleetgate.http.client import HttpClient
+from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import HttpServer, start_server
 from fleetgate.http.transport import Transport
 from fleetgate.lifecycle.accounting import FleetAccounting
@@ -329,7 +330,8 @@ def compose(
     door, operators = build_front_door(config, tenants, clock, wall_clock)
     gateway = Gateway(
         clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
-        int(wall_clock()), admin, heartbeats, build_model_routes(config, rng), door, operators,
+        int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
+        RequestHeaders(config.server.deny_request_headers), door, operators,
         config.limits.assumed_output_tokens,
     )  # fmt: skip
     return gateway, clusters
@@ -360,21 +362,16 @@ async def start_gateway(
     resolved: list[ResolvedPool] = []
     for pool in config.pools:
         backends = []
-        for b in _all_backends(pool):
+        n = len(pool.backends)
+        for i, b in enumerate(_all_backends(pool)):
             url = b.url if b.url is not None else next(urls)
-            labels = dict(b.labels)
+            name = f"{pool.model}#{i}" if i < n else f"{pool.model}#prefill{i - n}"
             backends.append(
                 Backend(
-                    _backend_id(url),
-                    url,
-                    (pool.model,),
-                    b.weight,
-                    labels,
-                    b.max_in_flight,
-                    b.api_key,
+                    _backend_id(url), url, (pool.model,), b.weight, dict(b.labels),
+                    b.max_in_flight, b.api_key, name,
                 )
-            )
-        n = len(pool.backends)
+            )  # fmt: skip
         resolved.append(ResolvedPool(pool, tuple(backends[:n]), tuple(backends[n:])))
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))

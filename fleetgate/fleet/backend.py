@@ -35,6 +35,9 @@ class Backend:
     )  # region, zone, accelerator, ...
     max_in_flight: int | None = None  # at this many requests routing skips it; None: no limit
     api_key: str | None = field(default=None, repr=False)  # its own, never a client's
+    # What clients may be told of it, never its address: its pool's model and its place
+    # there, e.g. "llama-3.1-8b-instruct#1" (serve.py); its first model when not given.
+    name: str = ""
     origin: Origin = field(init=False, compare=False)
     # What every request to it carries besides the client's headers: its api key.
     credentials: tuple[tuple[bytes, bytes], ...] = field(init=False, compare=False, repr=False)
@@ -44,6 +47,8 @@ class Backend:
         key = self.api_key
         credentials = () if key is None else ((b"authorization", b"Bearer " + key.encode()),)
         object.__setattr__(self, "credentials", credentials)
+        if not self.name:
+            object.__setattr__(self, "name", self.models[0] if self.models else "backend")
 
 
 class BackendState:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Awaitable, Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import msgspec
 
@@ -19,6 +20,7 @@ from fleetgate.gateway.requests import (
     request_timeouts,
     with_model,
 )
+from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.lifecycle.events import (
@@ -39,11 +41,10 @@ from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
 from fleetgate.traffic.keys import KeyRing, bearer
 from fleetgate.upstream.attempt import Exchange
 
-# Request headers passed on to the backend; all others stay at the gateway (the client's
-# Authorization is the gateway's credential: a backend gets its own, from config).
-_FORWARDED = (b"traceparent", b"tracestate")
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
+# A client's own request id is echoed in answers and logs: only if it cannot forge either.
+_CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}").fullmatch
 
 
 class RequestIds:
@@ -55,6 +56,13 @@ class RequestIds:
 
     def next(self) -> bytes:
         return b"%b-%x" % (self._prefix, next(self._counter))
+
+    def of(self, client: bytes | None) -> bytes:
+        """The client's x-request-id when it is only [A-Za-z0-9._:-], at most 128 long; else
+        a new one."""
+        if client is not None and _CLIENT_ID(client) is not None:
+            return client
+        return self.next()
 
 
 class Gateway:
@@ -72,11 +80,13 @@ class Gateway:
         admin: Admin | None = None,
         heartbeats: HeartbeatEndpoint | None = None,
         routes: Mapping[str, ModelRoute] | None = None,
+        forward: RequestHeaders | None = None,
         door: FrontDoor | None = None,
         operators: KeyRing[str] | None = None,
         assumed_output_tokens: int = 256,
     ) -> None:
         self._clusters = dict(clusters)
+        self._forward = forward or RequestHeaders()  # which of a client's headers go upstream
         self._door = door  # None: auth off and no limits, nothing to ask per request
         self._entrance = Entrance(door, clock, assumed_output_tokens)
         # Keys of the operator's endpoints, owned by "admin" or "heartbeat" (None: auth off).
@@ -125,7 +135,7 @@ class Gateway:
         return self._door is not None and self._door.auth
 
     async def handle(self, request: Request, writer: ResponseWriter) -> None:
-        request_id = request.headers.get(b"x-request-id") or self._ids.next()
+        request_id = self._ids.of(request.headers.get(b"x-request-id"))
         methods = self._routes.get(request.path)
         if methods is None:
             paths = ", ".join(sorted(p.decode() for p in self._routes))
@@ -145,10 +155,17 @@ class Gateway:
             return
         await handler(request, writer, request_id)
 
-    def send_error(self, writer: ResponseWriter, status: int, message: str) -> None:
+    def send_error(
+        self,
+        writer: ResponseWriter,
+        status: int,
+        message: str,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None:
         """The server's answer to what never became a request (bad HTTP, a head too large, a
-        request too slow to arrive, a handler crash): OpenAI-shaped, with a request id."""
-        self._error(writer, self._ids.next(), status, message)
+        request too slow to arrive, the server full, a handler crash): OpenAI-shaped, with a
+        request id."""
+        self._error(writer, self._ids.next(), status, message, extra=[*headers])
 
     def _error(
         self,
@@ -263,14 +280,13 @@ class Gateway:
             )  # fmt: skip
         timeouts = request_timeouts(cluster.timeouts, request.headers)
         model = cluster.model
-        headers = [(b"content-type", JSON), (b"x-request-id", request_id)]
-        for name in _FORWARDED:
-            value = request.headers.get(name)
-            if value is not None:
-                headers.append((name, value))
+        headers = [
+            (b"content-type", JSON), (b"x-request-id", request_id),
+            *self._forward.forwarded(request.headers),
+        ]  # fmt: skip
         exchange = Exchange(
             model, routing, request.path, headers, body, request_id, writer, started,
-            timeouts, cluster.emit,
+            timeouts, cluster.emit, cluster.timeouts,
         )  # fmt: skip
         return cluster, exchange
 

@@ -13,8 +13,11 @@ What counts is decided here, from each attempt's end (lifecycle/events.py Attemp
 connection that failed, a timeout, a broken response or a 5xx is the backend's failure. An
 engine's 429, or 503 with Retry-After, is backpressure: the backend is skipped until then (a
 429 without Retry-After: for a second), not failed. A 4xx is the request's fault and counts as
-a success; an attempt the gateway cancelled (the client left, a hedge won) or that its own
-code broke counts for nothing.
+a success; an attempt the gateway cancelled (the client left, a hedge won), that its own code
+broke, that hit a timeout the client shortened, or that the gateway had no socket for, counts
+for nothing. A 5xx that an earlier attempt of the request also got, from another backend, is
+the request's fault too (a body that breaks every engine): it counts for nothing, and the
+failure counted for that backend is taken back (unless it has ejected it already).
 """
 
 from __future__ import annotations
@@ -85,7 +88,10 @@ class OutlierDetector:
             wait_s = 1.0 if event.retry_after_s is None else event.retry_after_s
             self._pool.backpressure(event.backend, event.at, wait_s)
         elif status >= 500:
-            self.failure(event.backend, event.at)
+            if status != event.prior_status:
+                self.failure(event.backend, event.at)
+            elif event.prior_backend is not None and event.prior_backend is not event.backend:
+                self._take_back(event.prior_backend, event.at)
         else:
             self.success(event.backend, event.at)
 
@@ -112,6 +118,14 @@ class OutlierDetector:
         if record.ejections and now - record.returned_at > self._settings.max_ejection_s:
             record.ejections -= 1
             record.returned_at = now
+
+    def _take_back(self, state: BackendState, now: float) -> None:
+        """Undo one failure counted for `state`: it was the request's, not the backend's."""
+        record = self._record(state)
+        record.failures = max(0, record.failures - 1)
+        if now - record.window_start < self._settings.interval_s:
+            record.window_requests = max(0, record.window_requests - 1)
+            record.window_failures = max(0, record.window_failures - 1)
 
     def failure(self, state: BackendState, now: float) -> bool:
         """Count a failure; True when it ejected the backend."""

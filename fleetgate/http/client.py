@@ -11,6 +11,8 @@ errors; responses are fleetgate/http/response.py's.
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import ssl
 from dataclasses import dataclass, field
 from typing import cast
@@ -21,11 +23,23 @@ import httptools
 from fleetgate.http.deadlines import NEVER, DeadlineSweeper
 from fleetgate.http.errors import (
     ConnectError,
+    LocalExhaustion,
     ProtocolError,
     ReadError,
     UpstreamTimeout,
 )
 from fleetgate.http.response import RelaySink, UpstreamResponse
+
+# Errors opening a socket that say the gateway is out of something, not that the upstream is.
+_EXHAUSTED = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
+
+
+def _reason(exc: BaseException | None) -> str:
+    """An OS error in words, from its errno alone: the texts asyncio makes carry addresses
+    ("Connect call failed ('10.0.0.5', 8000)", "Multiple exceptions: ...")."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return os.strerror(exc.errno)
+    return "EOF" if exc is None else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +105,7 @@ class _Connection(asyncio.Protocol):
         self._busy.discard(self)
         if self._response is None and self in self._pool:
             self._pool.remove(self)  # an idle connection the upstream closed
-        error = ReadError(f"upstream closed the connection: {exc or 'EOF'}")
+        error = ReadError(f"upstream closed the connection: {_reason(exc)}")
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
         if self._response is not None:
@@ -204,9 +218,13 @@ class _Connection(asyncio.Protocol):
         self.deadline = NEVER
         self._idle_s = None
         message = self._idle_message if idle else self._deadline_message
-        if not message:
+        if idle:
+            error = UpstreamTimeout(message, "idle")
+        elif message:
+            error = UpstreamTimeout(message, "total")
+        else:
             message = f"no answer within {self._first_byte_s:g} s (the first-byte timeout)"
-        error = UpstreamTimeout(message)
+            error = UpstreamTimeout(message, "head")
         if self._head is not None and not self._head.done():
             self._head.set_exception(error)
         if self._response is not None:
@@ -320,9 +338,11 @@ class HttpClient:
                     ssl=ctx,
                 )
         except TimeoutError as exc:
-            raise ConnectError(f"connecting to {origin} timed out") from exc
+            raise ConnectError(f"connecting timed out after {timeout_s:g} s") from exc
         except OSError as exc:
-            raise ConnectError(f"cannot connect to {origin}: {exc.strerror or exc}") from exc
+            if exc.errno in _EXHAUSTED:
+                raise LocalExhaustion(f"the gateway is out of resources: {_reason(exc)}") from exc
+            raise ConnectError(f"cannot connect: {_reason(exc)}") from exc
         return conn
 
     async def close(self) -> None:

@@ -54,6 +54,7 @@ class MockAnswer:
         self._script = script
         self._sleep = sleep
         self.status = script.status
+        self.headers = list(script.headers)
         self.expiry: tuple[float, float | None] | None = None  # (total, idle) as last set
         self.paused = False
         self.closed = False

@@ -11,40 +11,27 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import cast
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Protocol, cast
 
 import httptools
 
 from fleetgate.http.deadlines import NEVER, DeadlineSweeper
+from fleetgate.http.limits import BodyBudget, ServerLimits
 from fleetgate.http.writer import ClientDisconnected, ResponseWriter
-from fleetgate.settings import Settings, at_least, positive_seconds
+
+__all__ = ["HttpConnection", "HttpServer", "Request", "ServerLimits", "start_server"]
 
 log = logging.getLogger(__name__)
-
-
-class ServerLimits(Settings, frozen=True):
-    """Limits that keep a bad client from costing the server memory or connections (the
-    config's `server:` section adds where to listen: fleetgate/config.py)."""
-
-    max_body_bytes: int = 4 * 1024 * 1024  # request bodies larger than this get a 413
-    max_header_bytes: int = 64 * 1024  # request line and headers larger than this get a 431
-    keep_alive_timeout_s: float = 75.0  # an idle keep-alive connection is closed after this
-    request_timeout_s: float = 60.0  # from a request's first byte to its last, or 408
-    write_high_water: int = 256 * 1024  # pause a streaming handler above this much unsent data
-
-    def __post_init__(self) -> None:
-        at_least("max_body_bytes", self.max_body_bytes, 1)
-        at_least("max_header_bytes", self.max_header_bytes, 1)
-        positive_seconds("keep_alive_timeout_s", self.keep_alive_timeout_s)
-        positive_seconds("request_timeout_s", self.request_timeout_s)
-        at_least("write_high_water", self.write_high_water, 1)
 
 
 class Request:
     """One parsed HTTP request: the body is read in full before the handler runs."""
 
-    __slots__ = ("body", "body_too_large", "headers", "keep_alive", "method", "path", "query")
+    __slots__ = (
+        "body", "body_too_large", "headers", "held", "http11", "keep_alive", "method", "path",
+        "query",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -55,6 +42,8 @@ class Request:
         body: bytes,
         keep_alive: bool,
         body_too_large: bool,
+        http11: bool = True,
+        held: int = 0,
     ) -> None:
         self.method = method
         self.path = path
@@ -63,14 +52,45 @@ class Request:
         self.body = body
         self.keep_alive = keep_alive
         self.body_too_large = body_too_large
+        self.http11 = http11  # False: an HTTP/1.0 client, which cannot read chunked framing
+        self.held = held  # bytes of the server's body budget this request holds until answered
 
 
-class _HeadTooLarge(Exception):
-    """Raised in a parser callback to stop at an oversized head."""
+class _Refused(Exception):
+    """Raised in a parser callback to stop at a head that gets an error at once."""
 
+    def __init__(self, status: int, message: str, retry: bool = False) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry = retry  # a 503 for a full server: the client may come back
+
+
+class _Discard:
+    """Callbacks of a parser that nothing feeds any more."""
+
+
+# What a closed connection holds in place of its parser (see `connection_lost`).
+_SPENT = httptools.HttpRequestParser(_Discard())
 
 Handler = Callable[[Request, ResponseWriter], Awaitable[None]]
-ErrorResponder = Callable[[ResponseWriter, int, str], None]
+_RETRY_AFTER = ((b"retry-after", b"1"),)
+_HEAD_TOO_LARGE = "the request line and headers are too large; send fewer"
+_BODY_TOO_LARGE = "The request body is larger than this gateway accepts; send a smaller one."
+_BODIES_FULL = "The gateway holds too many request bodies right now; retry shortly."
+_NONE: tuple[tuple[bytes, bytes], ...] = ()
+
+
+class ErrorResponder(Protocol):
+    """Sends the server's own error answers (the gateway's are OpenAI-shaped)."""
+
+    def __call__(
+        self,
+        writer: ResponseWriter,
+        status: int,
+        message: str,
+        headers: Sequence[tuple[bytes, bytes]] = (),
+    ) -> None: ...
 
 
 class HttpConnection(asyncio.Protocol):
@@ -83,6 +103,7 @@ class HttpConnection(asyncio.Protocol):
         limits: ServerLimits,
         live: set[HttpConnection],
         loop: asyncio.AbstractEventLoop,
+        bodies: BodyBudget,
     ) -> None:
         # Kept, not looked up: asyncio.get_running_loop() costs a getpid() syscall on 3.11.
         self._loop = loop
@@ -96,9 +117,12 @@ class HttpConnection(asyncio.Protocol):
         self._headers: dict[bytes, bytes] = {}
         self._body: list[bytes] = []
         self._body_size = 0
+        self._bodies = bodies
+        self._held = 0  # of `bodies`, by the body being received
+        self._busy = False  # the body being received is discarded: no room in `bodies`
         self._head_bytes = 0
         self._in_head = False
-        self._deferred_error: tuple[int, str] | None = None  # sent after queued answers
+        self._deferred_error: _Refused | None = None  # sent after the queued answers
         self._too_large = False
         self.deadline = NEVER  # loop time of the idle or request-read deadline (deadlines.py)
         self._deadline_message: str | None = None  # None: idle, close quietly; else a 408
@@ -114,6 +138,12 @@ class HttpConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's transports implement asyncio.Transport without subclassing it.
         self._transport = cast(asyncio.Transport, transport)
+        if len(self._live) >= self._limits.max_connections:
+            # Answered before any request: a client that reads gets why, then the close.
+            message = "The gateway has too many open connections; retry shortly."
+            self._on_error(ResponseWriter(self, keep_alive=False), 503, message, _RETRY_AFTER)
+            self._close()
+            return
         self._live.add(self)
         self._transport.set_write_buffer_limits(high=self._limits.write_high_water)
         self._arm(self._limits.keep_alive_timeout_s, None)
@@ -122,23 +152,26 @@ class HttpConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._reject(400, "upgrades (HTTP/2 included) are not supported; use HTTP/1.1")
+            self._reject(
+                _Refused(400, "upgrades (HTTP/2 included) are not supported; use HTTP/1.1")
+            )
             return
         except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, _HeadTooLarge):
-                self._reject(431, "the request line and headers are too large; send fewer")
+            refused = exc.__context__
+            if isinstance(refused, _Refused):
+                self._reject(refused)
             else:
-                self._reject(400, "the request is not valid HTTP/1.1")
+                self._reject(_Refused(400, "the request is not valid HTTP/1.1"))
             return
         except httptools.HttpParserError:
-            self._reject(400, "the request is not valid HTTP/1.1")
+            self._reject(_Refused(400, "the request is not valid HTTP/1.1"))
             return
         if self._in_head:
             # Still inside a request's head after all of `data`: count it here, because the
             # parser buffers a long header line without calling back until it ends.
             self._head_bytes += len(data)
             if self._head_bytes > self._limits.max_header_bytes:
-                self._reject(431, "the request line and headers are too large; send fewer")
+                self._reject(_Refused(431, _HEAD_TOO_LARGE))
 
     def eof_received(self) -> bool:
         # A client's EOF is a disconnect, as nginx treats it: what it asked for is cancelled
@@ -148,10 +181,23 @@ class HttpConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._live.discard(self)
+        for request in self._pending:
+            self._release(request)
         self._pending.clear()
+        self._bodies.give(self._held)  # of a body cut off mid-way
+        self._held = 0
         if self._task is not None and not self._task.done():
             self._task.cancel()
+        self._task = None  # the loop holds it while it runs; a task cancelled early would
+        # hold, in its CancelledError's traceback, the frame that holds this connection
         self._wake_drain()
+        # The parser holds this connection and this connection the parser: a cycle that only
+        # the collector would free, and the gateway runs it rarely (runtime.py), so a closed
+        # connection would keep its last body for good. Break it now; no callback comes after
+        # connection_lost.
+        self._parser = _SPENT
+        self._body = []
+        self._headers = {}
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -170,6 +216,7 @@ class HttpConnection(asyncio.Protocol):
         self._head_bytes = 0
         self._in_head = True
         self._too_large = False
+        self._busy = False
         if self._task is None:  # a pipelined request waits its turn without a deadline
             self._arm(self._limits.request_timeout_s, "the request took too long to arrive")
 
@@ -181,34 +228,65 @@ class HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._in_head = False
-        size = len(self._url) + sum(len(k) + len(v) + 4 for k, v in self._headers.items())
+        headers = self._headers
+        size = len(self._url) + sum(len(k) + len(v) + 4 for k, v in headers.items())
         if size > self._limits.max_header_bytes:
-            raise _HeadTooLarge  # the parser stops; data_received answers 431
-        if self._headers.get(b"expect") == b"100-continue" and self._task is None:
-            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits a second without it
+            raise _Refused(431, _HEAD_TOO_LARGE)  # the parser stops; data_received answers
+        if b"host" not in headers and self._parser.get_http_version() == "1.1":
+            raise _Refused(400, "an HTTP/1.1 request must have a Host header (RFC 9112 3.2)")
+        length = headers.get(b"content-length")
+        if length is not None:  # a digit string: the parser has refused anything else
+            declared = int(length)
+            if declared > self._limits.max_body_bytes:
+                self._too_large = True
+            elif declared and not self._hold(declared):
+                self._busy = True
+        if headers.get(b"expect") == b"100-continue":
+            # The client waits for a word before it sends the body: refuse it now, and it
+            # never sends the body at all.
+            if self._too_large:
+                raise _Refused(413, _BODY_TOO_LARGE)
+            if self._busy:
+                raise _Refused(503, _BODIES_FULL, retry=True)
+            if self._task is None:
+                self.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits a second without it
 
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
+        if self._too_large or self._busy:
+            return  # discarded as it arrives
         if self._body_size > self._limits.max_body_bytes:
             self._too_large = True
-            self._body.clear()
-        elif not self._too_large:
+            self._drop_body()
+        elif self._body_size > self._held and not self._hold(self._body_size - self._held):
+            self._busy = True  # a chunked body that has outgrown the room left
+            self._drop_body()
+        else:
             self._body.append(body)
 
     def on_message_complete(self) -> None:
         if self._parser.should_upgrade():
             return  # feed_data raises HttpParserUpgrade next; the client gets a 400
+        if self._busy:
+            self._disarm()
+            self._reject(_Refused(503, _BODIES_FULL, retry=True))
+            return
         path, _, query = self._url.partition(b"?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        parser = self._parser
         request = Request(
-            self._parser.get_method(),
+            parser.get_method(),
             path,
             query,
             self._headers,
             body,
-            self._parser.should_keep_alive(),
+            parser.should_keep_alive(),
             self._too_large,
+            parser.get_http_version() != "1.0",
+            self._held,
         )
+        self._held = 0  # the request holds it now, until answered
+        self._body = []
         self._disarm()
         if self._task is None:
             self._start(request)
@@ -258,11 +336,29 @@ class HttpConnection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def _hold(self, n: int) -> bool:
+        """Count `n` more bytes of the body being received in the server's budget."""
+        if self._bodies.take(n):
+            self._held += n
+            return True
+        return False
+
+    def _drop_body(self) -> None:
+        self._body.clear()
+        self._bodies.give(self._held)
+        self._held = 0
+
+    def _release(self, request: Request) -> None:
+        self._bodies.give(request.held)
+        request.held = 0
+
     def _start(self, request: Request) -> None:
         self._task = self._loop.create_task(self._run(request))
 
     async def _run(self, request: Request) -> None:
-        writer = ResponseWriter(self, request.keep_alive, request.method == b"HEAD")
+        writer = ResponseWriter(
+            self, request.keep_alive, request.method == b"HEAD", chunked=request.http11
+        )
         try:
             await self._handler(request, writer)
         except (asyncio.CancelledError, ClientDisconnected):
@@ -275,18 +371,20 @@ class HttpConnection(asyncio.Protocol):
                 self._on_error(closing, 500, "the gateway failed to handle this request")
             self._close()
             return
+        finally:
+            self._release(request)
         if not writer.finished:  # a handler that returns mid-stream leaves it unusable
             self._close()
             return
         self._task = None
-        if not request.keep_alive:
+        if not writer.keep_alive:  # the request's wish, or a stream only the close ends
             self._close()
         elif self._pending:
             self._start(self._pending.popleft())
             if not self._pending and self._transport is not None and not self.closed:
                 self._transport.resume_reading()
         elif self._deferred_error is not None:
-            self._reject(*self._deferred_error)
+            self._reject(self._deferred_error)
         else:
             self._arm(self._limits.keep_alive_timeout_s, None)
 
@@ -305,21 +403,23 @@ class HttpConnection(asyncio.Protocol):
         if self._task is not None:
             return  # never cut a response in progress
         if message is not None:
-            self._reject(408, message)
+            self._reject(_Refused(408, message))
         elif self._transport is not None and self._transport.get_write_buffer_size():
             self.abort()  # idle, yet the client never read what it was sent: let it go now
         else:
             self._close()
 
-    def _reject(self, status: int, message: str) -> None:
+    def _reject(self, refused: _Refused) -> None:
         if self._task is not None:
             # Answer the requests that came before the bad bytes first, then this.
-            self._deferred_error = (status, message)
+            self._deferred_error = refused
             if self._transport is not None:
                 self._transport.pause_reading()
             return
         if self._transport is not None and not self.closed:
-            self._on_error(ResponseWriter(self, keep_alive=False), status, message)
+            headers = _RETRY_AFTER if refused.retry else _NONE
+            writer = ResponseWriter(self, keep_alive=False)
+            self._on_error(writer, refused.status, refused.message, headers)
         self._close()
 
     def _close(self) -> None:
@@ -395,10 +495,12 @@ async def start_server(
     """Listen on host:port and serve every connection with `handler`."""
     lim = limits or ServerLimits()
     live: set[HttpConnection] = set()
+    bodies = BodyBudget(lim.max_buffered_body_bytes)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
-        lambda: HttpConnection(handler, on_error, lim, live, loop), host, port, backlog=4096
-    )
+        lambda: HttpConnection(handler, on_error, lim, live, loop, bodies),
+        host, port, backlog=4096,
+    )  # fmt: skip
     sweeper = DeadlineSweeper(loop, live)
     sweeper.start()
     return HttpServer(server, live, sweeper)

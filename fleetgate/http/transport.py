@@ -8,6 +8,7 @@ tokens so far when it breaks, end) rather than one per token.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -21,6 +22,10 @@ class UpstreamAnswer(Protocol):
 
     @property
     def status(self) -> int: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[bytes, bytes]]:
+        """Every header as it came (lower-case names)."""
 
     def header(self, name: bytes) -> bytes | None:
         """The value of a header (lower-case name), or None."""

@@ -38,16 +38,27 @@ class ClientConnection(Protocol):
 class ResponseWriter:
     """Writes one response: either `send` a whole body, or `start`, `write`*, `end` a stream.
 
-    Streams use chunked transfer encoding. `write` never blocks; a streaming handler calls
-    `drain()` now and then so a slow client pauses it instead of growing the buffer.
+    Streams use chunked transfer encoding; for an HTTP/1.0 client (`chunked=False`), which
+    cannot read it, a stream's end is the connection's close instead. `write` never blocks; a
+    streaming handler calls `drain()` now and then so a slow client pauses it instead of
+    growing the buffer.
     """
 
-    __slots__ = ("_conn", "_head", "_head_only", "_keep_alive", "finished", "started", "status")
+    __slots__ = (
+        "_chunked", "_conn", "_head", "_head_only", "finished", "keep_alive", "started", "status",
+    )  # fmt: skip
 
-    def __init__(self, conn: ClientConnection, keep_alive: bool, head_only: bool = False) -> None:
+    def __init__(
+        self,
+        conn: ClientConnection,
+        keep_alive: bool,
+        head_only: bool = False,
+        chunked: bool = True,
+    ) -> None:
         self._conn = conn
-        self._keep_alive = keep_alive
+        self.keep_alive = keep_alive  # False: the connection closes after this response
         self._head_only = head_only  # a HEAD request: the same head, never a body
+        self._chunked = chunked
         self._head = b""  # a streamed response's head, sent with its first chunk
         self.started = False
         self.finished = False
@@ -69,7 +80,7 @@ class ResponseWriter:
         for name, value in headers:
             parts += (name, b": ", value, _CRLF)
         parts.append(framing)
-        if not self._keep_alive:
+        if not self.keep_alive:
             parts.append(b"connection: close\r\n")
         parts.append(_CRLF)
         return b"".join(parts)
@@ -96,15 +107,23 @@ class ResponseWriter:
             raise RuntimeError("response already started")
         self.started = True
         self.status = status
+        if self._chunked:
+            framing = b"transfer-encoding: chunked\r\n"
+        else:
+            framing = b""
+            self.keep_alive = False  # the close is what tells the client the stream ended
         # Held back until the first chunk so both leave in one packet (one syscall fewer).
-        self._head = self._render_head(status, headers, b"transfer-encoding: chunked\r\n")
+        self._head = self._render_head(status, headers, framing)
 
     def write(self, chunk: bytes) -> bool:
         """Send one chunk of a streamed response; an empty chunk is skipped (it would end it).
         False when the client is not keeping up (as `paused`): wait before writing more."""
         conn = self._conn
         if chunk and not self.finished:
-            conn.write(b"%b%x\r\n%b\r\n" % (self._head, len(chunk), chunk))
+            if self._chunked:
+                conn.write(b"%b%x\r\n%b\r\n" % (self._head, len(chunk), chunk))
+            else:
+                conn.write(self._head + chunk)
             self._head = b""
         return not conn.paused
 
@@ -121,7 +140,9 @@ class ResponseWriter:
         """Finish a streamed response, sending `last` as its final chunk in the same write."""
         if not self.finished:
             self.finished = True
-            if last:
+            if not self._chunked:
+                self._conn.write(self._head + last)  # the server then closes the connection
+            elif last:
                 self._conn.write(b"%b%x\r\n%b\r\n0\r\n\r\n" % (self._head, len(last), last))
             else:
                 self._conn.write(self._head + b"0\r\n\r\n")

@@ -28,10 +28,17 @@ from fleetgate.routing.base import RoutingRequest
 # disaggregated request.
 AttemptKind = Literal["first", "retry", "hedge", "continuation", "prefill"]
 # Why an attempt ended without a whole answer. `cancelled`: the gateway stopped it (the
-# client left, or a hedge's other attempt won); `gateway`: the gateway's own code raised.
-# Neither is ever the backend's fault.
-ErrorKind = Literal["connect", "read", "protocol", "timeout", "cancelled", "gateway"]
-NOT_UPSTREAM: frozenset[ErrorKind] = frozenset({"cancelled", "gateway"})
+# client left, or a hedge's other attempt won); `gateway`: the gateway's own code raised;
+# `client_timeout`: a timeout the client asked to be shorter than the pool's ran out before
+# the pool's own would have; `local_resources`: the gateway could not open a socket (out of
+# file descriptors, memory or buffers). None of these is ever the backend's fault.
+ErrorKind = Literal[
+    "connect", "read", "protocol", "timeout", "cancelled", "gateway", "client_timeout",
+    "local_resources",
+]  # fmt: skip
+NOT_UPSTREAM: frozenset[ErrorKind] = frozenset(
+    {"cancelled", "gateway", "client_timeout", "local_resources"}
+)
 # answered: the client got a backend's answer (whatever its status); failed: the gateway
 # answered with an error of its own after its attempts; rejected: refused before routing;
 # client_closed: the client left first.
@@ -110,7 +117,10 @@ class AttemptEnded(Event, frozen=True, gc=False):
     came), `error` why it ended without a whole answer (None when it had one). `stream`: the
     answer was relayed as a stream, with its `first_token_at` and `events` (data events
     relayed: one per token from a streaming engine); `sent_at`, `prompt_tokens` and
-    `queued_prefill` as its AttemptStarted said."""
+    `queued_prefill` as its AttemptStarted said. `prior_status`: the last 5xx an earlier
+    attempt of the request got (0: none), so that a body every backend refuses alike is seen
+    as the request's fault; `prior_backend`: the backend that answer still counts against
+    (None when none does, or when an answer like it has already shown it the request's)."""
 
     model: str
     backend: BackendState
@@ -124,6 +134,8 @@ class AttemptEnded(Event, frozen=True, gc=False):
     first_token_at: float | None
     events: int
     stream: bool
+    prior_status: int = 0
+    prior_backend: BackendState | None = None
 
 
 class Retried(Event, frozen=True, gc=False):

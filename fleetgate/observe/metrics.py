@@ -17,10 +17,10 @@ from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.lifecycle.events import (
-    NOT_UPSTREAM,
     Admitted,
     AttemptEnded,
     Continued,
+    ErrorKind,
     Finished,
     FirstToken,
     Hedged,
@@ -42,6 +42,8 @@ ROUTING_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1
 
 
 # The per-backend gauges: name, help, and how each is read from a backend's live state.
+# Attempts the gateway itself stopped or broke: no failure of talking to the backend at all.
+_UNCOUNTED: frozenset[ErrorKind] = frozenset({"cancelled", "gateway"})
 _BACKEND_GAUGES: tuple[tuple[str, str, Callable[[BackendState], float]], ...] = (
     ("fleetgate_backend_in_flight_requests",
      "Requests sent to a backend that have not finished.",
@@ -101,7 +103,8 @@ class GatewayMetrics(Collector):
         )
         self._errors = CounterSeries(
             "fleetgate_upstream_errors",
-            "Failures talking to a backend, by kind (connect, read, protocol, timeout).",
+            "Failures talking to a backend, by kind (connect, read, protocol, timeout; and,"
+            " never the backend's fault, client_timeout and local_resources).",
             ["model", "backend", "kind"],
         )
         self._retries = CounterSeries(
@@ -193,7 +196,7 @@ class GatewayMetrics(Collector):
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         error = event.error
-        if error is not None and error not in NOT_UPSTREAM:
+        if error is not None and error not in _UNCOUNTED:
             self._errors.inc((event.model, event.backend.backend.id, error))
 
     def on_hedged(self, event: Hedged) -> None:

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from fleetgate.fleet.backend import BackendState
 from fleetgate.http.errors import (
     ConnectError,
+    LocalExhaustion,
     ProtocolError,
     ReadError,
     UpstreamError,
     UpstreamTimeout,
 )
+from fleetgate.http.forwarding import returned
 from fleetgate.http.transport import Transport, UpstreamAnswer
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.lifecycle.events import (
@@ -38,6 +40,7 @@ from fleetgate.upstream.relay import StreamRelay
 from fleetgate.upstream.timeouts import Timeouts
 
 Claim = Callable[[], bool]  # True if this attempt has (now) the client: resilience/hedge.py
+_SSE_NAMES = frozenset(name for name, _ in SSE_HEADERS)  # a stream's, whatever the upstream's
 
 
 @dataclass(slots=True)
@@ -52,9 +55,14 @@ class Exchange:
     request_id: bytes
     writer: ResponseWriter
     started: float
-    timeouts: Timeouts
+    timeouts: Timeouts  # the pool's, or shorter where the client asked (gateway/requests.py)
     emit: Emitters
+    pool_timeouts: Timeouts | None = None  # the pool's own (None: `timeouts` are)
     tried: list[BackendState] = field(default_factory=list)
+    # The last 5xx an attempt got, and the backend it still counts against (None once a like
+    # answer from another backend showed it to be the request's): lifecycle/events.py.
+    prior_status: int = 0
+    prior_backend: BackendState | None = None
     # What the client got, for the Finished event.
     backend: str = NO_BACKEND  # whose answer
     ttft_s: float | None = None
@@ -93,6 +101,8 @@ def error_kind(exc: UpstreamError) -> ErrorKind:
         return "timeout"
     if isinstance(exc, ConnectError):
         return "connect"
+    if isinstance(exc, LocalExhaustion):
+        return "local_resources"
     if isinstance(exc, ProtocolError):
         return "protocol"
     return "read"
@@ -100,7 +110,24 @@ def error_kind(exc: UpstreamError) -> ErrorKind:
 
 def error_code(exc: UpstreamError) -> str:
     """The `code` of the error the client gets for it."""
-    return "upstream_timeout" if isinstance(exc, UpstreamTimeout) else "upstream_error"
+    if isinstance(exc, UpstreamTimeout):
+        return "upstream_timeout"
+    return "gateway_overloaded" if isinstance(exc, LocalExhaustion) else "upstream_error"
+
+
+def timeout_kind(ex: Exchange, exc: UpstreamTimeout, sent: float, now: float) -> ErrorKind:
+    """`client_timeout` when the deadline that ran out is one the client shortened and the
+    pool's own would not have run out yet (the transport fires a deadline within a tick after
+    it passes, so a pool's own timeout always finds its deadline passed); else `timeout`."""
+    pool = ex.pool_timeouts
+    if pool is None or pool is ex.timeouts:
+        return "timeout"
+    if exc.phase == "idle":
+        return "client_timeout" if ex.timeouts.idle_s < pool.idle_s else "timeout"
+    pool_deadline = ex.started + pool.total_s
+    if exc.phase == "head":  # the head's wait was bounded by the first-byte and total limits
+        pool_deadline = min(pool_deadline, sent + pool.first_byte_s)
+    return "client_timeout" if now < pool_deadline else "timeout"
 
 
 def retry_after_s(value: bytes | None) -> float | None:
@@ -131,6 +158,11 @@ class Attempts:
             timeout_s=max(0.0, min(t.first_byte_s, ex.deadline - self._clock())),
             connect_timeout_s=t.connect_s,
         )  # fmt: skip
+
+    def _error_kind(self, ex: Exchange, exc: UpstreamError, sent: float) -> ErrorKind:
+        if isinstance(exc, UpstreamTimeout):
+            return timeout_kind(ex, exc, sent, self._clock())
+        return error_kind(exc)
 
     def _expire(self, ex: Exchange, response: UpstreamAnswer) -> None:
         """The rest of the answer's deadlines (http/deadlines.py): the total and the idle."""
@@ -181,10 +213,9 @@ class Attempts:
                         )
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
-                        ex.writer.start(
-                            200,
-                            [*SSE_HEADERS, (b"x-request-id", ex.request_id), *ex.reply_headers],
-                        )
+                        upstream = [h for h in returned(response.headers) if h[0] not in _SSE_NAMES]
+                        head = [*SSE_HEADERS, *upstream, (b"x-request-id", ex.request_id)]
+                        ex.writer.start(200, [*head, *ex.reply_headers])
                     return won
 
                 relay = StreamRelay(ex.writer, response, clock, progress, None, start)
@@ -193,17 +224,24 @@ class Attempts:
                 except UpstreamError as exc:
                     if relay.first_at is None:  # nothing reached the client: an ordinary retry
                         raise
-                    error = error_kind(exc)
+                    error = self._error_kind(ex, exc, sent)
                     return Broken(progress, exc)
                 return None
             wait_s = retry_after_s(response.header(b"retry-after"))
             data = await response.read()
         except UpstreamError as exc:
-            error = error_kind(exc)
-            answer = 504 if isinstance(exc, UpstreamTimeout) else 502
-            message = f"Backend {state.backend.id} failed: {exc}"
+            error = self._error_kind(ex, exc, sent)
+            headers = [(b"content-type", JSON)]
+            if isinstance(exc, LocalExhaustion):  # the gateway's own trouble, for a moment
+                answer, message = 503, "The gateway is overloaded; retry shortly."
+                headers.append((b"retry-after", b"1"))
+            else:
+                answer = 504 if isinstance(exc, UpstreamTimeout) else 502
+                # The backend's name, never its address: the request log and metrics have it.
+                message = f"Backend {state.backend.name} failed: {exc}"
             body = error_body(answer, message, code=error_code(exc))
-            return Failed(answer, body, [(b"content-type", JSON)], isinstance(exc, ConnectError))
+            unsent = isinstance(exc, ConnectError | LocalExhaustion)
+            return Failed(answer, body, headers, unsent)
         except asyncio.CancelledError:
             error = "cancelled"
             raise
@@ -217,11 +255,18 @@ class Attempts:
                     AttemptEnded(
                         ex.request_id, clock(), ex.model, state, kind, sent, prompt, queued,
                         status, error, wait_s, first_at, events, streamed is not None,
+                        ex.prior_status, ex.prior_backend,
                     )
                 )  # fmt: skip
-        reply = [(b"content-type", response.header(b"content-type") or JSON)]
-        if wait_s is not None:  # an engine's backpressure: the client may wait as it asked
-            reply.append((b"retry-after", response.header(b"retry-after") or b"1"))
+            if status >= 500:
+                if status == ex.prior_status:
+                    ex.prior_backend = None  # taken back now, and this one never counted
+                else:
+                    ex.prior_status, ex.prior_backend = status, state
+        # The upstream's headers (its Retry-After included: the client may wait as it asked).
+        reply = returned(response.headers)
+        if response.header(b"content-type") is None:
+            reply.append((b"content-type", JSON))
         if status in retry_on:
             return Failed(status, data, reply)
         if claim is None or claim():
@@ -278,7 +323,7 @@ class Attempts:
             ex.backend = state.backend.id
             return None
         except UpstreamError as exc:
-            error = error_kind(exc)
+            error = self._error_kind(ex, exc, sent)
             return exc
         except asyncio.CancelledError:
             error = "cancelled"

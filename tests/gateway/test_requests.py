@@ -7,8 +7,16 @@ from collections.abc import Callable
 
 import pytest
 
-from fleetgate.gateway.requests import BadRequest, parse_chat, parse_completion, parse_embedding
+from fleetgate.gateway.requests import (
+    MAX_DEPTH,
+    BadRequest,
+    parse_chat,
+    parse_completion,
+    parse_embedding,
+    request_timeouts,
+)
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.upstream.timeouts import Timeouts
 
 Parse = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 
@@ -127,3 +135,100 @@ def test_a_body_that_is_not_a_json_object_says_to_send_one(
     assert info.value.status == 400
     assert info.value.message.startswith(says)
     assert fields in info.value.message
+
+
+def chat_with(content: bytes, model: bytes = b"m") -> bytes:
+    return b'{"model": "%b", "messages": [{"role": "user", "content": %b}]}' % (model, content)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        chat_with(b'"caf\xc3"'),  # cut off mid-character, inside a message kept as raw bytes
+        chat_with(b'"\xff\xfe"'),
+        chat_with(b'"x"', model=b"m\xff"),  # in a field the gateway decodes
+        chat_with(b'"x"') + b" \xed\xa0\x80",  # an encoded surrogate, outside any value
+    ],
+)
+def test_a_body_that_is_not_utf8_is_refused_with_where(body: bytes) -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_chat(body, {})
+    assert info.value.status == 400
+    assert "not valid UTF-8" in info.value.message
+    assert f"offset {body.index(next(b for b in body if b >= 0x80).to_bytes())}" in (
+        info.value.message
+    )
+
+
+def test_non_ascii_utf8_is_fine() -> None:
+    body = chat_with('"häagen-dazs 東京 🚀"'.encode())
+    assert parse_chat(body, {}).prompt.startswith(b'{"role"')
+
+
+def nested(depth: int) -> bytes:
+    """A message whose content nests `depth - 3` levels deep (the body adds three: the body,
+    `messages` and the message), with objects and arrays alternating."""
+    inner = b"1"
+    for level in range(depth - 3):
+        inner = b'{"a": %b}' % inner if level % 2 else b"[%b]" % inner
+    return chat_with(inner)
+
+
+def test_nesting_up_to_the_limit_passes_and_one_more_level_is_refused() -> None:
+    parse_chat(nested(MAX_DEPTH), {})
+    with pytest.raises(BadRequest) as info:
+        parse_chat(nested(MAX_DEPTH + 1), {})
+    assert info.value.status == 400
+    assert f"more than {MAX_DEPTH} levels" in info.value.message
+
+
+def test_a_thousand_levels_in_a_2_kb_body_is_a_400_not_a_recursion_error() -> None:
+    body = chat_with(b"[" * 1000 + b"]" * 1000)
+    with pytest.raises(BadRequest, match="levels deep"):
+        parse_chat(body, {})
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'"' + b"[{" * 200 + b'"',  # brackets inside a string are text, not nesting
+        b'"\\"' + b"[" * 200 + b'\\""',  # ...also after an escaped quote
+        b'["\\\\", "' + b"[" * 200 + b'"]',  # an escaped backslash escapes no quote
+    ],
+)
+def test_brackets_inside_strings_do_not_count(content: bytes) -> None:
+    parse_chat(b'{"model": "m", "messages": [{"content": %b}]}' % content, {})
+
+
+def test_many_messages_at_low_depth_pass() -> None:
+    body = b'{"model": "m", "messages": [%b]}' % b", ".join(
+        [b'{"role": "user", "content": [{"type": "text", "text": "[{"}]}'] * 500
+    )
+    assert len(parse_chat(body, {}).prompt) > 500
+
+
+def test_an_unexpected_error_while_decoding_is_still_a_400(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Broken:
+        def decode(self, body: bytes) -> object:
+            raise MemoryError  # any error the decoder was not expected to raise
+
+    monkeypatch.setattr("fleetgate.gateway.requests._chat", Broken())
+    with pytest.raises(BadRequest) as info:
+        parse_chat(chat_with(b'"x"'), {})
+    assert info.value.status == 400
+    assert "could not be read" in info.value.message
+
+
+def test_a_timeout_header_may_shorten_the_pool_s_timeouts_never_lengthen_them() -> None:
+    pool = Timeouts(first_byte_s=10.0, total_s=100.0, idle_s=5.0)
+    headers = {
+        b"x-fleetgate-first-byte-timeout-s": b"2.5",
+        b"x-fleetgate-total-timeout-s": b"1e300",  # clamped to the pool's, silently
+        b"x-fleetgate-idle-timeout-s": b"5.0",
+    }
+    got = request_timeouts(pool, headers)
+    assert (got.first_byte_s, got.total_s, got.idle_s, got.connect_s) == (2.5, 100.0, 5.0, 5.0)
+    longer = {b"x-fleetgate-total-timeout-s": b"1e300", b"x-fleetgate-idle-timeout-s": b"60"}
+    assert request_timeouts(pool, longer) is pool

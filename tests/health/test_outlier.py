@@ -4,6 +4,7 @@ the rule of what an attempt's end says of its backend."""
 from __future__ import annotations
 
 import pytest
+from msgspec.structs import replace
 
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.calibration import WeightSettings
@@ -181,16 +182,42 @@ def test_backpressure_backs_off_without_counting_as_a_failure(
     assert a in pool.candidates
 
 
-def test_a_cancelled_attempt_counts_for_nothing() -> None:
+@pytest.mark.parametrize("error", ["cancelled", "gateway", "client_timeout", "local_resources"])
+def test_what_the_gateway_or_its_client_ended_counts_for_nothing(error: ErrorKind) -> None:
     a, b = states(2)
     detector, _ = detector_over([a, b])
     for _ in range(2 * SETTINGS.consecutive_failures):  # not failures ...
-        detector.on_attempt_ended(ended(a, 1.0, 0, "cancelled"))
-        detector.on_attempt_ended(ended(a, 1.0, 200, "cancelled"))
+        detector.on_attempt_ended(ended(a, 1.0, 0, error))
+        detector.on_attempt_ended(ended(a, 1.0, 200, error))
     assert not a.flags
     assert a.backoff_until == 0.0
     for _ in range(SETTINGS.consecutive_failures - 1):
         detector.on_attempt_ended(ended(a, 2.0, 500))
-    detector.on_attempt_ended(ended(a, 2.0, 200, "cancelled"))  # ... nor a success
+    detector.on_attempt_ended(ended(a, 2.0, 200, error))  # ... nor a success
     detector.on_attempt_ended(ended(a, 2.0, 500))
+    assert a.flags == HealthFlag.EJECTED
+
+
+def test_a_5xx_two_backends_give_one_request_is_the_request_s_fault() -> None:
+    a, b, c = states(3)
+    detector, _ = detector_over([a, b, c])
+    for t in range(2 * SETTINGS.consecutive_failures):  # a poison body, sent again and again
+        first, second = (a, b) if t % 2 else (b, a)
+        detector.on_attempt_ended(ended(first, float(t), 500))
+        detector.on_attempt_ended(replace(ended(second, float(t), 500), prior_status=500,
+                                          prior_backend=first))  # fmt: skip
+    assert not a.flags and not b.flags
+    # The failure counted for the first was taken back: a backend's own run still counts.
+    for _ in range(SETTINGS.consecutive_failures):
+        detector.on_attempt_ended(ended(c, 30.0, 500))
+    assert c.flags == HealthFlag.EJECTED
+
+
+@pytest.mark.parametrize("prior_status", [0, 502])
+def test_a_5xx_unlike_the_previous_attempt_s_is_the_backend_s(prior_status: int) -> None:
+    a, b = states(2)
+    detector, _ = detector_over([a, b])
+    for _ in range(SETTINGS.consecutive_failures):
+        detector.on_attempt_ended(replace(ended(a, 1.0, 500), prior_status=prior_status,
+                                          prior_backend=b))  # fmt: skip
     assert a.flags == HealthFlag.EJECTED

@@ -6,6 +6,8 @@ Every wait is on an event or a read, with `asyncio.wait_for` only as a guard aga
 from __future__ import annotations
 
 import asyncio
+import errno
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -14,6 +16,7 @@ import pytest
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.http.errors import (
     ConnectError,
+    LocalExhaustion,
     ProtocolError,
     ReadError,
     UpstreamError,
@@ -380,8 +383,21 @@ async def test_a_closed_port_is_a_connect_error(client: HttpClient) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]  # free now, and nothing listens on it once closed
-    with pytest.raises(ConnectError, match=f"cannot connect to http://127.0.0.1:{port}"):
+    with pytest.raises(ConnectError, match="cannot connect: Connection refused"):
         await client.request(Origin.parse(f"127.0.0.1:{port}"), b"GET", b"/", [])
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS])
+async def test_the_gateway_out_of_sockets_is_not_a_connect_error(
+    client: HttpClient, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    async def exhausted(*args: object, **kwargs: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "create_connection", exhausted)
+    with pytest.raises(LocalExhaustion, match=os.strerror(code)) as info:
+        await client.request(Origin.parse("127.0.0.1:9"), b"GET", b"/", [])
+    assert not isinstance(info.value, ConnectError)
 
 
 async def test_a_server_that_aborts_mid_body_is_a_read_error(

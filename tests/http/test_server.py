@@ -6,7 +6,9 @@ Every wait is on an event or a read, with `asyncio.wait_for` only as a guard aga
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -447,3 +449,177 @@ async def test_expect_100_continue_is_answered(serve: Serve) -> None:
     status, _, body = await read_response(reader)
     assert status == 200
     assert body.endswith(b" hi")
+
+
+async def test_a_closed_connection_is_freed_by_reference_counting_alone(serve: Serve) -> None:
+    """The gateway collects garbage rarely (runtime.py), so a connection kept alive by a cycle
+    would keep its last request's body for good: it must go as soon as it closes."""
+    conns: list[weakref.ref[object]] = []
+    freed = asyncio.Event()
+
+    async def handler(request: Request, writer: ResponseWriter) -> None:
+        conn = writer._conn  # the HttpConnection behind the writer
+        conns.append(weakref.ref(conn, lambda _: freed.set()))
+        writer.send(200, [], b"ok")
+
+    server = await serve(handler)
+    gc.disable()
+    try:
+        reader, writer = await connect(server)
+        writer.write(b"POST / HTTP/1.1\r\nHost: gw\r\nContent-Length: 65536\r\n\r\n")
+        writer.write(b"x" * 65536)
+        assert (await read_response(reader))[0] == 200
+        writer.close()
+        await asyncio.wait_for(freed.wait(), GUARD_S)
+    finally:
+        gc.enable()
+    assert conns[0]() is None
+
+
+async def test_a_connection_over_the_limit_gets_a_503_and_is_closed(serve: Serve) -> None:
+    server = await serve(echo, ServerLimits(max_connections=2))
+    held = [await connect(server) for _ in range(2)]
+    for reader, writer in held:  # both are served (and so surely counted)
+        writer.write(b"GET /in HTTP/1.1\r\nHost: gw\r\n\r\n")
+        assert (await read_response(reader))[0] == 200
+    reader, writer = await connect(server)
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"retry-after"]) == (503, b"1")
+    assert "connections" in json.loads(body)["error"]["message"]
+    assert await asyncio.wait_for(reader.read(), GUARD_S) == b""
+    writer.close()
+    # One goes away (closed by the server, so it has let it go before the client sees the
+    # end): room for one more.
+    reader, writer = held[0]
+    writer.write(b"GET /bye HTTP/1.1\r\nHost: gw\r\nConnection: close\r\n\r\n")
+    assert (await read_response(reader))[0] == 200
+    assert await asyncio.wait_for(reader.read(), GUARD_S) == b""
+    reader, writer = await connect(server)
+    writer.write(b"GET /again HTTP/1.1\r\nHost: gw\r\n\r\n")
+    assert (await read_response(reader))[0] == 200
+    writer.close()
+
+
+async def test_bodies_over_the_shared_budget_get_a_503_and_are_not_kept(serve: Serve) -> None:
+    started = asyncio.Event()
+    release = asyncio.Event()
+    seen: list[bytes] = []
+
+    async def handler(request: Request, writer: ResponseWriter) -> None:
+        seen.append(request.body)
+        if request.path == b"/hold":
+            started.set()
+            await release.wait()
+        writer.send(200, [], b"done")
+
+    server = await serve(handler, ServerLimits(max_body_bytes=60, max_buffered_body_bytes=100))
+    holder_reader, holder = await connect(server)
+    holder.write(b"POST /hold HTTP/1.1\r\nHost: gw\r\nContent-Length: 60\r\n\r\n" + b"h" * 60)
+    await asyncio.wait_for(started.wait(), GUARD_S)
+    # 60 of 100 bytes are held until that answer ends: 41 more do not fit, by length...
+    reader, writer = await connect(server)
+    writer.write(b"POST /a HTTP/1.1\r\nHost: gw\r\nContent-Length: 41\r\n\r\n" + b"a" * 41)
+    status, headers, body = await read_response(reader)
+    assert (status, headers[b"retry-after"]) == (503, b"1")
+    assert "retry shortly" in json.loads(body)["error"]["message"]
+    writer.close()
+    # ...nor chunk by chunk, while 40 do.
+    reader, writer = await connect(server)
+    writer.write(
+        b"POST /b HTTP/1.1\r\nHost: gw\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"14\r\n" + b"b" * 20 + b"\r\n14\r\n" + b"b" * 20 + b"\r\n1\r\nb\r\n0\r\n\r\n"
+    )
+    assert (await read_response(reader))[0] == 503
+    writer.close()
+    reader, writer = await connect(server)
+    writer.write(b"POST /c HTTP/1.1\r\nHost: gw\r\nContent-Length: 40\r\n\r\n" + b"c" * 40)
+    assert (await read_response(reader))[0] == 200
+    # Once the held answer ends, its bytes are free again.
+    release.set()
+    assert (await read_response(holder_reader))[0] == 200
+    writer.write(b"POST /d HTTP/1.1\r\nHost: gw\r\nContent-Length: 60\r\n\r\n" + b"d" * 60)
+    assert (await read_response(reader))[0] == 200
+    assert seen == [b"h" * 60, b"c" * 40, b"d" * 60]  # the refused never reached the handler
+    writer.close()
+    holder.close()
+
+
+async def test_a_stream_to_an_http_1_0_client_is_delimited_by_the_close(serve: Serve) -> None:
+    async def handler(request: Request, writer: ResponseWriter) -> None:
+        writer.start(200, [(b"content-type", b"text/event-stream")])
+        writer.write(b"data: 1\n\n")
+        writer.end(b"data: 2\n\n")
+
+    server = await serve(handler)
+    for keep_alive in (b"", b"Connection: keep-alive\r\n"):
+        reader, writer = await connect(server)
+        writer.write(b"GET /s HTTP/1.0\r\n%b\r\n" % keep_alive)
+        data = await asyncio.wait_for(reader.read(), GUARD_S)  # all of it, to the close
+        head, _, body = data.partition(b"\r\n\r\n")
+        assert b"transfer-encoding" not in head.lower()
+        assert b"connection: close" in head.lower()
+        assert body == b"data: 1\n\ndata: 2\n\n"
+        writer.close()
+
+
+async def test_an_http_1_1_request_without_host_gets_a_400(serve: Serve) -> None:
+    handled: list[Request] = []
+
+    async def handler(request: Request, writer: ResponseWriter) -> None:
+        handled.append(request)
+        await echo(request, writer)
+
+    server = await serve(handler)
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.1\r\n\r\n")
+    status, _, body = await read_response(reader)
+    assert status == 400
+    assert "Host" in json.loads(body)["error"]["message"]
+    assert await asyncio.wait_for(reader.read(), GUARD_S) == b""
+    reader, writer = await connect(server)
+    writer.write(b"GET / HTTP/1.0\r\n\r\n")  # HTTP/1.0 has no Host to require
+    assert (await read_response(reader))[0] == 200
+    assert len(handled) == 1
+
+
+@pytest.mark.parametrize(
+    ("length", "limits", "status"),
+    [
+        (11, ServerLimits(max_body_bytes=10), 413),
+        (10, ServerLimits(max_body_bytes=10, max_buffered_body_bytes=10), 100),
+        (50, ServerLimits(max_body_bytes=60, max_buffered_body_bytes=60), 503),
+    ],
+)
+async def test_expect_100_continue_is_refused_before_the_body_when_it_cannot_be_taken(
+    serve: Serve, length: int, limits: ServerLimits, status: int
+) -> None:
+    holding = asyncio.Event()
+    release = asyncio.Event()
+
+    async def handler(request: Request, writer: ResponseWriter) -> None:
+        if request.path == b"/hold":
+            holding.set()
+            await release.wait()
+        writer.send(200, [], b"")
+
+    server = await serve(handler, limits)
+    if status == 503:  # 20 bytes held by another request: 50 more do not fit
+        _, holder = await connect(server)
+        holder.write(b"POST /hold HTTP/1.1\r\nHost: gw\r\nContent-Length: 20\r\n\r\n" + b"h" * 20)
+        await asyncio.wait_for(holding.wait(), GUARD_S)
+    reader, writer = await connect(server)
+    writer.write(
+        b"POST /x HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\nexpect: 100-continue\r\n\r\n"
+        % length
+    )
+    if status == 100:
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), GUARD_S)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"b" * length)
+        assert (await read_response(reader))[0] == 200
+    else:
+        got, _, body = await read_response(reader)  # without sending the body
+        assert got == status
+        assert json.loads(body)["error"]["message"]
+        assert await asyncio.wait_for(reader.read(), GUARD_S) == b""
+    release.set()

@@ -18,7 +18,7 @@ import pytest
 
 from fleetgate.config import parse_config
 from fleetgate.fleet.backend import Backend
-from fleetgate.http.errors import ConnectError, ReadError
+from fleetgate.http.errors import ConnectError, LocalExhaustion, ReadError
 from fleetgate.http.mock import MockTransport, Script, Sent
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.lifecycle.events import (
@@ -39,6 +39,7 @@ from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import default_registry
 from fleetgate.serve import ResolvedPool, build_clusters
 from fleetgate.upstream.attempt import Attempts, Exchange
+from fleetgate.upstream.timeouts import Timeouts
 
 CHAT = msgspec.json.encode(
     {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
@@ -153,17 +154,22 @@ class Harness:
         self.failover = Failover(attempts, continuation, clock, random.Random(2))
         self.socket = ClientSocket()
 
-    def exchange(self, stream: bool, body: bytes = CHAT) -> Exchange:
+    def exchange(
+        self, stream: bool, body: bytes = CHAT, timeouts: Timeouts | None = None
+    ) -> Exchange:
         routing = RoutingRequest("m", "chat", stream, 10, None, b'[{"content":"hi"}]')
         writer = ResponseWriter(self.socket, keep_alive=True)
         c = self.cluster
         return Exchange(
             "m", routing, b"/v1/chat/completions", [], body, b"r1", writer, time.monotonic(),
-            c.timeouts, c.emit,
+            timeouts or c.timeouts, c.emit, c.timeouts,
         )  # fmt: skip
 
-    async def forward(self, stream: bool = False, body: bytes = CHAT) -> Answer:
-        await self.failover.forward(self.cluster, self.exchange(stream, body))
+    async def forward(
+        self, stream: bool = False, body: bytes = CHAT, timeouts: Timeouts | None = None
+    ) -> Answer:
+        self.socket.data.clear()
+        await self.failover.forward(self.cluster, self.exchange(stream, body, timeouts))
         return Answer(bytes(self.socket.data))
 
     def sent_to(self) -> list[str]:
@@ -462,3 +468,54 @@ async def test_a_failed_prefill_leaves_the_body_to_the_decode_backend() -> None:
     assert (await h.forward()).status == 200
     assert [e.error for e in h.of(AttemptEnded)] == ["connect", None]
     h.assert_settled()
+
+
+async def test_a_timeout_the_client_shortened_is_the_client_s_and_the_pool_s_own_is_not() -> None:
+    slow = Script(200, [b"{}"], head_delay_s=0.2)
+    h = Harness(2, lambda k, sent: slow, retries={**FAST_RETRIES, "max_attempts": 1},
+                first_byte_timeout_s=0.5)  # fmt: skip
+    pool = h.cluster.timeouts
+    shorter = Timeouts(0.01, pool.total_s, pool.idle_s, pool.connect_s)
+    assert (await h.forward(timeouts=shorter)).status == 504
+    h2 = Harness(2, lambda k, sent: slow, retries={**FAST_RETRIES, "max_attempts": 1},
+                 first_byte_timeout_s=0.01)  # fmt: skip
+    assert (await h2.forward()).status == 504
+    assert [e.error for e in h.of(AttemptEnded) + h2.of(AttemptEnded)] == [
+        "client_timeout", "timeout"
+    ]  # fmt: skip
+    assert all(s.healthy for s in h.cluster.pool.states)
+
+
+async def test_a_body_every_backend_fails_on_alike_ejects_none_of_them() -> None:
+    h = Harness(3, lambda k, sent: Script(500, [b'{"error":"engine crashed"}']),
+                retries=FAST_RETRIES)  # fmt: skip
+    for _ in range(10):  # 30 answers of 500: five in a row eject a backend of its own fault
+        assert (await h.forward()).status == 500
+    ends = h.of(AttemptEnded)
+    assert [e.prior_status for e in ends[:3]] == [0, 500, 500]
+    assert ends[1].prior_backend is ends[0].backend and ends[2].prior_backend is None
+    assert all(s.healthy for s in h.cluster.pool.states)
+
+
+async def test_the_gateway_out_of_sockets_answers_503_without_blaming_a_backend() -> None:
+    out = Script(error=LocalExhaustion("the gateway is out of resources: Too many open files"))
+    h = Harness(2, lambda k, sent: out, retries=FAST_RETRIES)
+    for _ in range(10):
+        got = await h.forward()
+        assert (got.status, got.headers[b"retry-after"]) == (503, b"1")
+    assert "retry shortly" in msgspec.json.decode(got.body)["error"]["message"]
+    assert {e.error for e in h.of(AttemptEnded)} == {"local_resources"}
+    assert all(s.healthy for s in h.cluster.pool.states)
+
+
+async def test_an_upstream_s_headers_reach_the_client_whole_answer_or_stream() -> None:
+    extra = [(b"openai-processing-ms", b"41"), (b"keep-alive", b"timeout=5"),
+             (b"content-type", b"text/event-stream")]  # fmt: skip
+    h = Harness(1, lambda k, sent: Script(200, sse(token("a")) if k else [b"{}"], extra))
+    got = await h.forward()
+    assert (got.headers[b"openai-processing-ms"], got.headers[b"x-request-id"]) == (b"41", b"r1")
+    assert b"keep-alive" not in got.headers
+    streamed = await h.forward(stream=True)
+    assert streamed.headers[b"openai-processing-ms"] == b"41"
+    head = bytes(h.socket.data).split(b"\r\n\r\n", 1)[0]
+    assert head.count(b"content-type") == 1 and b"keep-alive" not in head

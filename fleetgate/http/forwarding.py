@@ -1,0 +1,80 @@
+"""Which headers a proxy passes on, each way: a client's end-to-end request headers to the
+upstream, the upstream's response headers to the client; never the hop-by-hop ones (RFC 9110
+7.6.1), never those the gateway writes itself.
+
+Each header name is judged once and the verdict kept, so a request costs one dict lookup per
+header it carries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+# Meant for one connection only, never passed on (RFC 9110 7.6.1; Proxy-* are the proxy's).
+HOP_BY_HOP = frozenset({
+    b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer",
+    b"transfer-encoding", b"upgrade",
+})  # fmt: skip
+# Request headers the gateway writes itself (http/client.py: host, content-length; the
+# gateway: content-type, x-request-id), the client's `authorization` (the gateway's own
+# credential to its clients: a backend gets the gateway's, never the client's), `expect` (the
+# gateway has answered it), `accept-encoding` (the gateway reads every answer, a stream's
+# events too: it asks for them uncompressed), and its own controls (x-fleetgate-*).
+_NOT_FORWARDED = HOP_BY_HOP | {
+    b"host", b"content-length", b"content-type", b"x-request-id", b"authorization", b"expect",
+    b"accept-encoding",
+}  # fmt: skip
+_OWN_PREFIXES = (b"proxy-", b"x-fleetgate-")
+# Response headers the gateway writes itself (http/writer.py: framing and the connection's
+# fate; the request id).
+_NOT_RETURNED = HOP_BY_HOP | {b"content-length", b"x-request-id"}
+# Connection values naming no other header: nearly all of them (then nothing more to drop).
+_PLAIN_CONNECTION = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close"})
+_MAX_VERDICTS = 4096  # names remembered; a client inventing names gets them judged each time
+
+
+class RequestHeaders:
+    """The request headers that go on to the upstream: all but those above and `deny`."""
+
+    def __init__(self, deny: Iterable[str] = ()) -> None:
+        self._denied = _NOT_FORWARDED | {name.lower().encode() for name in deny}
+        self._verdicts: dict[bytes, bool] = {}
+
+    def _judge(self, name: bytes) -> bool:
+        keep = name not in self._denied and not name.startswith(_OWN_PREFIXES)
+        if len(self._verdicts) < _MAX_VERDICTS:
+            self._verdicts[name] = keep
+        return keep
+
+    def forwarded(self, headers: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
+        """Those of `headers` (lower-case names, as http/server.py parses them) to pass on."""
+        verdicts = self._verdicts
+        out = []
+        for name, value in headers.items():
+            keep = verdicts.get(name)
+            if keep is None:
+                keep = self._judge(name)
+            if keep:
+                out.append((name, value))
+        connection = headers.get(b"connection")
+        if connection is not None and connection not in _PLAIN_CONNECTION:
+            # The headers it names are hop-by-hop too.
+            named = {token.strip().lower() for token in connection.split(b",")}
+            out = [(name, value) for name, value in out if name not in named]
+        return out
+
+
+def returned(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers (lower-case names) that go on to the client."""
+    out = []
+    connection = None
+    for name, value in headers:
+        if name not in _NOT_RETURNED:
+            out.append((name, value))
+        elif name == b"connection":
+            connection = value
+    if connection is not None and connection not in _PLAIN_CONNECTION:
+        # The headers it names are hop-by-hop too.
+        named = {token.strip().lower() for token in connection.split(b",")}
+        out = [(name, value) for name, value in out if name not in named]
+    return out
