@@ -332,7 +332,7 @@ def compose(
         clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
         RequestHeaders(config.server.deny_request_headers), door, operators,
-        config.limits.assumed_output_tokens,
+        config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools},
     )  # fmt: skip
     return gateway, clusters
 

@@ -32,15 +32,24 @@ from fleetgate.lifecycle.events import (
     Rejected,
 )
 from fleetgate.lifecycle.hooks import Emitters
-from fleetgate.openai_api import JSON, error_body
+from fleetgate.openai_api import JSON, error_body, with_fields
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.models import ModelRoute
 from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
 from fleetgate.traffic.keys import KeyRing, bearer
+from fleetgate.traffic.limits import PricingSettings
 from fleetgate.upstream.attempt import Exchange
 
+# Fields that steer an engine from outside (where to pull a KV cache from, which prefill
+# server to meet): a client could point engines at any host with them, so they are dropped
+# from the bodies of tenants not allowed them (`tenants[].engine_fields`).
+ENGINE_FIELDS = (
+    "kv_transfer_params", "disaggregated_params", "bootstrap_host", "bootstrap_port",
+    "bootstrap_room",
+)  # fmt: skip
+_ENGINE_FIELD = re.compile(b'"(' + b"|".join(f.encode() for f in ENGINE_FIELDS) + b')"')
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
 # A client's own request id is echoed in answers and logs: only if it cannot forge either.
@@ -84,11 +93,12 @@ class Gateway:
         door: FrontDoor | None = None,
         operators: KeyRing[str] | None = None,
         assumed_output_tokens: int = 256,
+        pricing: Mapping[str, PricingSettings] | None = None,
     ) -> None:
         self._clusters = dict(clusters)
         self._forward = forward or RequestHeaders()  # which of a client's headers go upstream
         self._door = door  # None: auth off and no limits, nothing to ask per request
-        self._entrance = Entrance(door, clock, assumed_output_tokens)
+        self._entrance = Entrance(door, clock, emit, pricing, assumed_output_tokens)
         # Keys of the operator's endpoints, owned by "admin" or "heartbeat" (None: auth off).
         self._operators = operators
         self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py
@@ -278,6 +288,8 @@ class Gateway:
                 f"The model {routing.model!r} does not exist here; known models: "
                 f"{self._known}.", "model", 404, "model_not_found",
             )  # fmt: skip
+        if not caller.tenant.settings.engine_fields and _ENGINE_FIELD.search(body):
+            body = with_fields(body, drop=ENGINE_FIELDS)
         timeouts = request_timeouts(cluster.timeouts, request.headers)
         model = cluster.model
         headers = [

@@ -10,12 +10,14 @@ Headers a client may send here (each may only lower what its tenant is allowed):
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
+from fleetgate.lifecycle.events import Charged
+from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.traffic.admission import Admission, Shed, Ticket
 from fleetgate.traffic.door import Caller, FrontDoor, Refused, retry_after
-from fleetgate.traffic.limits import Reservation
+from fleetgate.traffic.limits import FREE, PricingSettings, Reservation
 from fleetgate.traffic.priority import Priority
 from fleetgate.upstream.attempt import Exchange
 
@@ -28,6 +30,7 @@ PRIORITY_HEADER = b"x-fleetgate-priority"
 class Entry:
     """An admitted request's holds, given back by `Entrance.leave`."""
 
+    tenant: str
     priority: Priority
     held: Reservation | None  # of its tenant's limits (None: no limits to reconcile)
     ticket: Ticket | None  # its place in the pool (None: the pool admits without a queue)
@@ -36,10 +39,17 @@ class Entry:
 
 class Entrance:
     def __init__(
-        self, door: FrontDoor | None, clock: Callable[[], float], assumed_output_tokens: int = 256
+        self,
+        door: FrontDoor | None,
+        clock: Callable[[], float],
+        emit: Emitters,
+        pricing: Mapping[str, PricingSettings] | None = None,
+        assumed_output_tokens: int = 256,
     ) -> None:
         self._door = door
         self._clock = clock
+        self._emit = emit  # for Charged
+        self._pricing = {m: p for m, p in (pricing or {}).items() if p != FREE}
         self._assumed = assumed_output_tokens
 
     async def enter(
@@ -63,8 +73,10 @@ class Entrance:
             )
             ex.count_usage = held.counts_tokens
             ex.reply_headers = tuple(held.headers)
+        if ex.model in self._pricing:
+            ex.count_usage = True  # its spend is counted
         if admission is None:
-            return Entry(priority, held, None, None)
+            return Entry(tenant.name, priority, held, None, None)
         settings = tenant.settings
         lane = headers.get(LANE_HEADER)
         cost = routing.prompt_tokens + (routing.max_tokens or self._assumed)
@@ -84,18 +96,29 @@ class Entrance:
                     wait = [retry_after(exc.retry_after_s)]
                     raise Refused(503, exc.message, exc.code, wait, priority=priority) from None
                 raise
-        return Entry(priority, held, ticket, admission)
+        return Entry(tenant.name, priority, held, ticket, admission)
 
     def leave(self, entry: Entry, ex: Exchange) -> Awaitable[None] | None:
-        """Give back the request's place and reconcile its limits with what it used."""
+        """Give back the request's place, say what it used (Charged), and reconcile its
+        limits with it."""
         if entry.ticket is not None and entry.admission is not None:
             entry.admission.leave(entry.ticket)
-        if entry.held is None:
-            return None
         used = _used(ex)
         if used is None:
             return None
-        return self._release_limits(entry.held, *used)
+        prompt, output = used
+        charged = self._emit.charged
+        if charged is not None and (prompt or output):
+            pricing = self._pricing.get(ex.model, FREE)
+            charged(
+                Charged(
+                    ex.request_id, self._clock(), ex.model, entry.tenant, prompt, output,
+                    pricing.cost_usd(prompt, output),
+                )
+            )  # fmt: skip
+        if entry.held is None:
+            return None
+        return self._release_limits(entry.held, prompt, output)
 
     def _release_limits(
         self, held: Reservation, prompt: int, output: int

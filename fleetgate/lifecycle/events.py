@@ -6,6 +6,7 @@
              a first token late (hedging on):         Routed -> Hedged -> AttemptStarted ...
              a stream broken after it:                Routed -> Continued -> AttemptStarted ...
     ... -> Finished                                         (exactly once per request, last)
+            -> Charged                    (after it, when what the request used is known)
 
 The request path only emits; what the events mean to each part of the gateway is decided by
 its subscribers (lifecycle/hooks.py): fleet accounting, the outlier detector, the hedge's TTFT
@@ -165,6 +166,18 @@ class Continued(Event, frozen=True, gc=False):
     model: str
     backend: BackendState
     tokens: int
+
+
+class Charged(Event, frozen=True, gc=False):
+    """What an answered request used, as its tenant is charged for it: the engine's `usage`
+    (for a stream, the estimated prompt and the tokens relayed), and what that costs at the
+    pool's prices (`pools[].pricing`; 0 when it has none)."""
+
+    model: str
+    tenant: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
 
 
 class Finished(Event, frozen=True, gc=False):

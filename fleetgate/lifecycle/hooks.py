@@ -29,6 +29,7 @@ from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,
     AttemptStarted,
+    Charged,
     Continued,
     Event,
     Finished,
@@ -93,8 +94,8 @@ class Emitters:
     type nobody hears."""
 
     __slots__ = (
-        "admitted", "attempt_ended", "attempt_started", "continued", "finished", "first_token",
-        "hedged", "received", "rejected", "retried", "retry_refused", "routed",
+        "admitted", "attempt_ended", "attempt_started", "charged", "continued", "finished",
+        "first_token", "hedged", "received", "rejected", "retried", "retry_refused", "routed",
     )  # fmt: skip
 
     def __init__(self, hooks: Hooks) -> None:
@@ -110,3 +111,4 @@ class Emitters:
         self.hedged = hooks.emitter(Hedged)
         self.continued = hooks.emitter(Continued)
         self.finished = hooks.emitter(Finished)
+        self.charged = hooks.emitter(Charged)

@@ -19,6 +19,7 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,
+    Charged,
     Continued,
     ErrorKind,
     Finished,
@@ -88,6 +89,18 @@ class GatewayMetrics(Collector):
             "fleetgate_admitted",
             "Requests let through to routing, by pool, tenant and priority class.",
             ["model", "tenant", "priority"],
+        )
+        self._tokens = CounterSeries(
+            "fleetgate_tokens",
+            "Tokens answered requests used, by pool, tenant and kind (prompt, completion): the "
+            "engine's usage, or for a stream the estimated prompt and the tokens relayed.",
+            ["model", "tenant", "kind"],
+        )
+        self._spend = CounterSeries(
+            "fleetgate_spend_usd",
+            "What answered requests cost at their pool's prices (pools[].pricing), by pool and "
+            "tenant.",
+            ["model", "tenant"],
         )
         self._rejected = CounterSeries(
             "fleetgate_rejected",
@@ -168,6 +181,7 @@ class GatewayMetrics(Collector):
     def subscribe(self, hooks: Hooks) -> None:
         hooks.subscribe(Admitted, self.on_admitted)
         hooks.subscribe(Rejected, self.on_rejected)
+        hooks.subscribe(Charged, self.on_charged)
         hooks.subscribe(Finished, self.on_finished)
         hooks.subscribe(FirstToken, self.on_first_token)
         hooks.subscribe(AttemptEnded, self.on_attempt_ended)
@@ -178,6 +192,13 @@ class GatewayMetrics(Collector):
 
     def on_admitted(self, event: Admitted) -> None:
         self._admitted.inc((event.model, event.tenant, event.priority))
+
+    def on_charged(self, event: Charged) -> None:
+        model, tenant = event.model, event.tenant
+        self._tokens.inc((model, tenant, "prompt"), event.prompt_tokens)
+        self._tokens.inc((model, tenant, "completion"), event.completion_tokens)
+        if event.cost_usd:
+            self._spend.inc((model, tenant), event.cost_usd)
 
     def on_rejected(self, event: Rejected) -> None:
         self._rejected.inc((event.tenant or "unknown", event.priority or "unknown", event.reason))
@@ -215,7 +236,7 @@ class GatewayMetrics(Collector):
         for series in (
             self._requests, self._errors, self._retries, self._retries_refused, self._hedges,
             self._continuations, self._ttft, self._e2e, self._routing, self._admitted,
-            self._rejected,
+            self._rejected, self._tokens, self._spend,
         ):  # fmt: skip
             yield series.family()
         admissions = list(self._admissions())

@@ -114,6 +114,8 @@ class Admission:
             if self.in_flight >= limit.value:
                 limit.reached()
                 return False
+            if not self.in_flight:
+                self._busy_again()
             self.in_flight += 1
             ticket.admitted = True
             if self.in_flight >= limit.value:
@@ -194,6 +196,14 @@ class Admission:
             for queue in (*self._queues, self._batch):
                 queue.release(name)
 
+    def _busy_again(self) -> None:
+        """The pool was idle: the drain rate is measured again from now (time with nothing
+        in flight says nothing about how fast requests leave)."""
+        now = self._clock()
+        self._left = 0
+        self._last_tick = now
+        self._next_tick = now + _TICK_S
+
     def _tick(self, now: float) -> None:
         """Once per `_TICK_S`: the drain rate, and the limit's move."""
         elapsed = now - self._last_tick
@@ -235,6 +245,8 @@ class Admission:
 
     def _admit(self, ticket: Ticket) -> None:
         ticket.admitted = True
+        if not self.in_flight:
+            self._busy_again()
         self.in_flight += 1
         if self.in_flight >= self._limit.value:
             self._limit.reached()

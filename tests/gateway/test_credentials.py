@@ -1,5 +1,6 @@
 """A client's key stays at the gateway; each backend gets its own; the tokens a tenant is
-charged are the engine's `usage`. Over a recording upstream on a real socket."""
+charged are the engine's `usage`; engine-steering fields reach the engine only from tenants
+allowed them. Over a recording upstream on a real socket."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ import openai
 import pytest
 
 from fleetgate.config import parse_config
+from fleetgate.http.client import HttpClient, Origin
 from fleetgate.serve import start_gateway
 
 CLIENT_KEY, BACKEND_KEY = "sk-client-secret-key", "backend-secret"
+ENGINE_KEY = "sk-engine-fields-key"
 
 
 class Recorder:
@@ -23,6 +26,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.heads: list[dict[str, str]] = []
+        self.bodies: list[dict[str, Any]] = []
         self.port = 0
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -36,8 +40,9 @@ class Recorder:
                 lines = head.decode().split("\r\n")[1:]
                 pairs = (line.split(": ", 1) for line in lines if line)
                 headers = {name.lower(): value for name, value in pairs}
-                await reader.readexactly(int(headers.get("content-length", "0")))
+                sent = await reader.readexactly(int(headers.get("content-length", "0")))
                 self.heads.append(headers)
+                self.bodies.append(json.loads(sent))
                 body = json.dumps({
                     "id": "c1", "object": "chat.completion", "created": 1, "model": "m",
                     "choices": [{"index": 0, "finish_reason": "stop",
@@ -60,8 +65,12 @@ async def setup() -> AsyncIterator[tuple[Recorder, openai.AsyncOpenAI]]:
     url = f"http://127.0.0.1:{recorder.port}"
     config: dict[str, Any] = {
         "server": {"port": 0},
-        "tenants": [{"name": "t", "keys": [CLIENT_KEY], "limits": {"tokens_per_minute": 1000}}],
+        "tenants": [
+            {"name": "t", "keys": [CLIENT_KEY], "limits": {"tokens_per_minute": 1000}},
+            {"name": "pd", "keys": [ENGINE_KEY], "engine_fields": True},
+        ],
         "pools": [{"model": "m", "health_check": {"enabled": False},
+                   "pricing": {"input_per_1m_usd": 1000, "output_per_1m_usd": 2000},
                    "engine_metrics": {"enabled": False},
                    "backends": [{"url": url, "api_key": BACKEND_KEY}]}],
     }  # fmt: skip
@@ -107,3 +116,39 @@ async def test_the_tenant_is_charged_what_the_engine_says_it_used(
     # plus the little the bucket refilled in between.
     left = int(second.headers["x-ratelimit-remaining-tokens"])
     assert 1000 - 12 - reserved <= left <= 1000 - 12 - reserved + 20
+
+
+async def test_engine_steering_fields_reach_the_engine_only_from_tenants_allowed_them(
+    setup: tuple[Recorder, openai.AsyncOpenAI],
+) -> None:
+    recorder, client = setup
+    steer = {"kv_transfer_params": {"remote_host": "10.9.9.9", "remote_port": 1},
+             "bootstrap_host": "10.9.9.9"}  # fmt: skip
+    messages = [{"role": "user", "content": "say kv_transfer_params"}]
+    await client.chat.completions.create(model="m", messages=messages, extra_body=steer)  # type: ignore[arg-type]
+    allowed = openai.AsyncOpenAI(base_url=client.base_url, api_key=ENGINE_KEY, max_retries=0)
+    await allowed.chat.completions.create(model="m", messages=messages, extra_body=steer)  # type: ignore[arg-type]
+    await allowed.close()
+    stripped, kept = recorder.bodies
+    assert "kv_transfer_params" not in stripped and "bootstrap_host" not in stripped
+    assert stripped["messages"] == messages  # the rest as the client sent it
+    assert kept["kv_transfer_params"] == steer["kv_transfer_params"]
+
+
+async def test_each_tenants_tokens_and_spend_are_counted_from_the_engines_usage(
+    setup: tuple[Recorder, openai.AsyncOpenAI],
+) -> None:
+    _, client = setup
+    for _ in range(2):
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "x"}], max_tokens=50
+        )
+    http = HttpClient()
+    origin = Origin.parse(str(client.base_url).removesuffix("/v1/"))
+    text = (await (await http.request(origin, b"GET", b"/metrics", [])).read()).decode()
+    await http.close()
+    # usage 7 + 5 per request at 1000 and 2000 USD per million: 0.017 USD each
+    assert 'fleetgate_tokens_total{kind="prompt",model="m",tenant="t"} 14.0' in text
+    assert 'fleetgate_tokens_total{kind="completion",model="m",tenant="t"} 10.0' in text
+    spend = next(line for line in text.splitlines() if line.startswith("fleetgate_spend_usd_total"))
+    assert 'tenant="t"' in spend and float(spend.rsplit(" ", 1)[1]) == pytest.approx(0.034)

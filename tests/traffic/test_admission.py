@@ -200,3 +200,15 @@ async def test_a_client_that_leaves_while_waiting_gives_up_its_place() -> None:
     adm.leave(running)
     await kept
     assert stays.admitted and adm.in_flight == 1
+
+
+async def test_idle_time_does_not_count_as_a_slow_drain() -> None:
+    clock = Clock()
+    adm = admission(2, clock)
+    clock.now += 3600  # an hour with nothing to do
+    first, second = ticket(clock), ticket(clock)
+    assert adm.admit_now(first) and adm.admit_now(second)
+    clock.now += 0.5
+    adm.leave(first)  # one left in the first half second of work: 2 per second
+    assert adm.rate == pytest.approx(0.5 / 10 * 2)  # half a second's share of 2/s, not 1/3600
+    adm.leave(second)
