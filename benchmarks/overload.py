@@ -6,10 +6,11 @@ from the same run.
 
 The fleet: the built-in 8B pool (one h100-llama3-8b and one a100-llama3-8b sim worker) behind
 a gateway process, prompts of 1,024 tokens and answers of 128, streamed, every client giving
-up after 30 s (as the OpenAI SDKs' default timeouts do, roughly).
+up after 30 s (the batch tenant's after 120 s, its queue deadline being 60 s).
 
-  0. capacity: the gateway with admission off, offered twice the fleet's nominal rate; what
-     the fleet completes per second once its queues are full is its capacity.
+  0. capacity: the gateway with admission off and `--concurrency` clients in a closed loop
+     (each sends its next request when its last one ends, none gives up): what the fleet
+     completes per second after the first third of the window is its capacity.
   1. overload, admission on, ten times capacity in all for `--seconds`: `critical` 0.5x,
      `standard` 2x, `sheddable` 4x, and two standard tenants of equal weight, `even-a` 2.5x
      and `even-b` 1x (fair queuing gives them the same goodput; first come first served would
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import gateway
+from harness import gateway, metric
 
 from fleetgate.bench.generated import LengthDist, synthetic
 from fleetgate.bench.runner import LoadGenerator, LoadSettings
@@ -49,7 +50,8 @@ from fleetgate.http.client import HttpClient, Origin
 MODEL = "llama-3.1-8b-instruct"
 PROMPT, OUTPUT = 1024, 128
 CLIENT_TIMEOUT_S = 30.0
-NOMINAL = 40.0  # req/s: where the capacity phase starts offering (2x this)
+BATCH_TIMEOUT_S = 120.0  # a batch client waits longer; its queue deadline is 60 s
+CONCURRENCY = 128  # the capacity phase's clients: enough to keep both engines' batches full
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ def config(admission: bool) -> dict[str, Any]:
         }],
         "tenants": [
             {"name": t.name, "keys": [key(t.name)], "priority": t.priority, "batch": t.batch,
-             "queue_timeout_s": 25.0 if t.batch else 10.0}
+             "queue_timeout_s": 60.0 if t.batch else 10.0}
             for t in tenants
         ],
     }  # fmt: skip
@@ -101,34 +103,72 @@ def fleet(admission: bool) -> Iterator[Origin]:
             yield Origin.parse(url)
 
 
+async def watch(client: HttpClient, origin: Origin, samples: list[tuple[float, float]]) -> None:
+    """The pool's concurrency limit and queue, from the gateway's metrics, once a second."""
+    while True:
+        await asyncio.sleep(1.0)
+        answer = await client.request(origin, b"GET", b"/metrics", [])
+        text = (await answer.read()).decode()
+        limit = metric(text, "fleetgate_admission_limit_requests", model=MODEL)
+        samples.append((limit, metric(text, "fleetgate_admission_waiting_requests", model=MODEL)))
+
+
 async def offer(
-    origin: Origin, tenants: list[tuple[Tenant, float]], seconds: float, seed: int
+    origin: Origin,
+    tenants: list[tuple[Tenant, float]],
+    seconds: float,
+    seed: int,
+    samples: list[tuple[float, float]] | None = None,
 ) -> dict[str, list[RequestRecord]]:
-    """Each tenant's open-loop Poisson load at its rate (req/s), all at once."""
+    """Each tenant's open-loop Poisson load at its rate (req/s), all at once (and the
+    admission's limit and queue sampled into `samples`)."""
     client = HttpClient(connect_timeout_s=5.0)
+    watcher = None
+    if samples is not None:
+        watcher = asyncio.get_running_loop().create_task(watch(client, origin, samples))
     try:
         runs = []
         for i, (tenant, rate) in enumerate(tenants):
             rng = random.Random(seed * 100 + i)
             prompts = synthetic(rng, input_len=LengthDist(PROMPT), output_len=LengthDist(OUTPUT))
             specs = bounded(schedule(prompts, PoissonArrivals(rate), rng), seconds)
+            timeout_s = BATCH_TIMEOUT_S if tenant.batch else CLIENT_TIMEOUT_S
             settings = LoadSettings(
-                MODEL, seconds, grace_s=CLIENT_TIMEOUT_S + 5, api_key=key(tenant.name),
-                request_timeout_s=CLIENT_TIMEOUT_S,
+                MODEL, seconds, grace_s=timeout_s + 5, api_key=key(tenant.name),
+                request_timeout_s=timeout_s,
             )  # fmt: skip
             runs.append(LoadGenerator(client, origin, settings, clock=time.monotonic).run(specs))
         results = await asyncio.gather(*runs)
         return {t.name: r.records for (t, _), r in zip(tenants, results, strict=True)}
     finally:
+        if watcher is not None:
+            watcher.cancel()
         await client.close()
 
 
-def capacity(records: list[RequestRecord], seconds: float) -> float:
-    """Completions per second over the last two thirds of the window (queues full by then)."""
-    start = seconds / 3
-    ends = [r.sent_s + (r.e2e_s or 0) for r in records if r.ok]
-    done = [e for e in ends if start <= e <= seconds]
-    return len(done) / (seconds - start)
+async def capacity(origin: Origin, clients: int, seconds: float) -> float:
+    """Completions per second of `clients` closed-loop clients, after the first third."""
+    client = HttpClient(connect_timeout_s=5.0)
+    rng = random.Random(0)
+    prompts = synthetic(rng, input_len=LengthDist(PROMPT), output_len=LengthDist(OUTPUT))
+    settings = LoadSettings(MODEL, seconds * 2, grace_s=600.0, api_key=key("standard"))
+    generator = LoadGenerator(client, origin, settings, clock=time.monotonic)
+    started = time.monotonic()
+    ends: list[float] = []
+
+    async def loop() -> None:
+        while time.monotonic() - started < seconds:
+            spec = next(prompts)
+            result = await generator.run([spec])
+            if result.records and result.records[0].ok:
+                ends.append(time.monotonic() - started)
+
+    try:
+        await asyncio.gather(*(loop() for _ in range(clients)))
+    finally:
+        await client.close()
+    counted = [t for t in ends if seconds / 3 <= t <= seconds]
+    return len(counted) / (seconds * 2 / 3)
 
 
 def row(name: str, records: list[RequestRecord], seconds: float) -> dict[str, Any]:
@@ -172,24 +212,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="length of each phase")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY,
+                        help="closed-loop clients measuring capacity")  # fmt: skip
     args = parser.parse_args()
     seconds = args.seconds
     report: dict[str, Any] = {"seconds": seconds, "prompt": PROMPT, "output": OUTPUT}
 
-    print(f"0. capacity: admission off, {2 * NOMINAL:.0f} req/s offered for {seconds:.0f} s ...",
-          flush=True)  # fmt: skip
+    print(f"0. capacity: admission off, {args.concurrency} clients in a closed loop for "
+          f"{seconds:.0f} s ...", flush=True)  # fmt: skip
     with fleet(admission=False) as origin:
-        load = [(Tenant("critical", "critical", 0), 2 * NOMINAL)]
-        records = asyncio.run(offer(origin, load, seconds, 0))["critical"]
-    cap = capacity(records, seconds)
+        cap = asyncio.run(capacity(origin, args.concurrency, seconds))
     report["capacity"] = cap
-    print(f"   capacity: {cap:.1f} req/s completed once the queues were full\n")
+    print(f"   capacity: {cap:.1f} req/s completed\n")
 
     with fleet(admission=True) as origin:
         print(f"1. overload: {sum(t.share for t in OVERLOAD):g}x capacity "
               f"({sum(t.share for t in OVERLOAD) * cap:.0f} req/s) ...", flush=True)  # fmt: skip
         load = [(t, t.share * cap) for t in OVERLOAD]
-        by_tenant = asyncio.run(offer(origin, load, seconds, 1))
+        samples: list[tuple[float, float]] = []
+        by_tenant = asyncio.run(offer(origin, load, seconds, 1, samples))
         rows = [row(t.name, by_tenant[t.name], seconds) for t in OVERLOAD]
         show(rows)
         goodput = sum(r["goodput"] for r in rows)
@@ -203,7 +244,13 @@ def main() -> int:
             f"   shed share: sheddable {first_shed['sheddable']:.0%}, standard "
             f"{first_shed['standard']:.0%}, critical {first_shed['critical']:.0%}"
         )
-        print(f"   refusals without Retry-After: {missing}; hung: {sum(r['hung'] for r in rows)}\n")
+        print(f"   refusals without Retry-After: {missing}; hung: {sum(r['hung'] for r in rows)}")
+        limits = sorted(s[0] for s in samples)
+        queued = sorted(s[1] for s in samples)
+        if limits:
+            print(f"   concurrency limit min / median / max: {limits[0]:.0f} / "
+                  f"{percentile(limits, 0.5):.0f} / {limits[-1]:.0f}; waiting median "
+                  f"{percentile(queued, 0.5):.0f}, max {queued[-1]:.0f}\n")  # fmt: skip
         report["overload"] = {"rows": rows, "goodput": goodput, "goodput_ratio": goodput / cap,
                               "fairness": a / b if b else None}  # fmt: skip
 

@@ -52,6 +52,10 @@ class ServerConfig(ServerLimits, frozen=True):
     connect_timeout_s: float = 5.0  # discovery and health probes connecting to a backend
     drain_timeout_s: float = 30.0  # on SIGTERM/Ctrl-C, requests in progress get this long
     admin: bool = False  # serve /admin/* (draining backends); keep off on exposed ports
+    audit_log: str | None = None  # append admin actions and failed keys here (JSON lines)
+    tls_cert_file: str | None = None  # serve HTTPS with this certificate chain (PEM)...
+    tls_key_file: str | None = None  # ...and this private key (PEM); both or neither
+    tls_reload_s: float = 10.0  # how often the two files are checked for a renewal
     # Client request headers never passed to a backend, besides the hop-by-hop ones, host,
     # content-length, authorization, expect and x-fleetgate-* (http/forwarding.py): by
     # default cookies and the other ways clients send API keys.
@@ -61,6 +65,9 @@ class ServerConfig(ServerLimits, frozen=True):
         super().__post_init__()
         within("port", self.port, 0, 65535)
         positive_seconds("connect_timeout_s", self.connect_timeout_s)
+        positive_seconds("tls_reload_s", self.tls_reload_s)
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ValueError("give both `tls_cert_file` and `tls_key_file`, or neither")
         positive_seconds("drain_timeout_s", self.drain_timeout_s)
 
 

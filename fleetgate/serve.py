@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import random
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -19,6 +20,7 @@ import msgspec
 from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig, check_config
 from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
+from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
 from fleetgate.fleet.scraper import MetricsScraper
 from fleetgate.gateway.admin import Admin
@@ -29,9 +31,11 @@ from fleetgate.health.outlier import OutlierDetector
 from fleetgate.http.client import HttpClient
 from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import HttpServer, start_server
+from fleetgate.http.tls import TlsFiles
 from fleetgate.http.transport import Transport
 from fleetgate.lifecycle.accounting import FleetAccounting
 from fleetgate.lifecycle.hooks import Emitters, Hooks
+from fleetgate.observe.audit import AuditLog
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.continuation import Continuation
@@ -250,11 +254,13 @@ class RunningGateway:
     def __init__(
         self, server: HttpServer, client: HttpClient, sims: SimFleetProcess | None,
         gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
-        scraper: MetricsScraper,
+        scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
     ) -> None:  # fmt: skip
         self.server = server
+        self.tls = tls
         self._checker = checker
         self._scraper = scraper
+        self._background = background  # the TLS files' reload checks
         self.gateway = gateway
         self.pools = pools
         self._client = client
@@ -268,6 +274,7 @@ class RunningGateway:
         """Finish the requests in progress (up to `timeout_s`), then stop everything."""
         self._checker.stop()
         self._scraper.stop()
+        self._background.stop()
         left = await self.server.drain(timeout_s)
         await self.close()
         return left
@@ -275,6 +282,7 @@ class RunningGateway:
     async def close(self) -> None:
         self._checker.stop()
         self._scraper.stop()
+        self._background.stop()
         await self.server.close()
         await self._client.close()
         if self._sims is not None:
@@ -315,7 +323,13 @@ def compose(
         attempts, Continuation(attempts, clock), clock, random.Random(rng.getrandbits(64))
     )
     pools = {model: cluster.pool for model, cluster in clusters.items()}
-    admin = Admin(pools, clock) if config.server.admin else None
+    audit = None
+    if config.server.audit_log:
+        try:
+            audit = AuditLog(config.server.audit_log, wall_clock)
+        except OSError as exc:
+            raise ConfigError(f"server.audit_log: cannot append to it: {exc.strerror}") from None
+    admin = Admin(pools, clock, audit) if config.server.admin else None
     heartbeats = None
     for pool_config in config.pools:
         for part in _parts(clusters[pool_config.model]):
@@ -327,12 +341,14 @@ def compose(
         heartbeats = HeartbeatEndpoint(checker)
     edge = Hooks()
     metrics.subscribe(edge)
+    if audit is not None:
+        audit.subscribe(edge)
     door, operators = build_front_door(config, tenants, clock, wall_clock)
     gateway = Gateway(
         clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
         RequestHeaders(config.server.deny_request_headers), door, operators,
-        config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools},
+        config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,
     )  # fmt: skip
     return gateway, clusters
 
@@ -375,6 +391,7 @@ async def start_gateway(
         resolved.append(ResolvedPool(pool, tuple(backends[:n]), tuple(backends[n:])))
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
+    background = PeriodicTasks(random.Random(rng.getrandbits(64)))
     try:
         gateway, clusters = compose(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
@@ -382,19 +399,36 @@ async def start_gateway(
         )  # fmt: skip
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
-        server = await start_server(gateway.handle, gateway.send_error, s.host, s.port, s)
+        tls = None
+        if s.tls_cert_file is not None and s.tls_key_file is not None:
+            try:
+                tls = TlsFiles(s.tls_cert_file, s.tls_key_file)
+            except (OSError, ssl.SSLError) as exc:
+                raise ConfigError(f"server.tls_cert_file / tls_key_file: {exc}") from None
+
+            async def reload(files: TlsFiles = tls) -> None:
+                files.reload_if_changed()
+
+            background.every(s.tls_reload_s, 0.0, reload, wait_first=True)
+        server = await start_server(
+            gateway.handle, gateway.send_error, s.host, s.port, s,
+            tls.context if tls is not None else None,
+        )  # fmt: skip
     except BaseException:
         checker.stop()
         scraper.stop()
+        background.stop()
         await client.close()
         if sims is not None:
             sims.stop()
         raise
-    return RunningGateway(server, client, sims, gateway, pools, checker, scraper)
+    return RunningGateway(
+        server, client, sims, gateway, pools, checker, scraper, background, tls is not None
+    )
 
 
 def banner(running: RunningGateway, host: str) -> str:
-    base = f"http://{host}:{running.port}"
+    base = f"{'https' if running.tls else 'http'}://{host}:{running.port}"
     models = sorted(running.pools)
     lines = [f"fleetgate listening on {base}", "models:"]
     for model in models:

@@ -15,7 +15,9 @@ from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.observe.audit import AuditLog, key_id
 from fleetgate.openai_api import error_body
+from fleetgate.traffic.keys import bearer
 
 _JSON = b"application/json"
 
@@ -26,9 +28,12 @@ class _Drain(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class Admin:
-    def __init__(self, pools: Mapping[str, Pool], clock: Callable[[], float]) -> None:
+    def __init__(
+        self, pools: Mapping[str, Pool], clock: Callable[[], float], audit: AuditLog | None = None
+    ) -> None:
         self._pools = pools
         self._clock = clock
+        self._audit = audit  # every change is written there, with the key that made it
 
     def _listing(self) -> bytes:
         now = self._clock()
@@ -78,4 +83,9 @@ class Admin:
             message = f"No backend {order.backend!r}; GET /admin/backends lists them."
             writer.send(404, headers, error_body(404, message, "backend"))
             return
+        if self._audit is not None:
+            self._audit.record(
+                "admin_drain", key=key_id(bearer(request.headers)), backend=order.backend,
+                draining=order.draining, request_id=request_id.decode("latin-1"),
+            )  # fmt: skip
         writer.send(200, headers, self._listing())

@@ -32,6 +32,7 @@ from fleetgate.lifecycle.events import (
     Rejected,
 )
 from fleetgate.lifecycle.hooks import Emitters
+from fleetgate.observe.audit import AuditLog, key_id
 from fleetgate.openai_api import JSON, error_body, with_fields
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.failover import Failover
@@ -94,7 +95,9 @@ class Gateway:
         operators: KeyRing[str] | None = None,
         assumed_output_tokens: int = 256,
         pricing: Mapping[str, PricingSettings] | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
+        self._audit = audit  # operator endpoints' failed keys are written there
         self._clusters = dict(clusters)
         self._forward = forward or RequestHeaders()  # which of a client's headers go upstream
         self._door = door  # None: auth off and no limits, nothing to ask per request
@@ -199,6 +202,12 @@ class Gateway:
                 if self._operators.owner(key) != role:
                     message = f"This endpoint needs the {role} key: `Authorization: Bearer KEY`."
                     self._error(writer, request_id, 401, message, code="invalid_api_key")
+                    if self._audit is not None:
+                        self._audit.record(
+                            "auth_failed", reason="invalid_api_key", role=role, key=key_id(key),
+                            path=request.path.decode("latin-1"),
+                            request_id=request_id.decode("latin-1"),
+                        )  # fmt: skip
                     return
             await handler(request, writer, request_id)
 

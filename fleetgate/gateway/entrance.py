@@ -94,7 +94,9 @@ class Entrance:
                         await refund
                 if isinstance(exc, Shed):
                     wait = [retry_after(exc.retry_after_s)]
-                    raise Refused(503, exc.message, exc.code, wait, priority=priority) from None
+                    raise Refused(
+                        exc.status, exc.message, exc.code, wait, priority=priority
+                    ) from None
                 raise
         return Entry(tenant.name, priority, held, ticket, admission)
 

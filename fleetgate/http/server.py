@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, cast
@@ -491,15 +492,16 @@ async def start_server(
     host: str,
     port: int,
     limits: ServerLimits | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> HttpServer:
-    """Listen on host:port and serve every connection with `handler`."""
+    """Listen on host:port (TLS with `tls`) and serve every connection with `handler`."""
     lim = limits or ServerLimits()
     live: set[HttpConnection] = set()
     bodies = BodyBudget(lim.max_buffered_body_bytes)
     loop = asyncio.get_running_loop()
     server = await loop.create_server(
         lambda: HttpConnection(handler, on_error, lim, live, loop, bodies),
-        host, port, backlog=4096,
+        host, port, backlog=4096, ssl=tls,
     )  # fmt: skip
     sweeper = DeadlineSweeper(loop, live)
     sweeper.start()

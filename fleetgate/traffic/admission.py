@@ -48,13 +48,17 @@ class AdmissionSettings(Settings, frozen=True):
 
 
 class Shed(Exception):
-    """The request is not admitted: 503 (or the status given) with Retry-After."""
+    """The request is not admitted: 503 with Retry-After, or 429 when what held it back was
+    its own tenant's concurrency cap."""
 
-    def __init__(self, message: str, retry_after_s: float, code: str = "overloaded") -> None:
+    def __init__(
+        self, message: str, retry_after_s: float, code: str = "overloaded", status: int = 503
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s
         self.code = code
+        self.status = status
 
 
 @dataclass(slots=True, eq=False)
@@ -99,7 +103,11 @@ class Admission:
         self.waiting = 0
         # Without caps or floors no per-tenant count is kept: the fast path.
         self._plain = not self._caps and not self._floors
-        self.rate = 0.0  # requests leaving per second, averaged over `drain_window_s`
+        # Requests leaving per second, an average over `drain_window_s` corrected for its
+        # start (the weight the average has gathered so far), so its first ticks read true.
+        self.rate = 0.0
+        self._rate_sum = 0.0
+        self._rate_weight = 0.0
         self._left = 0  # requests that left since the last tick
         self._last_tick = clock()
         self._next_tick = self._last_tick + _TICK_S
@@ -148,6 +156,13 @@ class Admission:
         except TimeoutError:
             if not ticket.admitted:
                 self._give_up(ticket)
+                cap = self._caps.get(ticket.tenant)
+                if cap is not None and self._by_tenant.get(ticket.tenant, 0) >= cap:
+                    raise Shed(
+                        f"This key's tenant already has {cap} requests in flight, its most at "
+                        "once; retry when one has ended.", self._retry_after(ticket),
+                        "concurrency_limit_exceeded", 429,
+                    ) from None  # fmt: skip
                 raise Shed(
                     f"No place opened in this model's {ticket.priority.label} queue within "
                     f"{max(0.0, wait_s):.3g} s; retry later.", self._retry_after(ticket),
@@ -208,7 +223,9 @@ class Admission:
         """Once per `_TICK_S`: the drain rate, and the limit's move."""
         elapsed = now - self._last_tick
         share = min(1.0, elapsed / self._settings.drain_window_s)
-        self.rate += share * (self._left / elapsed - self.rate)
+        self._rate_sum += share * (self._left / elapsed - self._rate_sum)
+        self._rate_weight += share * (1.0 - self._rate_weight)
+        self.rate = self._rate_sum / self._rate_weight
         self._left = 0
         self._last_tick = now
         self._next_tick = now + _TICK_S
@@ -319,12 +336,16 @@ class Admission:
     # -- how long a wait will be -------------------------------------------------------
 
     def _predicted_wait(self, ticket: Ticket) -> float | None:
-        """Seconds until `ticket` would be admitted: the requests ahead of it (its class and
-        above, plus itself) over the drain rate; None while no request has left yet."""
+        """Seconds until `ticket` would be admitted: the requests that would be served
+        before it (the classes above its own, and those of its class the fair queue puts
+        first: a tenant that already has many waiting waits longer), plus itself, over the
+        drain rate; None while no request has left yet."""
+        mine = self._queue_of(ticket)
+        ahead = mine.ahead(ticket.tenant) + 1
         if ticket.batch:
-            ahead = sum(len(q) for q in self._queues) + len(self._batch) + 1
+            ahead += sum(len(q) for q in self._queues)
         else:
-            ahead = sum(len(q) for q in self._queues[: ticket.priority + 1]) + 1
+            ahead += sum(len(q) for q in self._queues[: ticket.priority])
         rate = self.rate
         if rate <= 0:
             return None

@@ -16,6 +16,7 @@ concurrency cap): its requests wait without holding up anyone else's.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
@@ -36,6 +37,10 @@ class Queued(Protocol):
 
 
 W = TypeVar("W", bound=Queued)
+
+
+def _start(item: tuple[float, object]) -> float:
+    return item[0]
 
 
 class FairQueue(Generic[W]):
@@ -61,6 +66,12 @@ class FairQueue(Generic[W]):
             return self._len
         held = sum(len(self._waiting[t]) for t in self._held if t in self._waiting)
         return self._len - held
+
+    def ahead(self, tenant: str) -> int:
+        """How many waiting entries would be served before a new one of `tenant`: those of
+        every tenant whose start is not after the one it would get."""
+        start = max(self._vtime, self._finish.get(tenant, 0.0))
+        return sum(bisect_right(queue, start, key=_start) for queue in self._waiting.values())
 
     def push(self, entry: W, weight: float) -> None:
         tenant = entry.tenant

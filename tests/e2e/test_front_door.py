@@ -3,10 +3,13 @@ models, the limits and the SDK's own retry on a 429, the operator's endpoints.""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
@@ -19,11 +22,15 @@ GOLD, NARROW, LIMITED, ADMIN = (
 )  # fmt: skip
 
 
+def audit_path(factory: pytest.TempPathFactory) -> Path:
+    return factory.getbasetemp() / "audit" / "audit.jsonl"
+
+
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Proc]]:
     with sim_workers(MODEL, 2) as workers:
         config = {
-            "server": {"admin": True},
+            "server": {"admin": True, "audit_log": str(audit_path(tmp_path_factory))},
             "auth": {"admin_keys": [ADMIN]},
             "tenants": [
                 {"name": "gold", "keys": [GOLD], "priority": "critical"},
@@ -111,3 +118,47 @@ def test_the_admin_endpoints_need_the_admin_key(fleet: tuple[str, Proc]) -> None
         except urllib.error.HTTPError as exc:
             got = exc.code
         assert got == status
+
+
+def test_admin_actions_and_failed_keys_are_in_the_audit_log(
+    fleet: tuple[str, Proc], tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    url = fleet[0]
+    with pytest.raises(openai.AuthenticationError):
+        chat(client(url, "sk-an-attackers-guess"))
+    with pytest.raises(openai.PermissionDeniedError):
+        chat(client(url, NARROW), OTHER)
+    listing = urllib.request.Request(
+        url + "/admin/backends", headers={"Authorization": f"Bearer {ADMIN}"}
+    )
+    with urllib.request.urlopen(listing, timeout=10) as response:
+        backend = json.loads(response.read())[0]["backend"]
+
+    def drain(key: str, draining: bool) -> int:
+        body = json.dumps({"backend": backend, "draining": draining}).encode()
+        request = urllib.request.Request(
+            url + "/admin/drain", data=body, method="POST",
+            headers={"Authorization": f"Bearer {key}", "content-type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return int(response.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert drain("sk-a-wrong-admin-key", True) == 401
+    assert drain(ADMIN, True) == 200
+    assert drain(ADMIN, False) == 200
+    path = audit_path(tmp_path_factory)
+    text = path.read_text()
+    lines = [json.loads(line) for line in text.splitlines()]
+    events = [(e["event"], e.get("reason"), e.get("role")) for e in lines]
+    assert ("auth_failed", "invalid_api_key", None) in events
+    assert ("auth_failed", "model_not_allowed", None) in events
+    assert ("auth_failed", "invalid_api_key", "admin") in events
+    drains = [(e["backend"], e["draining"], e["key"]) for e in lines if e["event"] == "admin_drain"]
+    admin_id = hashlib.sha256(ADMIN.encode()).hexdigest()[:16]
+    assert drains == [(backend, True, admin_id), (backend, False, admin_id)]
+    for secret in ("sk-an-attackers-guess", "sk-a-wrong-admin-key", ADMIN, NARROW):
+        assert secret not in text
+    assert all(line["time"].endswith("Z") for line in lines)

@@ -65,6 +65,27 @@ async def test_below_the_limit_requests_go_at_once_and_then_wait_their_turn() ->
     assert third.admitted and adm.in_flight == 2 and adm.waiting == 0
 
 
+async def test_a_tenant_that_sends_more_is_predicted_to_wait_longer() -> None:
+    clock = Clock()
+    adm = admission(1, clock)
+    held = ticket(clock)
+    assert adm.admit_now(held)
+    clock.now += 1.0
+    adm.leave(held)  # a drain rate of 1/s
+    held = ticket(clock)
+    assert adm.admit_now(held)
+    heavy = [await waiting(adm, ticket(clock, "heavy", wait_s=60)) for _ in range(20)]
+    light = [await waiting(adm, ticket(clock, "light", wait_s=60)) for _ in range(2)]
+    # A third tenant's request would be served after about one of each: no shedding.
+    newcomer = await waiting(adm, ticket(clock, "new", wait_s=5))
+    # The heavy tenant's next one would be served after all its twenty: shed at once.
+    with pytest.raises(Shed):
+        await adm.wait(ticket(clock, "heavy", wait_s=5))
+    for task in (*heavy, *light, newcomer):
+        task.cancel()
+    await asyncio.gather(*heavy, *light, newcomer, return_exceptions=True)
+
+
 async def test_the_most_urgent_class_goes_first_whatever_the_order_it_came_in() -> None:
     clock = Clock()
     adm = admission(1, clock)
@@ -110,8 +131,12 @@ async def test_a_wait_longer_than_the_deadline_is_refused_at_once() -> None:
         assert adm.admit_now(held)
     queued = [await waiting(adm, ticket(clock, "q", wait_s=60)) for _ in range(10)]
     with pytest.raises(Shed, match="would wait about") as info:
-        await adm.wait(ticket(clock, "impatient", wait_s=5))
+        await adm.wait(ticket(clock, "q", wait_s=5))  # behind its own ten, at 0.5/s
     assert info.value.retry_after_s > 5
+    # Another tenant of the class is served before most of q's (fair queuing): it may wait.
+    other = await waiting(adm, ticket(clock, "other", wait_s=5))
+    assert not other.done()
+    queued.append(other)
     # A critical request has only the critical queue ahead of it: it may wait.
     urgent = ticket(clock, "urgent", CRITICAL, wait_s=5)
     task = await waiting(adm, urgent)
@@ -154,6 +179,10 @@ async def test_a_tenant_at_its_cap_waits_even_when_the_pool_has_room() -> None:
     adm.leave(first)
     await task
     assert second.admitted
+    third = ticket(clock, "capped", wait_s=0.02)
+    with pytest.raises(Shed, match="most at once") as info:  # its own cap: a 429, not a 503
+        await adm.wait(third)
+    assert info.value.status == 429 and info.value.code == "concurrency_limit_exceeded"
 
 
 async def test_a_tenants_floor_is_kept_free_of_other_tenants() -> None:
@@ -210,5 +239,5 @@ async def test_idle_time_does_not_count_as_a_slow_drain() -> None:
     assert adm.admit_now(first) and adm.admit_now(second)
     clock.now += 0.5
     adm.leave(first)  # one left in the first half second of work: 2 per second
-    assert adm.rate == pytest.approx(0.5 / 10 * 2)  # half a second's share of 2/s, not 1/3600
+    assert adm.rate == pytest.approx(2.0)  # not 1/3600, nor an average still warming up
     adm.leave(second)

@@ -95,3 +95,13 @@ def test_gone_entries_are_skipped_and_swept() -> None:
     assert len(queue) == 5
     newest = queue.remove_newest()
     assert newest is not None and newest.n == 9
+
+
+def test_ahead_counts_what_the_fair_order_serves_first() -> None:
+    queue: FairQueue[Entry] = FairQueue()
+    for _ in range(10):
+        queue.push(Entry("heavy", 1), 1.0)
+    queue.push(Entry("light", 1), 1.0)
+    assert queue.ahead("new") == 2  # the first of each: started at the same virtual time
+    assert queue.ahead("light") == 3  # its own, and heavy's first two
+    assert queue.ahead("heavy") == 11  # every one queued
