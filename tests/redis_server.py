@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -93,6 +94,15 @@ class RedisServer:
         if not ready.wait(START_TIMEOUT_S) or popen.poll() is not None:
             self.kill()
             raise RuntimeError("redis-server did not start:\n" + "".join(lines))
+
+    def pause(self) -> None:
+        """Stop it answering while its sockets stay open (a hung Redis, not a dead one)."""
+        assert self._popen is not None
+        self._popen.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._popen is not None
+        self._popen.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         if self._popen is not None and self._popen.poll() is None:
