@@ -113,6 +113,7 @@ class RedisServer:
 
 @contextmanager
 def redis_server(directory: Path) -> Iterator[RedisServer]:
+    directory.mkdir(parents=True, exist_ok=True)
     server = RedisServer(redis_server_binary(), directory)
     server.start()
     try:
