@@ -14,7 +14,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from fleetgate.traffic.instances import InstanceCount
-from fleetgate.traffic.redis_store import _SHA, _TAKE, TIMEOUT_S, RedisStore, redis_client
+from fleetgate.traffic.redis_store import _SHA, _TAKE, RedisStore, redis_client
 from fleetgate.traffic.store import Bucket
 from tests.redis_server import RedisServer, redis_server
 from tests.traffic.conftest import Clock, flush, redis_store
@@ -128,7 +128,8 @@ async def test_a_hung_redis_holds_a_request_no_longer_than_the_timeout(
     try:
         started = time.monotonic()
         assert (await store.take([rpm], [1])).ok  # from the fallback
-        assert time.monotonic() - started < TIMEOUT_S + 0.2
+        # The timeout (TIMEOUT_S) and some scheduling: never a client's whole wait.
+        assert time.monotonic() - started < 0.5
         assert not store.shared
     finally:
         own_redis.resume()
@@ -156,6 +157,8 @@ async def test_without_redis_each_gateway_takes_its_share_and_says_so_once(
     assert taken[-1].levels == [pytest.approx(0, abs=0.01)]
     await store.give([rpm], [1])  # a reservation reconciled during the outage
     assert (await store.take([rpm], [1])).ok
+    clock.now += 1.0  # Redis is tried again, fails again: the same outage, no new warning
+    assert not (await store.take([rpm], [1])).ok
     failed = [r for r in caplog.records if "Redis failed" in r.getMessage()]
     assert len(failed) == 1 and "ConnectionError" in failed[0].getMessage()
     assert "1/2" in failed[0].getMessage()
@@ -167,7 +170,7 @@ async def test_without_redis_each_gateway_takes_its_share_and_says_so_once(
     peek = redis_client(own_redis.url)
     assert not await peek.exists(rpm.key)
     clock.now += 1.0
-    assert (await store.take([rpm], [1])).levels == [pytest.approx(9, abs=0.01)]
+    assert (await store.take([rpm], [1])).levels == [pytest.approx(9, abs=0.01)]  # in Redis
     assert await peek.exists(rpm.key)
     assert store.shared
     back = [r for r in caplog.records if "Redis answers again after" in r.getMessage()]

@@ -50,6 +50,11 @@ async def test_giving_back_is_capped_and_taking_more_leaves_a_debt(subject: Subj
     refused = await store.take([tpm], [10])
     assert refused.levels == [subject.about(-50, rate)]
     assert refused.wait_s == subject.about(6.0)  # (10 - -50) / 10
+    budget = Bucket("budget", 10, 0.0, ttl_s=60)  # kept while full: the cap shows
+    await store.take([budget], [4])
+    await store.give([budget], [100])  # capped at 10
+    await store.give([budget], [-10])  # so this leaves 0, not 96
+    assert (await store.take([budget], [0])).levels == [0]
 
 
 async def test_a_budget_does_not_refill_within_its_period_then_is_forgotten(
