@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 import yaml
@@ -271,7 +272,34 @@ def check_config(config: Config) -> Config:
             pool.routing.profile(f"{where}.routing")
     _check_models(config, seen)
     _check_tenants(config)
+    _check_redis_url(config.limits.redis_url)
     return config
+
+
+def _check_redis_url(url: str | None) -> None:
+    """A URL the Redis client can use, checked at start rather than at the first request (the
+    messages never repeat the URL: it may hold a password)."""
+    if url is None:
+        return
+    where = "$.limits.redis_url"
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(
+            f"{where}: give redis://host:port/db (or rediss://, unix://), not {parts.scheme}://"
+        )
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise ConfigError(f"{where}: a unix:// URL needs the socket's path")
+        return
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = 0
+    if not parts.hostname or port == 0:
+        raise ConfigError(f"{where}: give a host, and a port in 1-65535 if not 6379")
+    db = parts.path.lstrip("/")
+    if db and not db.isdigit():
+        raise ConfigError(f"{where}: the path is the database's number (/0), got {parts.path!r}")
 
 
 def _check_tenants(config: Config) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import secrets
 import signal
 import ssl
 import sys
@@ -17,7 +18,14 @@ from dataclasses import dataclass
 
 import msgspec
 
-from fleetgate.config import BackendConfig, Config, ConfigError, PoolConfig, check_config
+from fleetgate.config import (
+    BackendConfig,
+    Config,
+    ConfigError,
+    LimitsConfig,
+    PoolConfig,
+    check_config,
+)
 from fleetgate.fleet.backend import Backend, BackendState, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.periodic import PeriodicTasks
@@ -54,10 +62,12 @@ from fleetgate.routing.router import Router
 from fleetgate.runtime import settle_heap
 from fleetgate.traffic.admission import Admission, AdmissionSettings
 from fleetgate.traffic.door import Caller, FrontDoor
+from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.keys import ADMIN, HEARTBEAT, KeyRing, digest_of, read_key_file
 from fleetgate.traffic.limit import ConcurrencyLimit
 from fleetgate.traffic.limits import Limits
-from fleetgate.traffic.store import MemoryStore
+from fleetgate.traffic.redis_store import RedisStore, redis_client
+from fleetgate.traffic.store import LimitStore, MemoryStore
 from fleetgate.traffic.tenants import ANONYMOUS, Tenant
 from fleetgate.upstream.attempt import Attempts
 from fleetgate.upstream.prefill import Prefill
@@ -191,14 +201,34 @@ def _parts(cluster: Cluster) -> tuple[Pool, ...]:
     return (cluster.pool, cluster.prefill.router.pool)
 
 
+def build_limit_store(
+    limits: LimitsConfig, clock: Callable[[], float], rng: random.Random
+) -> MemoryStore | RedisStore:
+    """Where limits are counted (`limits.store`): this process's memory, or a Redis that every
+    gateway on it shares; a RedisStore counts the gateways from `start()` until `close()`."""
+    if limits.store != "redis":
+        return MemoryStore(clock)
+    assert limits.redis_url is not None  # LimitsConfig checks it
+    client = redis_client(limits.redis_url)
+    # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
+    instance_id = secrets.token_hex(8)
+    instances = InstanceCount(
+        client, limits.key_prefix, instance_id, random.Random(rng.getrandbits(64))
+    )
+    return RedisStore(client, instances, clock)
+
+
 def build_front_door(
     config: Config,
     tenants: Mapping[str, Tenant],
     clock: Callable[[], float],
     wall_clock: Callable[[], float],
+    store: LimitStore | None = None,
 ) -> tuple[FrontDoor | None, KeyRing[str] | None]:
     """The tenants' door (None when auth is off and no one is limited) and the operator's
-    keys (None when auth is off). ConfigError for a bad key file."""
+    keys (None when auth is off), counting limits in `store` (an in-process MemoryStore when
+    none is given: whoever gives a shared one starts and closes it). ConfigError for a bad key
+    file."""
     keys: KeyRing[Caller] | None = None
     operators: KeyRing[str] | None = None
     if config.auth_enabled:
@@ -222,7 +252,7 @@ def build_front_door(
             except ValueError as exc:
                 raise ConfigError(f"a key of {owner}: {exc}") from None
     limits = Limits(
-        MemoryStore(clock), wall_clock, config.limits.key_prefix,
+        store if store is not None else MemoryStore(clock), wall_clock, config.limits.key_prefix,
         config.limits.assumed_output_tokens,
     )  # fmt: skip
     if keys is None and not any(t.limited for t in tenants.values()):
@@ -255,9 +285,11 @@ class RunningGateway:
         self, server: HttpServer, client: HttpClient, sims: SimFleetProcess | None,
         gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
+        limit_store: RedisStore | None = None,
     ) -> None:  # fmt: skip
         self.server = server
         self.tls = tls
+        self._limit_store = limit_store  # shared through Redis: its heartbeat and client
         self._checker = checker
         self._scraper = scraper
         self._background = background  # the TLS files' reload checks
@@ -285,6 +317,8 @@ class RunningGateway:
         self._background.stop()
         await self.server.close()
         await self._client.close()
+        if self._limit_store is not None:
+            await self._limit_store.close()
         if self._sims is not None:
             self._sims.stop()
 
@@ -300,9 +334,11 @@ def compose(
     wall_clock: Callable[[], float] = time.time,
     checker: ActiveChecker | None = None,
     scraper: MetricsScraper | None = None,
+    limit_store: LimitStore | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
-    scraper, when given, start probing the backends (a benchmark or a simulator gives none)."""
+    scraper, when given, start probing the backends (a benchmark or a simulator gives none);
+    limits are counted in `limit_store`, in this process's memory when none is given."""
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
     clusters: dict[str, Cluster] = {}
@@ -343,7 +379,7 @@ def compose(
     metrics.subscribe(edge)
     if audit is not None:
         audit.subscribe(edge)
-    door, operators = build_front_door(config, tenants, clock, wall_clock)
+    door, operators = build_front_door(config, tenants, clock, wall_clock, limit_store)
     gateway = Gateway(
         clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
@@ -392,10 +428,14 @@ async def start_gateway(
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
     background = PeriodicTasks(random.Random(rng.getrandbits(64)))
+    store = build_limit_store(config.limits, clock, rng)
+    shared = store if isinstance(store, RedisStore) else None
     try:
+        if shared is not None:
+            shared.start()
         gateway, clusters = compose(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
-            checker=checker, scraper=scraper,
+            checker=checker, scraper=scraper, limit_store=store,
         )  # fmt: skip
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
@@ -419,11 +459,22 @@ async def start_gateway(
         scraper.stop()
         background.stop()
         await client.close()
+        if shared is not None:
+            await shared.close()
         if sims is not None:
             sims.stop()
         raise
     return RunningGateway(
-        server, client, sims, gateway, pools, checker, scraper, background, tls is not None
+        server,
+        client,
+        sims,
+        gateway,
+        pools,
+        checker,
+        scraper,
+        background,
+        tls is not None,
+        shared,
     )
 
 

@@ -157,11 +157,41 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
             {**one_pool(), "server": {"drain_timeout_s": float("inf")}},
             "`drain_timeout_s` must be a finite number of seconds > 0",
         ),
+        ({**one_pool(), "limits": {"store": "redis"}}, "`store: redis` needs `redis_url`"),
+        *(
+            ({**one_pool(), "limits": {"store": "redis", "redis_url": url}}, expected)
+            for url, expected in (
+                ("http://cache:6379", "$.limits.redis_url: give redis://host:port/db"),
+                ("localhost:6379", "$.limits.redis_url: give redis://host:port/db"),
+                ("redis://cache:99999", "$.limits.redis_url: give a host, and a port in 1-65535"),
+                ("redis://:secret@/0", "$.limits.redis_url: give a host"),
+                ("redis://cache:6379/zero", "$.limits.redis_url: the path is the database's"),
+                ("unix://", "$.limits.redis_url: a unix:// URL needs the socket's path"),
+            )
+        ),
     ],
 )
 def test_values_that_cannot_work_are_rejected_with_what_to_do(data: Any, expected: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(expected)):
         parse_config(data)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis://cache", "redis://:secret@10.0.0.9:6380/2", "rediss://cache:6379/0",
+     "unix:///run/redis.sock"],
+)  # fmt: skip
+def test_a_redis_store_takes_the_urls_its_client_takes(url: str) -> None:
+    config = parse_config({**one_pool(), "limits": {"store": "redis", "redis_url": url}})
+    assert config.limits.redis_url == url
+
+
+def test_a_bad_redis_url_is_refused_without_repeating_its_password() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(
+            {**one_pool(), "limits": {"store": "redis", "redis_url": "redis://:hunter2@h:0"}}
+        )
+    assert "hunter2" not in str(info.value)
 
 
 @pytest.mark.parametrize("weight", [float("nan"), float("inf")])

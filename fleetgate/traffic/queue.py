@@ -83,6 +83,15 @@ class FairQueue(Generic[W]):
         if len(queue) == 1:
             self._list(tenant)
 
+    def refund(self, entry: W, weight: float) -> None:
+        """`entry` left unserved (its deadline, its client): its tenant's next entry starts
+        as if it had never come (else a tenant whose requests time out falls further behind
+        with each, and is shed as hopeless: first come first served in reverse)."""
+        tenant = entry.tenant
+        finish = self._finish.get(tenant)
+        if finish is not None:
+            self._finish[tenant] = max(self._vtime, finish - entry.cost / weight)
+
     def pop(self) -> W | None:
         """The next entry of a tenant not held, or None."""
         while self._ready:

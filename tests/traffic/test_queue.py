@@ -105,3 +105,16 @@ def test_ahead_counts_what_the_fair_order_serves_first() -> None:
     assert queue.ahead("new") == 2  # the first of each: started at the same virtual time
     assert queue.ahead("light") == 3  # its own, and heavy's first two
     assert queue.ahead("heavy") == 11  # every one queued
+
+
+def test_a_request_that_left_unserved_costs_its_tenant_no_place() -> None:
+    queue: FairQueue[Entry] = FairQueue()
+    timed_out = [Entry("a", 1) for _ in range(5)]
+    for e in timed_out:
+        queue.push(e, 1.0)
+    queue.push(Entry("b", 1), 1.0)
+    for e in timed_out:
+        e.gone = True
+        queue.refund(e, 1.0)
+    # a's five never ran: its next request is as early as b's first, not behind five more
+    assert queue.ahead("a") == queue.ahead("c")

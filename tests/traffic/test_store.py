@@ -1,4 +1,6 @@
-"""The in-process bucket store: all-or-nothing takes, refill over time, debt, forgetting."""
+"""The spec of a limit store (traffic/store.py's LimitStore), which the in-process store and
+the Redis store (tests/traffic/test_redis_store.py) are both held to: all-or-nothing takes,
+refill over time, debt, budgets that do not refill, forgetting."""
 
 from __future__ import annotations
 
@@ -7,66 +9,69 @@ import math
 import pytest
 
 from fleetgate.traffic.store import Bucket, MemoryStore
+from tests.traffic.conftest import Clock, Subject
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def test_a_bucket_pays_out_its_size_then_refills_at_its_rate() -> None:
-    clock = Clock()
-    store = MemoryStore(clock)
-    rpm = Bucket("t:rpm", capacity=3, rate_per_s=1.0)
+async def test_a_bucket_pays_out_its_size_then_refills_at_its_rate(subject: Subject) -> None:
+    store, rate = subject.store, 4.0
+    rpm = Bucket("t:rpm", capacity=3, rate_per_s=rate)
     for left in (2, 1, 0):
-        assert store.take_now([rpm], [1]).levels == [left]
-    refused = store.take_now([rpm], [1])
+        assert (await store.take([rpm], [1])).levels == [subject.about(left, rate)]
+    refused = await store.take([rpm], [1])
     assert not refused.ok
-    assert refused.wait_s == pytest.approx(1.0)
-    clock.now += 0.5
-    assert store.take_now([rpm], [1]).wait_s == pytest.approx(0.5)
-    clock.now += 0.5
-    assert store.take_now([rpm], [1]).ok
-    clock.now += 100  # refills to its size, not beyond
-    assert store.take_now([rpm], [0]).levels == [3]
+    assert refused.wait_s == subject.about(0.25)
+    await subject.advance(0.125)
+    assert (await store.take([rpm], [1])).wait_s == subject.about(0.125)
+    await subject.advance(0.125)
+    assert (await store.take([rpm], [1])).ok
+    await subject.advance(1.0)  # would refill 4: refills to its size, not beyond
+    assert (await store.take([rpm], [0])).levels == [3]
 
 
-def test_a_take_is_all_or_nothing_over_its_buckets() -> None:
-    store = MemoryStore(Clock())
+async def test_a_take_is_all_or_nothing_over_its_buckets(subject: Subject) -> None:
+    store = subject.store
     roomy, tight = Bucket("a", 100, 1.0), Bucket("b", 5, 0.5)
-    refused = store.take_now([roomy, tight], [10, 10])
+    refused = await store.take([roomy, tight], [10, 10])
     assert not refused.ok
+    assert refused.levels == [100, 5]  # before: both full
     assert refused.wait_s == pytest.approx((10 - 5) / 0.5)
-    assert store.take_now([roomy], [0]).levels == [100]  # nothing was taken from `a`
+    assert (await store.take([roomy], [0])).levels == [100]  # nothing was taken from `a`
+    taken = await store.take([roomy, tight], [5, 5])
+    assert taken.ok and taken.levels == [subject.about(95), subject.about(0, 0.5)]
 
 
-def test_giving_back_is_capped_and_taking_more_leaves_a_debt() -> None:
-    clock = Clock()
-    store = MemoryStore(clock)
-    tpm = Bucket("tpm", 100, 10.0)
-    store.take_now([tpm], [80])
-    store.give_now([tpm], [500])  # more than was taken: capped at the size
-    assert store.take_now([tpm], [0]).levels == [100]
-    store.give_now([tpm], [-150])  # used 150 more than reserved
-    refused = store.take_now([tpm], [10])
-    assert refused.levels == [-50]
-    assert refused.wait_s == pytest.approx(6.0)  # (10 - -50) / 10
+async def test_giving_back_is_capped_and_taking_more_leaves_a_debt(subject: Subject) -> None:
+    store, rate = subject.store, 10.0
+    tpm = Bucket("tpm", 100, rate)
+    await store.take([tpm], [80])
+    await store.give([tpm], [500])  # more than was taken: capped at the size
+    assert (await store.take([tpm], [0])).levels == [100]
+    await store.give([tpm], [-150])  # used 150 more than reserved
+    refused = await store.take([tpm], [10])
+    assert refused.levels == [subject.about(-50, rate)]
+    assert refused.wait_s == subject.about(6.0)  # (10 - -50) / 10
+    budget = Bucket("budget", 10, 0.0, ttl_s=60)  # kept while full: the cap shows
+    await store.take([budget], [4])
+    await store.give([budget], [100])  # capped at 10
+    await store.give([budget], [-10])  # so this leaves 0, not 96
+    assert (await store.take([budget], [0])).levels == [0]
 
 
-def test_a_budget_does_not_refill_and_waits_forever_within_its_period() -> None:
-    clock = Clock()
-    store = MemoryStore(clock)
-    budget = Bucket("budget:day:1", 10, 0.0, ttl_s=60)
-    assert store.take_now([budget], [10]).ok
-    clock.now += 30
-    refused = store.take_now([budget], [1])
+async def test_a_budget_does_not_refill_within_its_period_then_is_forgotten(
+    subject: Subject,
+) -> None:
+    store = subject.store
+    budget = Bucket("budget:day:1", 10, 0.0, ttl_s=1.0)
+    assert (await store.take([budget], [10])).ok
+    await subject.advance(0.3)
+    refused = await store.take([budget], [1])
     assert not refused.ok and refused.wait_s == math.inf
+    assert refused.levels == [0]
+    await subject.advance(0.8)  # its period (ttl_s) is over: a new one starts full
+    assert (await store.take([budget], [1])).levels == [9]
 
 
-def test_full_and_expired_buckets_are_forgotten() -> None:
+def test_full_and_expired_memory_buckets_are_swept() -> None:
     clock = Clock()
     store = MemoryStore(clock)
     for i in range(100):
