@@ -7,8 +7,10 @@ engines, and moves once per `interval_s`:
                 (their fresh metrics), or the time to first token of the interval's short
                 prompts, measured from when each was sent, has its p90 over `target_ttft_s`
     congested:                       limit = max(minimum, limit * 0.9)
-    else, if the limit was reached:  limit = limit * 2 until the first congestion (slow start,
-                                     as TCP's), then limit * 1.05 + 1
+    else, if the limit was reached:  limit * 2 until the first congestion (slow start, as
+                                     TCP's); after it, limit * 1.2 + 1 while the p90 TTFT is
+                                     under half its target (far from congestion: a dip after
+                                     a burst is won back in seconds), limit * 1.05 + 1 nearer
     else:                            unchanged
 
 Its signals are what the engines said within `stale_after_s` and what the gateway measured
@@ -28,6 +30,7 @@ from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.settings import Settings, at_least, positive_seconds
 
 _DECREASE = 0.9
+_INCREASE_FAR = 1.2  # while the p90 TTFT is under half its target
 _INCREASE = 1.05
 _SAMPLES = 512  # TTFTs kept per interval at most
 
@@ -102,23 +105,34 @@ class ConcurrencyLimit:
 
     def _move(self, now: float) -> None:
         self._next = now + self._settings.interval_s
-        if self.congested(now):
+        p90 = self._ttft_p90()
+        if self.congested(now, p90):
             self._slow_start = False
             self._value = max(float(self._min), self._value * _DECREASE)
         elif self._reached:
-            grown = self._value * 2 if self._slow_start else self._value * _INCREASE + 1
+            if self._slow_start:
+                grown = self._value * 2
+            elif p90 is None or p90 < self._settings.target_ttft_s / 2:
+                grown = self._value * _INCREASE_FAR + 1
+            else:
+                grown = self._value * _INCREASE + 1
             self._value = min(float(self._max), grown)
         self.value = max(self._min, math.floor(self._value))
         self._ttfts.clear()
         self._reached = False
 
-    def congested(self, now: float) -> bool:
-        s = self._settings
+    def _ttft_p90(self) -> float | None:
+        """The interval's p90 TTFT of short prompts; None with fewer than 5 of them."""
         ttfts = self._ttfts
-        if len(ttfts) >= 5:
-            ttfts.sort()
-            if ttfts[int(0.9 * (len(ttfts) - 1))] > s.target_ttft_s:
-                return True
+        if len(ttfts) < 5:
+            return None
+        ttfts.sort()
+        return ttfts[int(0.9 * (len(ttfts) - 1))]
+
+    def congested(self, now: float, p90: float | None) -> bool:
+        s = self._settings
+        if p90 is not None and p90 > s.target_ttft_s:
+            return True
         waiting, fresh = 0.0, 0
         for state in self._pool.states:
             engine = state.engine

@@ -58,7 +58,10 @@ def test_it_doubles_until_the_first_congestion_then_grows_slowly() -> None:
     engines(pool, clock, waiting=10)
     assert tick(limit, clock, reached=True) == 72  # congested: x 0.9
     engines(pool, clock, waiting=0)
-    assert tick(limit, clock, reached=True) == 76  # 72 * 1.05 + 1, no more doubling
+    assert tick(limit, clock, reached=True) == 87  # 72 * 1.2 + 1, no more doubling
+    for _ in range(10):
+        ended(limit, pool, ttft_s=0.7)  # over half the 1 s target: nearer congestion
+    assert tick(limit, clock, reached=True) == 92  # 87.4 * 1.05 + 1
 
 
 def test_it_shrinks_when_the_engines_queue_requests() -> None:
@@ -66,7 +69,7 @@ def test_it_shrinks_when_the_engines_queue_requests() -> None:
     engines(pool, clock, waiting=5)  # 10 queued in all, more than 2 per backend
     assert tick(limit, clock, reached=True) == 18
     engines(pool, clock, waiting=1)  # 2 queued: within what the engines may queue
-    assert tick(limit, clock, reached=True) == 19  # 18 * 1.05 + 1
+    assert tick(limit, clock, reached=True) == 22  # 18 * 1.2 + 1
 
 
 def test_it_shrinks_when_short_prompts_wait_long_for_their_first_token() -> None:
@@ -76,7 +79,7 @@ def test_it_shrinks_when_short_prompts_wait_long_for_their_first_token() -> None
     assert tick(limit, clock, reached=True) == 18
     for _ in range(10):
         ended(limit, pool, ttft_s=5.0, prompt=10_000)  # long prompts take long: not judged
-    assert tick(limit, clock, reached=True) == 19
+    assert tick(limit, clock, reached=True) == 22
 
 
 def test_stale_engine_metrics_are_not_read_and_the_floor_holds() -> None:
