@@ -5,10 +5,10 @@ engines, and moves once per `interval_s`:
 
     congested   the engines' own queues hold more than `engine_queue` requests per backend
                 (their fresh metrics), or the time to first token of the interval's short
-                prompts, measured from when each was sent, has its p90 over `target_ttft_s`
+                prompts, measured from when each was sent, has its median over `target_ttft_s`
     congested:                       limit = max(minimum, limit * 0.9)
     else, if the limit was reached:  limit * 2 until the first congestion (slow start, as
-                                     TCP's); after it, limit * 1.2 + 1 while the p90 TTFT is
+                                     TCP's); after it, limit * 1.2 + 1 while the median TTFT is
                                      under half its target (far from congestion: a dip after
                                      a burst is won back in seconds), limit * 1.05 + 1 nearer
     else:                            unchanged
@@ -30,7 +30,7 @@ from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.settings import Settings, at_least, positive_seconds
 
 _DECREASE = 0.9
-_INCREASE_FAR = 1.2  # while the p90 TTFT is under half its target
+_INCREASE_FAR = 1.2  # while the median TTFT is under half its target
 _INCREASE = 1.05
 _SAMPLES = 512  # TTFTs kept per interval at most
 
@@ -42,7 +42,7 @@ class LimitSettings(Settings, frozen=True):
     initial_per_backend: int = 32  # the adaptive limit's start, per backend
     min_per_backend: int = 1  # it never goes below this, per backend
     max_per_backend: int = 4096  # nor above this
-    target_ttft_s: float = 1.0  # p90 of short prompts' TTFT it keeps under
+    target_ttft_s: float = 1.0  # median of short prompts' TTFT it keeps under
     short_prompt_tokens: int = 2048  # prompts up to this long (estimated) are judged by TTFT
     engine_queue: float = 2.0  # requests per backend the engines may queue themselves
     interval_s: float = 1.0  # between two moves
@@ -105,14 +105,14 @@ class ConcurrencyLimit:
 
     def _move(self, now: float) -> None:
         self._next = now + self._settings.interval_s
-        p90 = self._ttft_p90()
-        if self.congested(now, p90):
+        median = self._ttft_median()
+        if self.congested(now, median):
             self._slow_start = False
             self._value = max(float(self._min), self._value * _DECREASE)
         elif self._reached:
             if self._slow_start:
                 grown = self._value * 2
-            elif p90 is None or p90 < self._settings.target_ttft_s / 2:
+            elif median is None or median < self._settings.target_ttft_s / 2:
                 grown = self._value * _INCREASE_FAR + 1
             else:
                 grown = self._value * _INCREASE + 1
@@ -121,17 +121,19 @@ class ConcurrencyLimit:
         self._ttfts.clear()
         self._reached = False
 
-    def _ttft_p90(self) -> float | None:
-        """The interval's p90 TTFT of short prompts; None with fewer than 5 of them."""
+    def _ttft_median(self) -> float | None:
+        """The interval's median TTFT of short prompts; None with fewer than 5 of them. (The
+        median, not a tail: a tail is where the prefills of a burst the limit just let in
+        land, and reading it as congestion made the limit shrink from its own growth.)"""
         ttfts = self._ttfts
         if len(ttfts) < 5:
             return None
         ttfts.sort()
-        return ttfts[int(0.9 * (len(ttfts) - 1))]
+        return ttfts[len(ttfts) // 2]
 
-    def congested(self, now: float, p90: float | None) -> bool:
+    def congested(self, now: float, median: float | None) -> bool:
         s = self._settings
-        if p90 is not None and p90 > s.target_ttft_s:
+        if median is not None and median > s.target_ttft_s:
             return True
         waiting, fresh = 0.0, 0
         for state in self._pool.states:
