@@ -47,6 +47,7 @@ from fleetgate.bench.runner import LoadGenerator, LoadSettings
 from fleetgate.bench.stats import RequestRecord, percentile
 from fleetgate.bench.workloads import PoissonArrivals, bounded, schedule
 from fleetgate.http.client import HttpClient, Origin
+from fleetgate.http.errors import UpstreamError
 
 MODEL = "llama-3.1-8b-instruct"
 PROMPT, OUTPUT = 1024, 128
@@ -112,8 +113,12 @@ async def watch(client: HttpClient, origin: Origin, samples: list[tuple[float, f
     """The pool's concurrency limit and queue, from the gateway's metrics, once a second."""
     while True:
         await asyncio.sleep(1.0)
-        answer = await client.request(origin, b"GET", b"/metrics", [])
-        text = (await answer.read()).decode()
+        try:
+            answer = await client.request(origin, b"GET", b"/metrics", [], timeout_s=2.0)
+            text = (await answer.read()).decode()
+        except UpstreamError as exc:  # a missed sample, not the end of sampling
+            print(f"   (metrics sample failed: {exc})", file=sys.stderr)
+            continue
         limit = metric(text, "fleetgate_admission_limit_requests", model=MODEL)
         samples.append((limit, metric(text, "fleetgate_admission_waiting_requests", model=MODEL)))
 
