@@ -225,9 +225,12 @@ class Gateway:
                     caller = door.identify(request.headers)
                 cluster, exchange = self._prepare(parse, request, writer, request_id, started,
                                                   caller)  # fmt: skip
-                entry = await self._entrance.enter(
-                    caller, exchange, request.headers, cluster.admission
-                )
+                entrance, headers = self._entrance, request.headers
+                entry = entrance.enter_now(caller, exchange, headers, cluster.admission)
+                if entry is None:
+                    entry = await entrance.enter(caller, exchange, headers, cluster.admission)
+                elif entry.waiting:
+                    await entrance.wait(entry)
                 if emit.admitted is not None:
                     now = self._clock()
                     tenant = caller.tenant.name
@@ -297,7 +300,12 @@ class Gateway:
                 f"The model {routing.model!r} does not exist here; known models: "
                 f"{self._known}.", "model", 404, "model_not_found",
             )  # fmt: skip
-        if not caller.tenant.settings.engine_fields and _ENGINE_FIELD.search(body):
+        # Two substring searches (memchr) before the regex: most bodies have neither.
+        if (
+            (b'_params"' in body or b'"bootstrap_' in body)
+            and not caller.tenant.settings.engine_fields
+            and _ENGINE_FIELD.search(body)
+        ):
             body = with_fields(body, drop=ENGINE_FIELDS)
         timeouts = request_timeouts(cluster.timeouts, request.headers)
         model = cluster.model

@@ -19,6 +19,7 @@ from fleetgate.traffic.admission import Admission, Shed, Ticket
 from fleetgate.traffic.door import Caller, FrontDoor, Refused, retry_after
 from fleetgate.traffic.limits import FREE, PricingSettings, Reservation
 from fleetgate.traffic.priority import Priority
+from fleetgate.traffic.tenants import Tenant
 from fleetgate.upstream.attempt import Exchange
 
 LANE_HEADER = b"x-fleetgate-lane"
@@ -36,6 +37,11 @@ class Entry:
     ticket: Ticket | None  # its place in the pool (None: the pool admits without a queue)
     admission: Admission | None
 
+    @property
+    def waiting(self) -> bool:
+        """It has no place in its pool yet: `Entrance.wait` for one."""
+        return self.ticket is not None and not self.ticket.admitted
+
 
 class Entrance:
     def __init__(
@@ -52,6 +58,21 @@ class Entrance:
         self._pricing = {m: p for m, p in (pricing or {}).items() if p != FREE}
         self._assumed = assumed_output_tokens
 
+    def enter_now(
+        self,
+        caller: Caller,
+        ex: Exchange,
+        headers: dict[bytes, bytes],
+        admission: Admission | None,
+    ) -> Entry | None:
+        """The request's holds when there are no limits to reserve (no coroutine: the common
+        case); None when `enter` must be awaited. A returned entry may still be `waiting`
+        for its place: then await `wait`."""
+        tenant = caller.tenant
+        if self._door is not None and tenant.limited:
+            return None
+        return self._entry(tenant, self._priority(tenant, headers), None, ex, headers, admission)
+
     async def enter(
         self,
         caller: Caller,
@@ -61,43 +82,73 @@ class Entrance:
     ) -> Entry:
         """The request's holds, or `Refused` (429 over a limit, 503 shed, 400 bad header)."""
         tenant = caller.tenant
-        try:
-            priority = tenant.priority_for(headers.get(PRIORITY_HEADER))
-        except ValueError as exc:
-            raise Refused(400, f"x-fleetgate-priority: {exc}.", "invalid_priority") from None
-        routing = ex.routing
+        priority = self._priority(tenant, headers)
         held = None
         if self._door is not None and tenant.limited:
+            routing = ex.routing
             held = await self._door.enter(
                 caller, priority, ex.model, routing.prompt_tokens, routing.max_tokens
             )
             ex.count_usage = held.counts_tokens
             ex.reply_headers = tuple(held.headers)
+        entry = self._entry(tenant, priority, held, ex, headers, admission)
+        if entry.waiting:
+            await self.wait(entry)
+        return entry
+
+    async def wait(self, entry: Entry) -> None:
+        """Wait for the entry's place in its pool; `Refused` (503, or 429 at its tenant's
+        own cap) when none comes by its deadline."""
+        assert entry.ticket is not None and entry.admission is not None
+        try:
+            await entry.admission.wait(entry.ticket)
+        except BaseException as exc:  # shed, or the client left: nothing was used
+            if entry.held is not None:
+                refund = self._release_limits(entry.held, 0, 0)
+                if refund is not None:
+                    await refund
+            if isinstance(exc, Shed):
+                wait = [retry_after(exc.retry_after_s)]
+                raise Refused(
+                    exc.status, exc.message, exc.code, wait, priority=entry.priority
+                ) from None
+            raise
+
+    @staticmethod
+    def _priority(tenant: Tenant, headers: dict[bytes, bytes]) -> Priority:
+        asked = headers.get(PRIORITY_HEADER)
+        if asked is None:
+            return tenant.priority
+        try:
+            return tenant.priority_for(asked)
+        except ValueError as exc:
+            raise Refused(400, f"x-fleetgate-priority: {exc}.", "invalid_priority") from None
+
+    def _entry(
+        self,
+        tenant: Tenant,
+        priority: Priority,
+        held: Reservation | None,
+        ex: Exchange,
+        headers: dict[bytes, bytes],
+        admission: Admission | None,
+    ) -> Entry:
+        """The entry, its ticket admitted at once when there is room."""
         if ex.model in self._pricing:
             ex.count_usage = True  # its spend is counted
         if admission is None:
             return Entry(tenant.name, priority, held, None, None)
         settings = tenant.settings
-        lane = headers.get(LANE_HEADER)
-        cost = routing.prompt_tokens + (routing.max_tokens or self._assumed)
+        routing = ex.routing
+        deadline = settings.queue_timeout_s
+        if QUEUE_TIMEOUT_HEADER in headers:
+            deadline = _queue_timeout(headers, deadline)
         ticket = Ticket(
-            tenant.name, priority, settings.batch or lane == b"batch", cost, settings.weight,
-            ex.started + _queue_timeout(headers, settings.queue_timeout_s),
+            tenant.name, priority, settings.batch or headers.get(LANE_HEADER) == b"batch",
+            routing.prompt_tokens + (routing.max_tokens or self._assumed), settings.weight,
+            ex.started + deadline,
         )  # fmt: skip
-        if not admission.admit_now(ticket):
-            try:
-                await admission.wait(ticket)
-            except BaseException as exc:  # shed, or the client left: nothing was used
-                if held is not None:
-                    refund = self._release_limits(held, 0, 0)
-                    if refund is not None:
-                        await refund
-                if isinstance(exc, Shed):
-                    wait = [retry_after(exc.retry_after_s)]
-                    raise Refused(
-                        exc.status, exc.message, exc.code, wait, priority=priority
-                    ) from None
-                raise
+        admission.admit_now(ticket)
         return Entry(tenant.name, priority, held, ticket, admission)
 
     def leave(self, entry: Entry, ex: Exchange) -> Awaitable[None] | None:

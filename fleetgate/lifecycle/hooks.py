@@ -81,6 +81,16 @@ class Hooks:
                 third(event)
 
             return emit_three
+        if len(handlers) == 4:  # AttemptEnded: accounting, outliers, the limit, metrics
+            first, second, third, fourth = handlers
+
+            def emit_four(event: E) -> None:
+                first(event)
+                second(event)
+                third(event)
+                fourth(event)
+
+            return emit_four
 
         def emit(event: E) -> None:
             for handler in handlers:

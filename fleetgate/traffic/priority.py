@@ -16,7 +16,7 @@ class Priority(IntEnum):
     @property
     def label(self) -> str:
         """The name clients, config and metrics use: critical, standard, sheddable."""
-        return self.name.lower()
+        return _LABELS[self]
 
     @classmethod
     def parse(cls, name: str) -> Priority:
@@ -28,4 +28,5 @@ class Priority(IntEnum):
             raise ValueError(f"no priority class {name!r}; use one of {names}") from None
 
 
+_LABELS = {p: p.name.lower() for p in Priority}  # read per request: made once
 PRIORITY_NAMES = tuple(p.label for p in Priority)
