@@ -38,7 +38,9 @@ class AdmissionSettings(Settings, frozen=True):
     enabled: bool = True  # off: every request goes to routing at once, however busy
     limit: LimitSettings = LimitSettings()  # how many it serves at once (limit.py)
     max_queue: int = 2048  # requests waiting at most; beyond, the lowest class is shed
-    batch_share: float = 0.5  # of the concurrency limit batch-lane requests may hold
+    # Of the concurrency limit batch-lane requests may hold: at 0.5 an interactive tenant's
+    # TTFT p99 rose 1.85x beside 3x capacity of batch, at 0.25 1.37x (benchmarks/overload.py).
+    batch_share: float = 0.25
     drain_window_s: float = 10.0  # the drain rate (for Retry-After) is averaged over this
 
     def __post_init__(self) -> None:
