@@ -109,18 +109,27 @@ def fleet(admission: bool) -> Iterator[Origin]:
             yield Origin.parse(url)
 
 
-async def watch(client: HttpClient, origin: Origin, samples: list[tuple[float, float]]) -> None:
-    """The pool's concurrency limit and queue, from the gateway's metrics, once a second."""
-    while True:
-        await asyncio.sleep(1.0)
-        try:
-            answer = await client.request(origin, b"GET", b"/metrics", [], timeout_s=2.0)
-            text = (await answer.read()).decode()
-        except UpstreamError as exc:  # a missed sample, not the end of sampling
-            print(f"   (metrics sample failed: {exc})", file=sys.stderr)
-            continue
-        limit = metric(text, "fleetgate_admission_limit_requests", model=MODEL)
-        samples.append((limit, metric(text, "fleetgate_admission_waiting_requests", model=MODEL)))
+async def watch(origin: Origin, samples: list[tuple[float, float]]) -> None:
+    """The pool's concurrency limit and queue, from the gateway's metrics, once a second (on
+    a client of its own: not queued behind the load's connections)."""
+    client = HttpClient()
+    try:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                samples.append(await _sample(client, origin))
+            except UpstreamError as exc:  # a missed sample, not the end of sampling
+                print(f"   (metrics sample failed: {exc})", file=sys.stderr)
+    finally:
+        await client.close()
+
+
+async def _sample(client: HttpClient, origin: Origin) -> tuple[float, float]:
+    answer = await client.request(origin, b"GET", b"/metrics", [], timeout_s=2.0)
+    answer.expire_in(2.0, "metrics sample too slow")
+    text = (await answer.read()).decode()
+    limit = metric(text, "fleetgate_admission_limit_requests", model=MODEL)
+    return limit, metric(text, "fleetgate_admission_waiting_requests", model=MODEL)
 
 
 async def rejections(origin: Origin) -> dict[str, dict[str, float]]:
@@ -155,7 +164,7 @@ async def offer(
     client = HttpClient(connect_timeout_s=5.0)
     watcher = None
     if samples is not None:
-        watcher = asyncio.get_running_loop().create_task(watch(client, origin, samples))
+        watcher = asyncio.get_running_loop().create_task(watch(origin, samples))
     try:
         runs = []
         for i, (tenant, rate) in enumerate(tenants):

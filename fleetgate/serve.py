@@ -257,8 +257,7 @@ def build_front_door(
     )  # fmt: skip
     if keys is None and not any(t.limited for t in tenants.values()):
         return None, operators
-    pricing = {p.model: p.pricing for p in config.pools}
-    return FrontDoor(keys, limits, pricing), operators
+    return FrontDoor(keys, limits), operators
 
 
 def build_model_routes(config: Config, rng: random.Random) -> dict[str, ModelRoute]:

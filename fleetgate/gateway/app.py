@@ -236,7 +236,7 @@ class Gateway:
                     tenant = caller.tenant.name
                     emit.admitted(Admitted(request_id, now, exchange.model, exchange.routing,
                                            tenant, entry.priority.label))  # fmt: skip
-            except (BadRequest, Refused) as exc:
+            except Refused as exc:  # a BadRequest too
                 self._refuse(writer, request_id, started, exc, caller)
                 return
             except Exception:
@@ -256,16 +256,15 @@ class Gateway:
         writer: ResponseWriter,
         request_id: bytes,
         started: float,
-        exc: BadRequest | Refused,
+        exc: Refused,
         caller: Caller,
     ) -> None:
-        extra = exc.headers if isinstance(exc, Refused) else None
-        self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code, extra)
+        self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code, exc.headers)
         rejected = self._emit.rejected
         if rejected is not None:
             reason = exc.code or "invalid_request"
             now = self._clock()
-            priority = exc.priority.label if isinstance(exc, Refused) and exc.priority else ""
+            priority = exc.priority.label if exc.priority is not None else ""
             rejected(Rejected(request_id, now, exc.status, reason, caller.tenant.name, priority))
         self._finished_here(request_id, started, exc.status, "rejected")
 

@@ -86,8 +86,9 @@ class Entrance:
         held = None
         if self._door is not None and tenant.limited:
             routing = ex.routing
+            pricing = self._pricing.get(ex.model, FREE)
             held = await self._door.enter(
-                caller, priority, ex.model, routing.prompt_tokens, routing.max_tokens
+                caller, priority, routing.prompt_tokens, routing.max_tokens, pricing
             )
             ex.count_usage = held.counts_tokens
             ex.reply_headers = tuple(held.headers)

@@ -18,20 +18,18 @@ import msgspec
 
 from fleetgate.openai_api import with_fields
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.traffic.door import Refused
 from fleetgate.upstream.timeouts import Timeouts
 
 
-class BadRequest(Exception):
-    """The client sent something the gateway cannot route; becomes a 4xx."""
+class BadRequest(Refused):
+    """The client sent something the gateway cannot route; becomes a 4xx (a refusal the edge
+    answers like the front door's, traffic/door.py)."""
 
     def __init__(
         self, message: str, param: str | None = None, status: int = 400, code: str | None = None
     ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.status = status
-        self.code = code
+        super().__init__(status, message, code, param=param)
 
 
 class _Common(msgspec.Struct, kw_only=True):

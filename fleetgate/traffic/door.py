@@ -12,23 +12,24 @@ With auth off every request is the anonymous tenant's, which has no limits.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from fleetgate.traffic.keys import KeyRing, bearer
-from fleetgate.traffic.limits import FREE, Limits, PricingSettings, Refusal, Reservation
+from fleetgate.traffic.limits import Limits, PricingSettings, Refusal, Reservation
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import ANONYMOUS, Tenant
 
 
 class Refused(Exception):
-    """The front door turns the request away; becomes an OpenAI-shaped 4xx or 503."""
+    """The request is turned away before routing; becomes an OpenAI-shaped 4xx or 503 with
+    `headers` (Retry-After, x-ratelimit-*). `code` is the error's code, None for none."""
 
     def __init__(
         self,
         status: int,
         message: str,
-        code: str,
+        code: str | None,
         headers: list[tuple[bytes, bytes]] | None = None,
         param: str | None = None,
         priority: Priority | None = None,
@@ -61,15 +62,9 @@ def retry_after(seconds: float) -> tuple[bytes, bytes]:
 class FrontDoor:
     """Keys, model permissions and limits, for the gateway's edge (gateway/app.py)."""
 
-    def __init__(
-        self,
-        keys: KeyRing[Caller] | None,
-        limits: Limits,
-        pricing: Mapping[str, PricingSettings] | None = None,
-    ) -> None:
+    def __init__(self, keys: KeyRing[Caller] | None, limits: Limits) -> None:
         self._keys = keys  # None: auth is off
         self._limits = limits
-        self._pricing = dict(pricing or {})
 
     @property
     def auth(self) -> bool:
@@ -96,11 +91,15 @@ class FrontDoor:
             )  # fmt: skip
 
     async def enter(
-        self, caller: Caller, priority: Priority, model: str, prompt: int, max_tokens: int | None
+        self,
+        caller: Caller,
+        priority: Priority,
+        prompt: int,
+        max_tokens: int | None,
+        pricing: PricingSettings,
     ) -> Reservation:
-        """What the request reserved of its tenant's limits, or `Refused` (429) when a limit
-        or the budget says no. Only for a tenant that is `limited`."""
-        pricing = self._pricing.get(model, FREE)
+        """What the request reserved of its tenant's limits (a budget in money at `pricing`),
+        or `Refused` (429) when a limit or the budget says no. Only for a `limited` tenant."""
         held = await self._limits.reserve(caller.tenant, caller.key_id, prompt, max_tokens, pricing)
         if isinstance(held, Refusal):
             headers = [retry_after(held.retry_after_s), *held.headers]
