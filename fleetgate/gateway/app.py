@@ -203,8 +203,8 @@ class Gateway:
                     message = f"This endpoint needs the {role} key: `Authorization: Bearer KEY`."
                     self._error(writer, request_id, 401, message, code="invalid_api_key")
                     if self._audit is not None:
-                        self._audit.record(
-                            "auth_failed", reason="invalid_api_key", role=role, key=key_id(key),
+                        self._audit.auth_failed(
+                            reason="invalid_api_key", role=role, key=key_id(key),
                             path=request.path.decode("latin-1"),
                             request_id=request_id.decode("latin-1"),
                         )  # fmt: skip

@@ -26,6 +26,9 @@ from fleetgate.lifecycle.events import Rejected
 from fleetgate.lifecycle.hooks import Hooks
 
 _AUTH_REASONS = frozenset({"invalid_api_key", "model_not_allowed"})
+# Failed authentications written per second at most: anyone can send bad keys, and each line
+# is a file append on the event loop. What is left out is counted in the next line written.
+FAILURES_PER_S = 20
 _encode = msgspec.json.Encoder().encode
 
 
@@ -38,6 +41,9 @@ class AuditLog:
     def __init__(self, path: str | Path, wall_clock: Callable[[], float] = time.time) -> None:
         self._path = os.fspath(path)
         self._wall = wall_clock
+        self._second = -1  # the whole second of the wall clock failures are counted in
+        self._failures = 0  # written in it
+        self._suppressed = 0  # not written since the last one that was
         Path(self._path).parent.mkdir(parents=True, exist_ok=True)
         self.record("audit_log_opened")  # fails at start, not at the first event, if unwritable
 
@@ -47,10 +53,24 @@ class AuditLog:
 
     def on_rejected(self, event: Rejected) -> None:
         if event.reason in _AUTH_REASONS:
-            self.record(
-                "auth_failed", reason=event.reason, tenant=event.tenant or None,
+            self.auth_failed(
+                reason=event.reason, tenant=event.tenant or None,
                 request_id=event.request_id.decode("latin-1"),
             )  # fmt: skip
+
+    def auth_failed(self, **fields: Any) -> None:
+        """A failed authentication: written unless FAILURES_PER_S have been this second."""
+        second = int(self._wall())
+        if second != self._second:
+            self._second, self._failures = second, 0
+        if self._failures >= FAILURES_PER_S:
+            self._suppressed += 1
+            return
+        self._failures += 1
+        if self._suppressed:
+            fields["suppressed_before"] = self._suppressed
+            self._suppressed = 0
+        self.record("auth_failed", **fields)
 
     def record(self, event: str, **fields: Any) -> None:
         now = self._wall()
