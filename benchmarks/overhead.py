@@ -16,7 +16,9 @@ nginx (reverse proxy, keep-alive upstream, buffering off, one worker) and `sglan
 on PATH, are measured in the gateway's place too, as references from the same machine and run.
 The gateway runs with its defaults: least_requests routing and metrics on. With `--auth`, a
 second gateway runs with API keys and a tenant's rate limits on (in-process store, limits set
-high enough never to refuse) and is printed beside it, as the ratio to the gateway without.
+high enough never to refuse) and is printed beside it, as the ratio to the gateway without:
+both run at once and are measured window by window in turn (three rounds, medians), since on
+a shared VM the machine's speed drifts between runs by more than the difference measured.
 """
 
 from __future__ import annotations
@@ -130,16 +132,42 @@ http {{
 def measure(
     url: str, seconds: float, pid: int | None, upstream_pid: int, key: str | None = None
 ) -> dict[str, float]:
-    path = url + "/v1/chat/completions"
-    _wrk(path, CHAT, 64, 2, key=key)  # warm up: connections, caches
-    rps = _rps(_wrk(path, CHAT, 64, seconds, key=key))
+    return measure_alternately([(url, pid, key)], seconds, upstream_pid)[0]
+
+
+def measure_alternately(
+    targets: list[tuple[str, int | None, str | None]], seconds: float, upstream_pid: int
+) -> list[dict[str, float]]:
+    """Each target's figures (url, its process, its API key); with several, each window is
+    run for one target after the other, three times over, and the median kept: on a shared
+    VM the machine's speed drifts by more than what is compared."""
+    rounds = 1 if len(targets) == 1 else 3
+    paths = [(url + "/v1/chat/completions", pid, key) for url, pid, key in targets]
+    for path, _, key in paths:
+        _wrk(path, CHAT, 64, 2, key=key)  # warm up: connections, caches
+    rps: list[list[float]] = [[] for _ in paths]
+    p50: list[list[float]] = [[] for _ in paths]
+    windows: list[list[tuple[float, float]]] = [[] for _ in paths]
+    for _ in range(rounds):
+        for i, (path, _, key) in enumerate(paths):
+            rps[i].append(_rps(_wrk(path, CHAT, 64, seconds, key=key)))
     _repin(upstream_pid, 0)
-    p50 = _p50_us(_wrk(path, CHAT, 1, seconds, latency=True, key=key))
+    for _ in range(rounds):
+        for i, (path, _, key) in enumerate(paths):
+            p50[i].append(_p50_us(_wrk(path, CHAT, 1, seconds, latency=True, key=key)))
     _repin(upstream_pid, 1)
-    windows = [_stream_window(path, seconds, pid, key) for _ in range(STREAM_WINDOWS)]
-    streams = statistics.median(w[0] for w in windows)
-    cpu = statistics.median(w[1] for w in windows)
-    return {"rps": rps, "p50_us": p50, "streams": streams, "cpu": cpu}
+    for _ in range(STREAM_WINDOWS):
+        for i, (path, pid, key) in enumerate(paths):
+            windows[i].append(_stream_window(path, seconds, pid, key))
+    return [
+        {
+            "rps": statistics.median(rps[i]),
+            "p50_us": statistics.median(p50[i]),
+            "streams": statistics.median(w[0] for w in windows[i]),
+            "cpu": statistics.median(w[1] for w in windows[i]),
+        }
+        for i in range(len(paths))
+    ]
 
 
 def _stream_window(
@@ -180,17 +208,31 @@ def main() -> int:
             cfg.write(f"pools:\n  - model: fast\n    backends:\n      - url: {upstream}\n")
         gw_cmd = [*_pin(0), PY, "-m", "fleetgate", "serve", "--config", cfg.name,
                   "--port", str(gw_port)]  # fmt: skip
-        with _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
-            print("through fleetgate ...", flush=True)
-            results["fleetgate"] = measure(f"http://127.0.0.1:{gw_port}", seconds, gw.pid, up.pid)
-        if args.auth:
-            with open(cfg.name, "a") as more:
-                more.write(AUTH_CONFIG)
+        if not args.auth:
             with _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
-                print("through fleetgate with keys and rate limits ...", flush=True)
-                results["fleetgate+auth"] = measure(
-                    f"http://127.0.0.1:{gw_port}", seconds, gw.pid, up.pid, AUTH_KEY
-                )
+                print("through fleetgate ...", flush=True)
+                url = f"http://127.0.0.1:{gw_port}"
+                results["fleetgate"] = measure(url, seconds, gw.pid, up.pid)
+        else:
+            # Both gateways at once, measured window by window in turn (measure_alternately).
+            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as auth_cfg:
+                auth_cfg.write(Path(cfg.name).read_text() + AUTH_CONFIG)
+            auth_port = free_port()
+            auth_cmd = [*_pin(0), PY, "-m", "fleetgate", "serve", "--config", auth_cfg.name,
+                        "--port", str(auth_port)]  # fmt: skip
+            with (
+                _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw,
+                _serving(auth_cmd, f"http://127.0.0.1:{auth_port}/healthz") as auth,
+            ):
+                print("through fleetgate, without and with keys and rate limits, in turn ...",
+                      flush=True)  # fmt: skip
+                targets: list[tuple[str, int | None, str | None]] = [
+                    (f"http://127.0.0.1:{gw_port}", gw.pid, None),
+                    (f"http://127.0.0.1:{auth_port}", auth.pid, AUTH_KEY),
+                ]
+                off, on = measure_alternately(targets, seconds, up.pid)
+                results["fleetgate"], results["fleetgate+auth"] = off, on
+            os.unlink(auth_cfg.name)
         os.unlink(cfg.name)
         nginx = shutil.which("nginx") or (
             "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None

@@ -65,13 +65,22 @@ class Entrance:
         headers: dict[bytes, bytes],
         admission: Admission | None,
     ) -> Entry | None:
-        """The request's holds when there are no limits to reserve (no coroutine: the common
-        case); None when `enter` must be awaited. A returned entry may still be `waiting`
-        for its place: then await `wait`."""
+        """The request's holds without a coroutine (the common case: no limits, or limits in
+        this process's store), or `Refused`; None when `enter` must be awaited (a remote
+        store). A returned entry may still be `waiting` for its place: then await `wait`."""
         tenant = caller.tenant
+        priority = self._priority(tenant, headers)
+        held = None
         if self._door is not None and tenant.limited:
-            return None
-        return self._entry(tenant, self._priority(tenant, headers), None, ex, headers, admission)
+            routing = ex.routing
+            pricing = self._pricing.get(ex.model, FREE)
+            held = self._door.enter_now(
+                caller, priority, routing.prompt_tokens, routing.max_tokens, pricing
+            )
+            if held is None:
+                return None
+            self._hold(ex, held)
+        return self._entry(tenant, priority, held, ex, headers, admission)
 
     async def enter(
         self,
@@ -90,12 +99,16 @@ class Entrance:
             held = await self._door.enter(
                 caller, priority, routing.prompt_tokens, routing.max_tokens, pricing
             )
-            ex.count_usage = held.counts_tokens
-            ex.reply_headers = tuple(held.headers)
+            self._hold(ex, held)
         entry = self._entry(tenant, priority, held, ex, headers, admission)
         if entry.waiting:
             await self.wait(entry)
         return entry
+
+    @staticmethod
+    def _hold(ex: Exchange, held: Reservation) -> None:
+        ex.count_usage = held.counts_tokens
+        ex.reply_head = held.head
 
     async def wait(self, entry: Entry) -> None:
         """Wait for the entry's place in its pool; `Refused` (503, or 429 at its tenant's
@@ -163,13 +176,11 @@ class Entrance:
         prompt, output = used
         charged = self._emit.charged
         if charged is not None and (prompt or output):
-            pricing = self._pricing.get(ex.model, FREE)
+            pricing = self._pricing.get(ex.model)
+            cost = 0.0 if pricing is None else pricing.cost_usd(prompt, output)
             charged(
-                Charged(
-                    ex.request_id, self._clock(), ex.model, entry.tenant, prompt, output,
-                    pricing.cost_usd(prompt, output),
-                )
-            )  # fmt: skip
+                Charged(ex.request_id, self._clock(), ex.model, entry.tenant, prompt, output, cost)
+            )
         if entry.held is None:
             return None
         return self._release_limits(entry.held, prompt, output)

@@ -85,14 +85,17 @@ class ResponseWriter:
         parts.append(_CRLF)
         return b"".join(parts)
 
-    def send(self, status: int, headers: list[tuple[bytes, bytes]], body: bytes) -> None:
-        """Send a complete response with a content-length."""
+    def send(
+        self, status: int, headers: list[tuple[bytes, bytes]], body: bytes, lines: bytes = b""
+    ) -> None:
+        """Send a complete response with a content-length; `lines`: more headers, rendered
+        (`name: value\r\n` each)."""
         if self.started:
             raise RuntimeError("response already started")
         self.started = True
         self.finished = True
         self.status = status
-        framing = b"content-length: %d\r\n" % len(body)
+        framing = b"%bcontent-length: %d\r\n" % (lines, len(body))
         head = self._render_head(status, headers, framing)
         if self._head_only or not body:
             self._conn.write(head)
@@ -101,16 +104,17 @@ class ResponseWriter:
         else:
             self._conn.writelines((head, body))
 
-    def start(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        """Send the status line and headers of a chunked (streamed) response."""
+    def start(self, status: int, headers: list[tuple[bytes, bytes]], lines: bytes = b"") -> None:
+        """Send the status line and headers of a chunked (streamed) response; `lines` as for
+        `send`."""
         if self.started:
             raise RuntimeError("response already started")
         self.started = True
         self.status = status
         if self._chunked:
-            framing = b"transfer-encoding: chunked\r\n"
+            framing = lines + b"transfer-encoding: chunked\r\n"
         else:
-            framing = b""
+            framing = lines
             self.keep_alive = False  # the close is what tells the client the stream ended
         # Held back until the first chunk so both leave in one packet (one syscall fewer).
         self._head = self._render_head(status, headers, framing)

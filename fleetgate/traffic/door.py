@@ -62,9 +62,17 @@ def retry_after(seconds: float) -> tuple[bytes, bytes]:
 class FrontDoor:
     """Keys, model permissions and limits, for the gateway's edge (gateway/app.py)."""
 
+    _KNOWN_MAX = 4096  # `Authorization` values remembered (valid ones only)
+
     def __init__(self, keys: KeyRing[Caller] | None, limits: Limits) -> None:
         self._keys = keys  # None: auth is off
         self._limits = limits
+        # `Authorization` values already checked, and whose they are: a client sends the
+        # same one with every request, and hashing it again costs more than the rest of its
+        # check. Only valid values are kept (no client can fill it with its guesses), and a
+        # lookup's time depends on the value's SipHash under this process's secret seed,
+        # never on any stored key (as with the digests: keys.py).
+        self._known: dict[bytes, Caller] = {}
 
     @property
     def auth(self) -> bool:
@@ -73,8 +81,17 @@ class FrontDoor:
     def identify(self, headers: dict[bytes, bytes]) -> Caller:
         if self._keys is None:
             return ANONYMOUS_CALLER
+        presented = headers.get(b"authorization")
+        if presented is not None:
+            known = self._known.get(presented)
+            if known is not None:
+                return known
         key = bearer(headers)
         caller = self._keys.owner(key)
+        if caller is not None and presented is not None:
+            if len(self._known) >= self._KNOWN_MAX:
+                self._known.clear()
+            self._known[presented] = caller
         if caller is None:
             if key is None:
                 message = "No API key: send `Authorization: Bearer YOUR_KEY`."
@@ -90,6 +107,19 @@ class FrontDoor:
                 param="model",
             )  # fmt: skip
 
+    def enter_now(
+        self,
+        caller: Caller,
+        priority: Priority,
+        prompt: int,
+        max_tokens: int | None,
+        pricing: PricingSettings,
+    ) -> Reservation | None:
+        """`enter` without a coroutine (the in-process store); None when the store is remote:
+        await `enter`."""
+        held = self._limits.reserve_now(caller.tenant, caller.key_id, prompt, max_tokens, pricing)
+        return None if held is None else _held(held, priority)
+
     async def enter(
         self,
         caller: Caller,
@@ -101,11 +131,15 @@ class FrontDoor:
         """What the request reserved of its tenant's limits (a budget in money at `pricing`),
         or `Refused` (429) when a limit or the budget says no. Only for a `limited` tenant."""
         held = await self._limits.reserve(caller.tenant, caller.key_id, prompt, max_tokens, pricing)
-        if isinstance(held, Refusal):
-            headers = [retry_after(held.retry_after_s), *held.headers]
-            raise Refused(429, held.message, held.code, headers, priority=priority)
-        return held
+        return _held(held, priority)
 
     def leave(self, held: Reservation, prompt: int, output: int) -> Awaitable[None] | None:
         """Reconcile a reservation with the tokens the request used (None: nothing to do)."""
         return self._limits.settle(held, prompt, output)
+
+
+def _held(held: Reservation | Refusal, priority: Priority) -> Reservation:
+    if isinstance(held, Refusal):
+        headers = [retry_after(held.retry_after_s), *held.headers]
+        raise Refused(429, held.message, held.code, headers, priority=priority)
+    return held

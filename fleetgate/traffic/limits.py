@@ -15,12 +15,12 @@ SDKs read go with every answer of a limited tenant.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
 from fleetgate.settings import Settings, at_least
-from fleetgate.traffic.store import Bucket, LimitStore, Taken
+from fleetgate.traffic.store import Bucket, LimitStore, MemoryStore, Taken
 from fleetgate.traffic.tenants import RateLimitSettings, Tenant
 
 
@@ -86,7 +86,7 @@ class Reservation:
     prompt_tokens: int  # estimated
     output_tokens: int  # reserved
     pricing: PricingSettings
-    headers: list[tuple[bytes, bytes]]  # x-ratelimit-* for the client
+    head: bytes  # x-ratelimit-* for the client, as header lines (`name: value\r\n`)
 
     @property
     def limits(self) -> tuple[_Limit, ...]:
@@ -128,6 +128,8 @@ class Limits:
         assumed_output_tokens: int = 256,
     ) -> None:
         self._store = store
+        # The in-process store answers at once: no coroutine for it (reserve_now, settle).
+        self._local = store if isinstance(store, MemoryStore) else None
         self._wall = wall_clock  # budgets' periods are counted in Unix time
         self._prefix = prefix
         self._assumed = assumed_output_tokens
@@ -155,6 +157,25 @@ class Limits:
         bucket = Bucket(key, amount, 0.0, left_s + 60.0)
         return _Limit(bucket, "budget", amount, False, usd, left_s)
 
+    def reserve_now(
+        self,
+        tenant: Tenant,
+        key_id: str,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        pricing: PricingSettings = FREE,
+    ) -> Reservation | Refusal | None:
+        """`reserve` without a coroutine when the store is this process's own (the common
+        case: nothing to wait for); None when the store is remote: await `reserve`."""
+        if self._local is None:
+            return None
+        plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
+        left = self._local.try_take(plan.buckets, costs)
+        if left is not None:
+            return Reservation(plan, prompt_tokens, output, pricing, plan.head(left))
+        taken = self._local.take_now(plan.buckets, costs)  # refused: why, and for how long
+        return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
+
     async def reserve(
         self,
         tenant: Tenant,
@@ -164,20 +185,46 @@ class Limits:
         pricing: PricingSettings = FREE,
     ) -> Reservation | Refusal:
         """Take what the request may use from its tenant's limits, or say why it may not."""
+        plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
+        taken = await self._store.take(plan.buckets, costs)
+        return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
+
+    def _ask(
+        self,
+        tenant: Tenant,
+        key_id: str,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        pricing: PricingSettings,
+    ) -> tuple[_Plan, list[float], int]:
+        """The buckets a request takes from, what it takes from each, and its output tokens
+        reserved."""
         plan = self._plans.get(key_id or f"tenant:{tenant.name}") or self._plan(tenant, key_id)
         output = max_tokens if max_tokens is not None else self._assumed
         if tenant.settings.budget is None:
-            tokens = prompt_tokens + output
-            costs = [1.0 if per_request else tokens for per_request in plan.per_request]
-        else:
-            budget = self._budget(tenant)
-            assert budget is not None
-            plan = _Plan((*plan.limits, budget))
-            costs = [_cost(lim, pricing, prompt_tokens, output) for lim in plan.limits]
-        taken = await self._store.take(plan.buckets, costs)
+            tokens = float(prompt_tokens + output)
+            return (
+                plan,
+                [1.0 if per_request else tokens for per_request in plan.per_request],
+                output,
+            )
+        budget = self._budget(tenant)
+        assert budget is not None
+        plan = _Plan((*plan.limits, budget))
+        return plan, [_cost(lim, pricing, prompt_tokens, output) for lim in plan.limits], output
+
+    @staticmethod
+    def _answer(
+        plan: _Plan,
+        costs: list[float],
+        taken: Taken,
+        prompt_tokens: int,
+        output: int,
+        pricing: PricingSettings,
+    ) -> Reservation | Refusal:
         if taken.ok:
-            return Reservation(plan, prompt_tokens, output, pricing, plan.headers(taken.levels))
-        headers = plan.headers(taken.levels, reset=True)
+            return Reservation(plan, prompt_tokens, output, pricing, plan.head(taken.levels))
+        headers = plan.refusal_headers(taken.levels)
         return _refusal(plan.limits, costs, taken, headers)
 
     def settle(
@@ -189,7 +236,7 @@ class Limits:
             unused = held.prompt_tokens + held.output_tokens - prompt_tokens - output_tokens
             if unused == 0 or not plan.token_buckets:
                 return None
-            return self._store.give(plan.token_buckets, [unused] * len(plan.token_buckets))
+            return self._give(plan.token_buckets, [unused] * len(plan.token_buckets))
         buckets, amounts = [], []
         for limit in held.limits:
             if limit.kind == "requests":
@@ -199,7 +246,13 @@ class Limits:
             if used != reserved:
                 buckets.append(limit.bucket)
                 amounts.append(reserved - used)
-        return self._store.give(buckets, amounts) if buckets else None
+        return self._give(buckets, amounts) if buckets else None
+
+    def _give(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> Awaitable[None] | None:
+        if self._local is not None:
+            self._local.give_now(buckets, amounts)
+            return None
+        return self._store.give(buckets, amounts)
 
 
 _HEADER_NAMES = {
@@ -211,7 +264,10 @@ _HEADER_NAMES = {
 class _Plan:
     """A key's limits, with what each request recomputes made once."""
 
-    __slots__ = ("buckets", "budgeted", "by_kind", "limits", "per_request", "token_buckets")
+    __slots__ = (
+        "buckets", "budgeted", "by_kind", "limits", "per_request", "single", "template",
+        "tightest", "token_buckets",
+    )  # fmt: skip
 
     def __init__(self, limits: tuple[_Limit, ...]) -> None:
         self.limits = limits
@@ -224,21 +280,45 @@ class _Plan:
             for kind in ("requests", "tokens")
             if any(lim.kind == kind for lim in limits)
         )
+        # An answer's header lines, each limit's figure in place and %d for what remains.
+        # With one bucket of each kind (the common case) the figures are known now; else
+        # each request finds the tightest one of the kind (`head`).
+        self.single = all(len(indices) == 1 for _, indices in self.by_kind)
+        self.tightest = tuple(indices[0] for _, indices in self.by_kind)
+        self.template = b"".join(
+            b"%b: %b\r\n%b: %%d\r\n"
+            % (names[0], limits[indices[0]].header if self.single else b"%b", names[1])
+            for names, indices in self.by_kind
+        )
 
-    def headers(self, levels: list[float], reset: bool = False) -> list[tuple[bytes, bytes]]:
-        """OpenAI's x-ratelimit-limit-* and -remaining-* headers, from the tightest requests
-        and tokens buckets; -reset-* too when `reset` (a refusal: each answer would pay for
-        formatting the time to full)."""
+    def head(self, levels: list[float]) -> bytes:
+        """The x-ratelimit-limit-* and -remaining-* header lines of an admitted request, from
+        the tightest requests and tokens buckets."""
+        values: list[bytes | float] = []
+        if self.single:
+            for i in self.tightest:
+                level = levels[i]
+                values.append(level if level > 0 else 0)
+        else:
+            for _, indices in self.by_kind:
+                i = min(indices, key=levels.__getitem__)
+                level = levels[i]
+                values.append(self.limits[i].header)
+                values.append(level if level > 0 else 0)
+        return self.template % tuple(values)
+
+    def refusal_headers(self, levels: list[float]) -> list[tuple[bytes, bytes]]:
+        """OpenAI's x-ratelimit-limit-*, -remaining-* and -reset-* headers of a refusal, from
+        the tightest requests and tokens buckets."""
         headers: list[tuple[bytes, bytes]] = []
         for names, indices in self.by_kind:
             i = min(indices, key=levels.__getitem__) if len(indices) > 1 else indices[0]
             limit, level = self.limits[i], levels[i]
+            bucket = limit.bucket
+            wait = (bucket.capacity - level) / bucket.rate_per_s
             headers.append((names[0], limit.header))
             headers.append((names[1], b"%d" % level if level > 0 else b"0"))
-            if reset:
-                bucket = limit.bucket
-                wait = (bucket.capacity - level) / bucket.rate_per_s
-                headers.append((names[2], duration(wait).encode()))
+            headers.append((names[2], duration(wait).encode()))
         return headers
 
 

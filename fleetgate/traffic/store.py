@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,68 +65,105 @@ class MemoryStore:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
-        self._state: dict[str, tuple[float, float, float]] = {}  # key: level, then, expires
+        # A bucket's key -> [level, when it was that, the bucket]: a list, changed in place.
+        self._cells: dict[str, list[Any]] = {}
         self._calls = 0
-
-    def _level(self, bucket: Bucket, now: float) -> float:
-        state = self._state.get(bucket.key)
-        if state is None or now >= state[2]:
-            return bucket.capacity
-        level, then, _ = state
-        if now <= then:
-            return level
-        return min(bucket.capacity, level + bucket.rate_per_s * (now - then))
 
     async def take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         return self.take_now(buckets, costs)
 
     def take_now(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         """`take`, without a coroutine (the store of one process never waits)."""
+        left = self.try_take(buckets, costs)
+        if left is None:
+            return self._refused(buckets, costs, self._clock())
+        return Taken(True, left, 0.0)
+
+    def try_take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> list[float] | None:
+        """`take_now` when every bucket can pay: the levels left; None (nothing taken) when
+        one cannot (`take_now` says which, and how long to wait)."""
         now = self._clock()
         self._calls += 1
         if self._calls >= self._SWEEP_EVERY:
             self._sweep(now)
-        state = self._state
-        levels = []
-        short = False
+        cells = self._cells
+        found, left = [], []
         for bucket, cost in zip(buckets, costs):  # noqa: B905 (same length; strict costs time)
-            cell = state.get(bucket.key)
-            if cell is None or now >= cell[2]:
+            cell = cells.get(bucket.key)
+            if cell is None:
                 level = bucket.capacity
+            elif bucket.rate_per_s == 0:
+                level = bucket.capacity if now >= cell[1] + bucket.ttl_s else cell[0]
             else:
-                level = cell[0] + bucket.rate_per_s * max(0.0, now - cell[1])
+                level = cell[0] + bucket.rate_per_s * (now - cell[1])
                 if level > bucket.capacity:
                     level = bucket.capacity
-            levels.append(level)
             if level < cost:
-                short = True
-        if short:
-            wait = max(
-                wait_for(level, cost, bucket.rate_per_s)
-                for bucket, level, cost in zip(buckets, levels, costs)  # noqa: B905
-            )
-            return Taken(False, levels, wait)
-        for i, bucket in enumerate(buckets):
-            left = levels[i] = levels[i] - costs[i]
-            rate = bucket.rate_per_s
-            expires = now + (bucket.capacity - left) / rate if rate > 0 else now + bucket.ttl_s
-            state[bucket.key] = (left, now, expires)
-        return Taken(True, levels, 0.0)
+                return None
+            found.append(cell)
+            left.append(level - cost)
+        for bucket, cell, level in zip(buckets, found, left):  # noqa: B905
+            if cell is None:
+                cells[bucket.key] = [level, now, bucket]
+            else:
+                cell[0] = level
+                cell[1] = now
+        return left
+
+    def _refused(self, buckets: Sequence[Bucket], costs: Sequence[float], now: float) -> Taken:
+        """What `take` answers when a bucket is short: every bucket's level, and the wait."""
+        cells = self._cells
+        levels = [
+            bucket.capacity
+            if (cell := cells.get(bucket.key)) is None
+            else _level(cell, bucket, now)
+            for bucket in buckets
+        ]
+        wait = max(
+            wait_for(level, cost, bucket.rate_per_s)
+            for bucket, level, cost in zip(buckets, levels, costs)  # noqa: B905
+        )
+        return Taken(False, levels, wait)
 
     async def give(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
         self.give_now(buckets, amounts)
 
     def give_now(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
         now = self._clock()
-        state = self._state
+        cells = self._cells
         for bucket, amount in zip(buckets, amounts):  # noqa: B905 (same length)
-            level = min(bucket.capacity, self._level(bucket, now) + amount)
-            state[bucket.key] = (level, now, bucket.expires(level, now))
+            cell = cells.get(bucket.key)
+            if cell is None:
+                cells[bucket.key] = [min(bucket.capacity, bucket.capacity + amount), now, bucket]
+            elif amount >= 0 and bucket.rate_per_s > 0:
+                # Added to the level as it was, not as it is: the same level at every later
+                # time, the cap applied when it is read (a debt, below, must see the cap now).
+                cell[0] += amount
+            else:
+                cell[0], cell[1] = min(bucket.capacity, _level(cell, bucket, now) + amount), now
 
     def _sweep(self, now: float) -> None:
+        """Forget the buckets that are full again, and the budgets whose period is over."""
         self._calls = 0
-        for key in [k for k, (_, _, expires) in self._state.items() if now >= expires]:
-            del self._state[key]
+        cells = self._cells
+        for key in [
+            k for k, (level, then, bucket) in cells.items() if now >= bucket.expires(level, then)
+        ]:
+            del cells[key]
 
     def __len__(self) -> int:
-        return len(self._state)
+        return len(self._cells)
+
+
+def _level(cell: list[Any], bucket: Bucket, now: float) -> float:
+    """A remembered bucket's level at `now`."""
+    level: float = cell[0]
+    then: float = cell[1]
+    rate = bucket.rate_per_s
+    if rate == 0:  # a budget: full again once its key expires (a new period has a new key)
+        return bucket.capacity if now >= then + bucket.ttl_s else level
+    if now > then:
+        level += rate * (now - then)
+        if level > bucket.capacity:
+            return bucket.capacity
+    return level

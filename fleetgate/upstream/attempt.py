@@ -68,7 +68,7 @@ class Exchange:
     ttft_s: float | None = None
     progress: StreamProgress | None = None  # of the stream the client has, if any
     # Headers of the gateway's own for the answer (a limited tenant's x-ratelimit-*).
-    reply_headers: tuple[tuple[bytes, bytes], ...] = ()
+    reply_head: bytes = b""  # the gateway's own header lines for the client (x-ratelimit-*)
     count_usage: bool = False  # read the answer's `usage` (its tenant's tokens are counted)
     usage: Usage | None = None  # what the engine said the answer used, when read
     deadline: float = field(init=False)  # when the total timeout ends the whole exchange
@@ -215,7 +215,7 @@ class Attempts:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
                         upstream = [h for h in returned(response.headers) if h[0] not in _SSE_NAMES]
                         head = [*SSE_HEADERS, *upstream, (b"x-request-id", ex.request_id)]
-                        ex.writer.start(200, [*head, *ex.reply_headers])
+                        ex.writer.start(200, head, ex.reply_head)
                     return won
 
                 relay = StreamRelay(ex.writer, response, clock, progress, None, start)
@@ -273,9 +273,8 @@ class Attempts:
             ex.backend = state.backend.id
             if ex.count_usage and status == 200:
                 ex.usage = usage_of(data)
-            ex.writer.send(
-                status, [*reply, (b"x-request-id", ex.request_id), *ex.reply_headers], data
-            )
+            reply.append((b"x-request-id", ex.request_id))
+            ex.writer.send(status, reply, data, ex.reply_head)
         return None
 
     async def resume(
