@@ -210,6 +210,24 @@ async def capacity(origin: Origin, clients: int, seconds: float) -> float:
     return len(counted) / (seconds * 2 / 3)
 
 
+def machine_busy() -> tuple[float, float]:
+    """The machine's busy and total CPU time so far, in clock ticks (all cores)."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def timeline(runs: dict[str, list[RequestRecord]], seconds: float, step: float) -> list[float]:
+    """Successes completed per second in each `step` of the phase, all tenants together."""
+    counts = [0] * int(seconds // step)
+    for records in runs.values():
+        for r in records:
+            end = r.sent_s + (r.e2e_s or 0.0)
+            if r.ok and 0 <= end < len(counts) * step:
+                counts[int(end // step)] += 1
+    return [c / step for c in counts]
+
+
 def goodput(records: list[RequestRecord], seconds: float) -> float:
     """Successes completed per second within the phase, after its warm-up (not the ones
     that ended after it: a queue left at the end would count at no cost)."""
@@ -259,16 +277,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="length of each phase")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
+    parser.add_argument(
+        "--capacity", type=float, help="skip phase 0 and take this as the fleet's capacity (req/s)"
+    )
+    parser.add_argument("--no-batch", action="store_true",
+                        help="stop after the overload (skip the batch-lane phase)")  # fmt: skip
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY,
                         help="closed-loop clients measuring capacity")  # fmt: skip
     args = parser.parse_args()
     seconds = args.seconds
     report: dict[str, Any] = {"seconds": seconds, "prompt": PROMPT, "output": OUTPUT}
 
-    print(f"0. capacity: admission off, {args.concurrency} clients in a closed loop for "
-          f"{seconds:.0f} s ...", flush=True)  # fmt: skip
-    with fleet(admission=False) as origin:
-        cap = asyncio.run(capacity(origin, args.concurrency, seconds))
+    if args.capacity is not None:
+        cap = args.capacity
+        print(f"0. capacity: {cap} req/s, as given (--capacity)")
+    else:
+        print(f"0. capacity: admission off, {args.concurrency} clients in a closed loop for "
+              f"{seconds:.0f} s ...", flush=True)  # fmt: skip
+        with fleet(admission=False) as origin:
+            cap = asyncio.run(capacity(origin, args.concurrency, seconds))
     report["capacity"] = cap
     print(f"   capacity: {cap:.1f} req/s completed\n")
 
@@ -277,7 +304,10 @@ def main() -> int:
               f"({sum(t.share for t in OVERLOAD) * cap:.0f} req/s) ...", flush=True)  # fmt: skip
         load = [(t, t.share * cap) for t in OVERLOAD]
         samples: list[tuple[float, float]] = []
+        busy0 = machine_busy()
         by_tenant = asyncio.run(offer(origin, load, seconds, 1, samples))
+        busy1 = machine_busy()
+        cpu = (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
         reasons = asyncio.run(rejections(origin))
         rows = [row(t.name, by_tenant[t.name], seconds) for t in OVERLOAD]
         show(rows)
@@ -293,8 +323,16 @@ def main() -> int:
             f"{first_shed['standard']:.0%}, critical {first_shed['critical']:.0%}"
         )
         print(f"   refusals without Retry-After: {missing}; hung: {sum(r['hung'] for r in rows)}")
+        steps = timeline(by_tenant, seconds, 5.0)
+        print("   completed per second, by 5 s: " + " ".join(f"{x:.0f}" for x in steps))
+        print(
+            f"   the machine's CPU busy: {cpu:.0%} of its cores (load generator, gateway and "
+            "sim workers together)"
+        )
         for tenant, why in sorted(reasons.items()):
             print(f"   {tenant} refused for: " + ", ".join(f"{r} {n:.0f}" for r, n in why.items()))
+        print("   concurrency limit, each second: " + " ".join(f"{s[0]:.0f}" for s in samples))
+        print("   waiting, each second: " + " ".join(f"{s[1]:.0f}" for s in samples))
         limits = sorted(s[0] for s in samples)
         queued = sorted(s[1] for s in samples)
         if limits:
@@ -302,8 +340,13 @@ def main() -> int:
                   f"{percentile(limits, 0.5):.0f} / {limits[-1]:.0f}; waiting median "
                   f"{percentile(queued, 0.5):.0f}, max {queued[-1]:.0f}\n")  # fmt: skip
         report["overload"] = {"rows": rows, "goodput": goodput, "goodput_ratio": goodput / cap,
-                              "fairness": a / b if b else None}  # fmt: skip
+                              "fairness": a / b if b else None, "timeline_5s": steps,
+                              "cpu_busy": cpu}  # fmt: skip
 
+        if args.no_batch:
+            if args.out:
+                args.out.write_text(json.dumps(report, indent=1))
+            return 0
         print(f"2. interactive at {INTERACTIVE.share}x capacity alone, then beside a batch "
               f"tenant at {BATCH.share}x ...", flush=True)  # fmt: skip
         alone = asyncio.run(offer(origin, [(INTERACTIVE, INTERACTIVE.share * cap)], seconds, 2))
