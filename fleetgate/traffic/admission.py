@@ -310,7 +310,6 @@ class Admission:
             ticket.gone = True
             self.waiting -= 1
             queue = self._queue_of(ticket)
-            queue.refund(ticket, ticket.weight)
             if len(queue) > 2 * self.waiting + 64:  # gone entries pile up: sweep them
                 queue.forget_gone()
 
@@ -324,7 +323,6 @@ class Admission:
                     continue
                 victim.gone = True
                 self.waiting -= 1
-                queue.refund(victim, victim.weight)
                 if victim.future is not None and not victim.future.done():
                     message = "A more urgent request took this one's place in the queue."
                     victim.future.set_exception(Shed(message, self._retry_after(victim)))

@@ -115,6 +115,22 @@ def test_a_request_that_left_unserved_costs_its_tenant_no_place() -> None:
     queue.push(Entry("b", 1), 1.0)
     for e in timed_out:
         e.gone = True
-        queue.refund(e, 1.0)
-    # a's five never ran: its next request is as early as b's first, not behind five more
-    assert queue.ahead("a") == queue.ahead("c")
+    queue.push(Entry("a", 1, 5), 1.0)
+    # a's five never ran: its next request goes as early as b's first, not behind five more
+    served = drain(queue, 2)
+    assert {(e.tenant, e.n) for e in served} == {("a", 5), ("b", 0)}
+
+
+def test_a_tenant_whose_oldest_requests_time_out_keeps_its_share() -> None:
+    """Two equal tenants, both with a backlog; the first half of a's time out while they
+    wait. What is left of a's is served alternately with b's, not after b's first five (the
+    tags of a's waiting requests do not keep the places of those that left)."""
+    queue: FairQueue[Entry] = FairQueue()
+    a_entries = [Entry("a", 1, i) for i in range(10)]
+    for a in a_entries:
+        queue.push(a, 1.0)
+        queue.push(Entry("b", 1), 1.0)
+    for a in a_entries[:5]:
+        a.gone = True
+    counts = Counter(e.tenant for e in drain(queue, 10))
+    assert counts == {"a": 5, "b": 5}
