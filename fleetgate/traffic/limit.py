@@ -39,7 +39,12 @@ class LimitSettings(Settings, frozen=True):
     """A pool's concurrency limit (`pools[].admission.limit`)."""
 
     max_in_flight: int | None = None  # a fixed limit for the pool; None: adaptive
-    initial_per_backend: int = 32  # the adaptive limit's start, per backend
+    # The adaptive limit's start, per backend: vLLM runs up to 256 sequences at once by default
+    # (1,024 on H100), SGLang and TGI about as many. From 32 a cold start under overload
+    # spent its first 20 s below the fleet's capacity (goodput 0.84-0.89x of it in five
+    # runs of benchmarks/overload.py; 0.92-0.94x from 128). A backend that runs fewer queues
+    # them itself, and the limit comes down on that signal (x0.9 a second: 128 to 8 in 26 s).
+    initial_per_backend: int = 128
     min_per_backend: int = 1  # it never goes below this, per backend
     max_per_backend: int = 4096  # nor above this
     target_ttft_s: float = 1.0  # median of short prompts' TTFT it keeps under
