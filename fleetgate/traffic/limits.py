@@ -95,7 +95,7 @@ class Reservation:
     @property
     def counts_tokens(self) -> bool:
         """Whether what the request uses matters (a tokens limit or a budget)."""
-        return bool(self.plan.token_buckets) or self.plan.budgeted
+        return self.plan.counts_tokens
 
 
 def _cost(limit: _Limit, pricing: PricingSettings, prompt: float, completion: float) -> float:
@@ -167,13 +167,19 @@ class Limits:
     ) -> Reservation | Refusal | None:
         """`reserve` without a coroutine when the store is this process's own (the common
         case: nothing to wait for); None when the store is remote: await `reserve`."""
-        if self._local is None:
+        local = self._local
+        if local is None:
             return None
-        plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
-        left = self._local.try_take(plan.buckets, costs)
+        plan = self._plans.get(key_id or f"tenant:{tenant.name}")
+        if plan is not None and tenant.settings.budget is None:  # the common case, inline
+            output = max_tokens if max_tokens is not None else self._assumed
+            costs = plan.costs(prompt_tokens + output)
+        else:
+            plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
+        left = local.try_take(plan.buckets, costs)
         if left is not None:
             return Reservation(plan, prompt_tokens, output, pricing, plan.head(left))
-        taken = self._local.take_now(plan.buckets, costs)  # refused: why, and for how long
+        taken = local.take_now(plan.buckets, costs)  # refused: why, and for how long
         return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
 
     async def reserve(
@@ -202,12 +208,7 @@ class Limits:
         plan = self._plans.get(key_id or f"tenant:{tenant.name}") or self._plan(tenant, key_id)
         output = max_tokens if max_tokens is not None else self._assumed
         if tenant.settings.budget is None:
-            tokens = float(prompt_tokens + output)
-            return (
-                plan,
-                [1.0 if per_request else tokens for per_request in plan.per_request],
-                output,
-            )
+            return plan, plan.costs(prompt_tokens + output), output
         budget = self._budget(tenant)
         assert budget is not None
         plan = _Plan((*plan.limits, budget))
@@ -265,8 +266,8 @@ class _Plan:
     """A key's limits, with what each request recomputes made once."""
 
     __slots__ = (
-        "buckets", "budgeted", "by_kind", "limits", "per_request", "single", "template",
-        "tightest", "token_buckets",
+        "buckets", "budgeted", "by_kind", "counts_tokens", "limits", "pair", "per_request",
+        "single", "template", "tightest", "token_at", "token_buckets", "unit",
     )  # fmt: skip
 
     def __init__(self, limits: tuple[_Limit, ...]) -> None:
@@ -275,6 +276,10 @@ class _Plan:
         self.per_request = tuple(limit.kind == "requests" for limit in limits)
         self.token_buckets = tuple(lim.bucket for lim in limits if lim.kind == "tokens")
         self.budgeted = any(limit.kind == "budget" for limit in limits)
+        self.counts_tokens = bool(self.token_buckets) or self.budgeted
+        # A request's costs: 1 from each requests bucket, its tokens from each tokens one.
+        self.unit = [1.0 if kind else 0.0 for kind in self.per_request]
+        self.token_at = tuple(i for i, kind in enumerate(self.per_request) if not kind)
         self.by_kind = tuple(
             (_HEADER_NAMES[kind], tuple(i for i, lim in enumerate(limits) if lim.kind == kind))
             for kind in ("requests", "tokens")
@@ -285,15 +290,27 @@ class _Plan:
         # each request finds the tightest one of the kind (`head`).
         self.single = all(len(indices) == 1 for _, indices in self.by_kind)
         self.tightest = tuple(indices[0] for _, indices in self.by_kind)
+        self.pair = self.tightest if self.single and len(self.tightest) == 2 else None
         self.template = b"".join(
             b"%b: %b\r\n%b: %%d\r\n"
             % (names[0], limits[indices[0]].header if self.single else b"%b", names[1])
             for names, indices in self.by_kind
         )
 
+    def costs(self, tokens: float) -> list[float]:
+        """What a request of `tokens` (estimated) takes from each bucket (no budget)."""
+        costs = self.unit.copy()
+        for i in self.token_at:
+            costs[i] = tokens
+        return costs
+
     def head(self, levels: list[float]) -> bytes:
         """The x-ratelimit-limit-* and -remaining-* header lines of an admitted request, from
         the tightest requests and tokens buckets."""
+        if self.pair is not None:  # one requests and one tokens bucket: the common case
+            i, j = self.pair
+            a, b = levels[i], levels[j]
+            return self.template % (a if a > 0 else 0, b if b > 0 else 0)
         values: list[bytes | float] = []
         if self.single:
             for i in self.tightest:
