@@ -179,3 +179,23 @@ async def test_without_redis_each_gateway_takes_its_share_and_says_so_once(
     await peek.aclose()
     await other.aclose()
     await store.close()
+
+
+@pytest.mark.parametrize(
+    "error",
+    [asyncio.IncompleteReadError(b"*2\r\n", 64), RuntimeError("reader torn down"), EOFError()],
+)
+async def test_a_reply_cut_off_as_redis_dies_falls_back_too(url: str, error: Exception) -> None:
+    """What the client's parser lets through when Redis dies mid-reply is a failure of Redis,
+    not of the request."""
+    store = await redis_store(url)
+    rpm = Bucket("t:rpm", 3, 1.0)
+
+    async def cut_off(*args: object) -> object:
+        raise error
+
+    store._execute = cut_off
+    assert (await store.take([rpm], [1])).ok  # from this gateway's share
+    assert not store.shared
+    await store.give([rpm], [1])
+    await store.close()
