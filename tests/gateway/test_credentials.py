@@ -21,8 +21,9 @@ ENGINE_KEY = "sk-engine-fields-key"
 
 
 class Recorder:
-    """An OpenAI-compatible upstream that answers every chat with 5 completion tokens and
-    keeps each request's headers."""
+    """An OpenAI-compatible upstream that answers every chat with 5 completion tokens (and
+    rate-limit headers of its own, as a provider's API does) and keeps each request's
+    headers."""
 
     def __init__(self) -> None:
         self.heads: list[dict[str, str]] = []
@@ -51,6 +52,7 @@ class Recorder:
                 }).encode()  # fmt: skip
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"x-ratelimit-limit-requests: 5000\r\nx-ratelimit-remaining-tokens: 99\r\n"
                     b"content-length: %d\r\n\r\n%b" % (len(body), body)
                 )
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -152,3 +154,18 @@ async def test_each_tenants_tokens_and_spend_are_counted_from_the_engines_usage(
     assert 'fleetgate_tokens_total{kind="completion",model="m",tenant="t"} 10.0' in text
     spend = next(line for line in text.splitlines() if line.startswith("fleetgate_spend_usd_total"))
     assert 'tenant="t"' in spend and float(spend.rsplit(" ", 1)[1]) == pytest.approx(0.034)
+
+
+async def test_a_limited_tenant_sees_the_gateways_rate_limit_headers_not_the_backends(
+    setup: tuple[Recorder, openai.AsyncOpenAI],
+) -> None:
+    _, client = setup
+    messages = [{"role": "user", "content": "x"}]
+    limited = await client.chat.completions.with_raw_response.create(model="m", messages=messages)
+    assert limited.headers.get_list("x-ratelimit-remaining-tokens") != ["99"]
+    assert len(limited.headers.get_list("x-ratelimit-remaining-tokens")) == 1  # ours alone
+    assert "x-ratelimit-limit-requests" not in limited.headers  # the tenant has no such limit
+    unlimited = openai.AsyncOpenAI(base_url=client.base_url, api_key=ENGINE_KEY, max_retries=0)
+    passed = await unlimited.chat.completions.with_raw_response.create(model="m", messages=messages)
+    await unlimited.close()
+    assert passed.headers.get_list("x-ratelimit-remaining-tokens") == ["99"]  # the backend's
