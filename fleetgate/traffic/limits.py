@@ -49,18 +49,18 @@ class _Limit:
     amount: float  # the limit as configured: per minute, or the budget per period
     per_key: bool = False  # a key's own limit, not its tenant's
     usd: bool = False  # a budget in money, not tokens
-    renews_s: float = 0.0  # a budget: until its period ends
+    renews_at: float = 0.0  # a budget: when its period ends (Unix time)
     header: bytes = field(init=False)  # x-ratelimit-limit-*'s value
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "header", b"%d" % self.amount)
 
-    def wait_s(self, cost: float, level: float) -> float:
+    def wait_s(self, cost: float, level: float, now: float) -> float:
         """Until a request of `cost` could pass (a cost over the bucket's size: until it is
-        full, the most it will ever hold)."""
+        full, the most it will ever hold); `now` in Unix time, for a budget's period."""
         b = self.bucket
         if b.rate_per_s <= 0:
-            return self.renews_s
+            return max(0.0, self.renews_at - now)
         return max(0.0, (min(cost, b.capacity) - level) / b.rate_per_s)
 
 
@@ -134,6 +134,7 @@ class Limits:
         self._prefix = prefix
         self._assumed = assumed_output_tokens
         self._plans: dict[str, _Plan] = {}  # by key id (a tenant's name when it has no key)
+        self._periods: dict[str, tuple[int, _Plan]] = {}  # the same with its budget, by period
 
     def _plan(self, tenant: Tenant, key_id: str) -> _Plan:
         s, p = tenant.settings, self._prefix
@@ -142,20 +143,25 @@ class Limits:
         self._plans[key_id or f"tenant:{tenant.name}"] = plan
         return plan
 
-    def _budget(self, tenant: Tenant) -> _Limit | None:
+    def _budgeted(self, tenant: Tenant, key: str, plan: _Plan) -> _Plan:
+        """`plan` with its tenant's budget of the period now: made once a period."""
         budget = tenant.settings.budget
-        if budget is None:
-            return None
+        assert budget is not None
         now, period = self._wall(), budget.period_s
         index = int(now // period)
-        left_s = (index + 1) * period - now
+        made = self._periods.get(key)
+        if made is not None and made[0] == index:
+            return made[1]
+        ends = (index + 1) * period
         usd = budget.cost_usd is not None
         amount = budget.cost_usd if budget.cost_usd is not None else budget.tokens
         assert amount is not None
-        key = f"{self._prefix}:b:{tenant.name}:{budget.period}:{index}"
-        # Kept a minute past its period, for a request that reconciles late.
-        bucket = Bucket(key, amount, 0.0, left_s + 60.0)
-        return _Limit(bucket, "budget", amount, False, usd, left_s)
+        name = f"{self._prefix}:b:{tenant.name}:{budget.period}:{index}"
+        # Kept a minute past its period (counted from any change), for a late reconciliation.
+        bucket = Bucket(name, amount, 0.0, ends - now + 60.0)
+        full = _Plan((*plan.limits, _Limit(bucket, "budget", amount, False, usd, ends)))
+        self._periods[key] = (index, full)
+        return full
 
     def reserve_now(
         self,
@@ -205,17 +211,16 @@ class Limits:
     ) -> tuple[_Plan, list[float], int]:
         """The buckets a request takes from, what it takes from each, and its output tokens
         reserved."""
-        plan = self._plans.get(key_id or f"tenant:{tenant.name}") or self._plan(tenant, key_id)
+        key = key_id or f"tenant:{tenant.name}"
+        plan = self._plans.get(key) or self._plan(tenant, key_id)
         output = max_tokens if max_tokens is not None else self._assumed
         if tenant.settings.budget is None:
             return plan, plan.costs(prompt_tokens + output), output
-        budget = self._budget(tenant)
-        assert budget is not None
-        plan = _Plan((*plan.limits, budget))
+        plan = self._budgeted(tenant, key, plan)
         return plan, [_cost(lim, pricing, prompt_tokens, output) for lim in plan.limits], output
 
-    @staticmethod
     def _answer(
+        self,
         plan: _Plan,
         costs: list[float],
         taken: Taken,
@@ -226,7 +231,7 @@ class Limits:
         if taken.ok:
             return Reservation(plan, prompt_tokens, output, pricing, plan.head(taken.levels))
         headers = plan.refusal_headers(taken.levels)
-        return _refusal(plan.limits, costs, taken, headers)
+        return _refusal(plan.limits, costs, taken, headers, self._wall())
 
     def settle(
         self, held: Reservation, prompt_tokens: int, output_tokens: int
@@ -340,14 +345,18 @@ class _Plan:
 
 
 def _refusal(
-    limits: tuple[_Limit, ...], costs: list[float], taken: Taken, headers: list[tuple[bytes, bytes]]
+    limits: tuple[_Limit, ...],
+    costs: list[float],
+    taken: Taken,
+    headers: list[tuple[bytes, bytes]],
+    now: float,
 ) -> Refusal:
     """The refusal for the limit that keeps the request waiting longest."""
     short = [
         (lim, c, lvl) for lim, c, lvl in zip(limits, costs, taken.levels, strict=True) if lvl < c
     ]
-    limit, cost, level = max(short, key=lambda s: s[0].wait_s(s[1], s[2]))
-    retry = limit.wait_s(cost, level)
+    limit, cost, level = max(short, key=lambda s: s[0].wait_s(s[1], s[2], now))
+    retry = limit.wait_s(cost, level, now)
     if limit.kind == "budget":
         unit = "USD" if limit.usd else "tokens"
         message = (

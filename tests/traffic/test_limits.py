@@ -135,6 +135,10 @@ async def test_a_token_budget_ends_with_its_period_and_renews_with_the_next() ->
     assert no.code == "insufficient_quota"
     assert "budget of 1000 tokens" in no.message
     assert no.retry_after_s == pytest.approx(DAY - 3600)
+    clock.now += 7200  # the same period, later: the wait counts down
+    assert (await refused(lim, t, prompt=100, out=100)).retry_after_s == pytest.approx(
+        DAY - 3 * 3600
+    )
     clock.now = 11 * DAY + 1
     await reserve(lim, t, prompt=400, out=500)
 
