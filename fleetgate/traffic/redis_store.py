@@ -94,9 +94,7 @@ _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_TAKE, 
 # What a call to Redis may raise when Redis dies under it: its own errors, a socket's, and
 # what the client's parser lets through from a reply cut off mid-way (an EOFError such as
 # asyncio's IncompleteReadError, a RuntimeError from a reader torn down while read). A
-# request must never fail because Redis did, so each of these falls back to the shares (a
-# 500 was seen once in tests/e2e/test_shared_limits.py as Redis was killed under load; its
-# exception was not kept, and these are what could still get through).
+# request must never fail because Redis did, so each of these falls back to the shares.
 _FAILURES = (RedisError, OSError, EOFError, RuntimeError)
 
 

@@ -74,15 +74,20 @@ class MemoryStore:
 
     def take_now(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         """`take`, without a coroutine (the store of one process never waits)."""
-        left = self.try_take(buckets, costs)
-        if left is None:
-            return self._refused(buckets, costs, self._clock())
+        now = self._clock()
+        left = self._take_at(buckets, costs, now)
+        if left is None:  # why, at the same instant (a later one may have refilled it)
+            return self._refused(buckets, costs, now)
         return Taken(True, left, 0.0)
 
     def try_take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> list[float] | None:
         """`take_now` when every bucket can pay: the levels left; None (nothing taken) when
         one cannot (`take_now` says which, and how long to wait)."""
-        now = self._clock()
+        return self._take_at(buckets, costs, self._clock())
+
+    def _take_at(
+        self, buckets: Sequence[Bucket], costs: Sequence[float], now: float
+    ) -> list[float] | None:
         self._calls += 1
         if self._calls >= self._SWEEP_EVERY:
             self._sweep(now)

@@ -81,3 +81,17 @@ def test_full_and_expired_memory_buckets_are_swept() -> None:
     for _ in range(MemoryStore._SWEEP_EVERY):
         store.take_now([Bucket("live", 1e9, 1.0)], [1])
     assert len(store) == 1
+
+
+def test_a_refusal_says_why_at_the_instant_it_was_decided() -> None:
+    """Time passes between reading the clock to decide and reading it again: the refusal's
+    levels and wait are those of the decision (read later, the bucket could have refilled,
+    and a refusal with no bucket short of its cost became a 500 under load)."""
+    times = iter([1000.0, 1000.6, 1001.2, 1001.8])
+    store = MemoryStore(lambda: next(times))
+    rpm = Bucket("rpm", 1, 1.0)
+    assert store.take_now([rpm], [1]).ok  # at 1000.0: empty after
+    refused = store.take_now([rpm], [1])  # at 1000.6: 0.6 of 1
+    assert not refused.ok
+    assert refused.levels == [pytest.approx(0.6)]
+    assert refused.wait_s == pytest.approx(0.4)
