@@ -89,17 +89,17 @@ class Entrance:
         headers: dict[bytes, bytes],
         admission: Admission | None,
     ) -> Entry:
-        """The request's holds, or `Refused` (429 over a limit, 503 shed, 400 bad header)."""
+        """`enter_now` when it returned None: the tenant's limits are in a remote store. The
+        request's holds, or `Refused` (429 over a limit, 503 shed, 400 bad header)."""
         tenant = caller.tenant
         priority = self._priority(tenant, headers)
-        held = None
-        if self._door is not None and tenant.limited:
-            routing = ex.routing
-            pricing = self._pricing.get(ex.model, FREE)
-            held = await self._door.enter(
-                caller, priority, routing.prompt_tokens, routing.max_tokens, pricing
-            )
-            self._hold(ex, held)
+        assert self._door is not None and tenant.limited
+        routing = ex.routing
+        pricing = self._pricing.get(ex.model, FREE)
+        held = await self._door.enter(
+            caller, priority, routing.prompt_tokens, routing.max_tokens, pricing
+        )
+        self._hold(ex, held)
         entry = self._entry(tenant, priority, held, ex, headers, admission)
         if entry.waiting:
             await self.wait(entry)

@@ -173,19 +173,10 @@ class Limits:
     ) -> Reservation | Refusal | None:
         """`reserve` without a coroutine when the store is this process's own (the common
         case: nothing to wait for); None when the store is remote: await `reserve`."""
-        local = self._local
-        if local is None:
+        if self._local is None:
             return None
-        plan = self._plans.get(key_id or f"tenant:{tenant.name}")
-        if plan is not None and tenant.settings.budget is None:  # the common case, inline
-            output = max_tokens if max_tokens is not None else self._assumed
-            costs = plan.costs(prompt_tokens + output)
-        else:
-            plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
-        left = local.try_take(plan.buckets, costs)
-        if left is not None:
-            return Reservation(plan, prompt_tokens, output, pricing, plan.head(left))
-        taken = local.take_now(plan.buckets, costs)  # refused: why, and for how long
+        plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
+        taken = self._local.take_now(plan.buckets, costs)
         return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
 
     async def reserve(
@@ -271,8 +262,8 @@ class _Plan:
     """A key's limits, with what each request recomputes made once."""
 
     __slots__ = (
-        "buckets", "budgeted", "by_kind", "counts_tokens", "limits", "pair", "per_request",
-        "single", "template", "tightest", "token_at", "token_buckets", "unit",
+        "buckets", "budgeted", "by_kind", "counts_tokens", "limits", "per_request", "single",
+        "template", "tightest", "token_at", "token_buckets", "unit",
     )  # fmt: skip
 
     def __init__(self, limits: tuple[_Limit, ...]) -> None:
@@ -295,7 +286,6 @@ class _Plan:
         # each request finds the tightest one of the kind (`head`).
         self.single = all(len(indices) == 1 for _, indices in self.by_kind)
         self.tightest = tuple(indices[0] for _, indices in self.by_kind)
-        self.pair = self.tightest if self.single and len(self.tightest) == 2 else None
         self.template = b"".join(
             b"%b: %b\r\n%b: %%d\r\n"
             % (names[0], limits[indices[0]].header if self.single else b"%b", names[1])
@@ -312,10 +302,6 @@ class _Plan:
     def head(self, levels: list[float]) -> bytes:
         """The x-ratelimit-limit-* and -remaining-* header lines of an admitted request, from
         the tightest requests and tokens buckets."""
-        if self.pair is not None:  # one requests and one tokens bucket: the common case
-            i, j = self.pair
-            a, b = levels[i], levels[j]
-            return self.template % (a if a > 0 else 0, b if b > 0 else 0)
         values: list[bytes | float] = []
         if self.single:
             for i in self.tightest:

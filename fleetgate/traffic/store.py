@@ -75,19 +75,6 @@ class MemoryStore:
     def take_now(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         """`take`, without a coroutine (the store of one process never waits)."""
         now = self._clock()
-        left = self._take_at(buckets, costs, now)
-        if left is None:  # why, at the same instant (a later one may have refilled it)
-            return self._refused(buckets, costs, now)
-        return Taken(True, left, 0.0)
-
-    def try_take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> list[float] | None:
-        """`take_now` when every bucket can pay: the levels left; None (nothing taken) when
-        one cannot (`take_now` says which, and how long to wait)."""
-        return self._take_at(buckets, costs, self._clock())
-
-    def _take_at(
-        self, buckets: Sequence[Bucket], costs: Sequence[float], now: float
-    ) -> list[float] | None:
         self._calls += 1
         if self._calls >= self._SWEEP_EVERY:
             self._sweep(now)
@@ -95,16 +82,9 @@ class MemoryStore:
         found, left = [], []
         for bucket, cost in zip(buckets, costs):  # noqa: B905 (same length; strict costs time)
             cell = cells.get(bucket.key)
-            if cell is None:
-                level = bucket.capacity
-            elif bucket.rate_per_s == 0:
-                level = bucket.capacity if now >= cell[1] + bucket.ttl_s else cell[0]
-            else:
-                level = cell[0] + bucket.rate_per_s * (now - cell[1])
-                if level > bucket.capacity:
-                    level = bucket.capacity
-            if level < cost:
-                return None
+            level = bucket.capacity if cell is None else _level(cell, bucket, now)
+            if level < cost:  # why, at the same instant (a later one may have refilled it)
+                return self._refused(buckets, costs, now)
             found.append(cell)
             left.append(level - cost)
         for bucket, cell, level in zip(buckets, found, left):  # noqa: B905
@@ -113,7 +93,7 @@ class MemoryStore:
             else:
                 cell[0] = level
                 cell[1] = now
-        return left
+        return Taken(True, left, 0.0)
 
     def _refused(self, buckets: Sequence[Bucket], costs: Sequence[float], now: float) -> Taken:
         """What `take` answers when a bucket is short: every bucket's level, and the wait."""
@@ -169,6 +149,5 @@ def _level(cell: list[Any], bucket: Bucket, now: float) -> float:
         return bucket.capacity if now >= then + bucket.ttl_s else level
     if now > then:
         level += rate * (now - then)
-        if level > bucket.capacity:
-            return bucket.capacity
-    return level
+    # Capped even with no time gone: a give-back adds to the level as it was (give_now).
+    return level if level < bucket.capacity else bucket.capacity

@@ -95,3 +95,13 @@ def test_a_refusal_says_why_at_the_instant_it_was_decided() -> None:
     assert not refused.ok
     assert refused.levels == [pytest.approx(0.6)]
     assert refused.wait_s == pytest.approx(0.4)
+
+
+def test_a_debt_right_after_a_give_back_is_taken_from_the_capped_level() -> None:
+    clock = Clock()
+    store = MemoryStore(clock)
+    tpm = Bucket("tpm", 100, 10.0)
+    store.take_now([tpm], [80])
+    store.give_now([tpm], [500])  # capped at 100 when read, at this instant too
+    store.give_now([tpm], [-150])
+    assert store.take_now([tpm], [1]).levels == [pytest.approx(-50)]
