@@ -64,15 +64,20 @@ class RequestHeaders:
         return out
 
 
-def returned(headers: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The upstream's response headers (lower-case names) that go on to the client."""
+def returned(
+    headers: Sequence[tuple[bytes, bytes]], own_limits: bool = False
+) -> list[tuple[bytes, bytes]]:
+    """The upstream's response headers (lower-case names) that go on to the client; with
+    `own_limits` (the gateway sends its tenant's x-ratelimit-*), not the upstream's
+    x-ratelimit-*: a client given both would read a pair of each."""
     out = []
     connection = None
     for name, value in headers:
-        if name not in _NOT_RETURNED:
+        if name in _NOT_RETURNED:
+            if name == b"connection":
+                connection = value
+        elif not (own_limits and name.startswith(b"x-ratelimit-")):
             out.append((name, value))
-        elif name == b"connection":
-            connection = value
     if connection is not None and connection not in _PLAIN_CONNECTION:
         # The headers it names are hop-by-hop too.
         named = {token.strip().lower() for token in connection.split(b",")}

@@ -213,9 +213,11 @@ class Attempts:
                         )
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
-                        upstream = [h for h in returned(response.headers) if h[0] not in _SSE_NAMES]
-                        if ex.reply_head:
-                            upstream = _without_rate_limits(upstream)
+                        upstream = [
+                            h
+                            for h in returned(response.headers, bool(ex.reply_head))
+                            if h[0] not in _SSE_NAMES
+                        ]
                         head = [*SSE_HEADERS, *upstream, (b"x-request-id", ex.request_id)]
                         ex.writer.start(200, head, ex.reply_head)
                     return won
@@ -266,9 +268,7 @@ class Attempts:
                 else:
                     ex.prior_status, ex.prior_backend = status, state
         # The upstream's headers (its Retry-After included: the client may wait as it asked).
-        reply = returned(response.headers)
-        if ex.reply_head:
-            reply = _without_rate_limits(reply)
+        reply = returned(response.headers, bool(ex.reply_head))
         if response.header(b"content-type") is None:
             reply.append((b"content-type", JSON))
         if status in retry_on:
@@ -349,9 +349,3 @@ async def _relay(response: UpstreamAnswer, relay: StreamRelay, progress: StreamP
     await response.relay(relay)
     if not progress.done:
         raise ReadError("the stream ended without [DONE]")
-
-
-def _without_rate_limits(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
-    """The upstream's headers less its x-ratelimit-*: the gateway sends its tenant's own
-    (`Exchange.reply_head`), and a client given both would read a pair of each."""
-    return [h for h in headers if not h[0].startswith(b"x-ratelimit-")]

@@ -35,3 +35,8 @@ def test_an_upstream_s_answer_headers_come_back_but_hop_by_hop_and_the_gateway_s
         (b"content-type", b"application/json"), (b"retry-after", b"2"),
         (b"openai-processing-ms", b"41"), (b"x-ratelimit-remaining-tokens", b"100"),
     ]  # fmt: skip
+    # When the gateway sends its tenant's own x-ratelimit-*, the upstream's are not returned.
+    assert returned(headers, own_limits=True) == [
+        (b"content-type", b"application/json"), (b"retry-after", b"2"),
+        (b"openai-processing-ms", b"41"),
+    ]  # fmt: skip
