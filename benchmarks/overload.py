@@ -252,8 +252,8 @@ def row(name: str, records: list[RequestRecord], seconds: float) -> dict[str, An
         "other_errors": {k: v for k, v in kinds.items()
                          if k not in ("ok", "timeout", "no_answer") and k not in shed},
         "refusals_without_retry_after": sum(1 for r in refusals if r.retry_after_s is None),
-        "ttft_p50_ms": percentile(ttfts, 0.5) * 1000 if ttfts else None,
-        "ttft_p99_ms": percentile(ttfts, 0.99) * 1000 if ttfts else None,
+        "ttft_p50_ms": percentile(ttfts, 50) * 1000 if ttfts else None,
+        "ttft_p99_ms": percentile(ttfts, 99) * 1000 if ttfts else None,
         "goodput": goodput(records, seconds),
     }  # fmt: skip
 
@@ -311,11 +311,11 @@ def main() -> int:
         reasons = asyncio.run(rejections(origin))
         rows = [row(t.name, by_tenant[t.name], seconds) for t in OVERLOAD]
         show(rows)
-        goodput = sum(r["goodput"] for r in rows)
+        total = sum(r["goodput"] for r in rows)
         a, b = (next(r["goodput"] for r in rows if r["tenant"] == n) for n in ("even-a", "even-b"))
         missing = sum(r["refusals_without_retry_after"] for r in rows)
         first_shed = {r["tenant"]: sum(r["shed"].values()) / max(1, r["offered"]) for r in rows}
-        print(f"\n   goodput {goodput:.1f} req/s = {goodput / cap:.2f}x capacity (target >= 0.95)")
+        print(f"\n   goodput {total:.1f} req/s = {total / cap:.2f}x capacity (target >= 0.95)")
         # The same successes counted as the capacity's are (after the first third): the
         # steady state, without the overload's cold start.
         steady = sum(goodput(by_tenant[t.name], seconds, 1 / 3) for t in OVERLOAD)
@@ -347,9 +347,9 @@ def main() -> int:
         queued = sorted(s[1] for s in samples)
         if limits:
             print(f"   concurrency limit min / median / max: {limits[0]:.0f} / "
-                  f"{percentile(limits, 0.5):.0f} / {limits[-1]:.0f}; waiting median "
-                  f"{percentile(queued, 0.5):.0f}, max {queued[-1]:.0f}\n")  # fmt: skip
-        report["overload"] = {"rows": rows, "goodput": goodput, "goodput_ratio": goodput / cap,
+                  f"{percentile(limits, 50):.0f} / {limits[-1]:.0f}; waiting median "
+                  f"{percentile(queued, 50):.0f}, max {queued[-1]:.0f}\n")  # fmt: skip
+        report["overload"] = {"rows": rows, "goodput": total, "goodput_ratio": total / cap,
                               "steady_goodput": steady, "steady_fairness": sa / sb if sb else None,
                               "fairness": a / b if b else None, "timeline_5s": steps,
                               "cpu_busy": cpu}  # fmt: skip
