@@ -19,6 +19,9 @@ second gateway runs with API keys and a tenant's rate limits on (in-process stor
 high enough never to refuse) and is printed beside it, as the ratio to the gateway without:
 both run at once and are measured window by window in turn (three rounds, medians), since on
 a shared VM the machine's speed drifts between runs by more than the difference measured.
+With `--pair observability`, the same pairing compares the gateway as it runs by default
+(metrics and the request log on) with one whose metrics and request log are off;
+`--pair request-log`, with one whose request log alone is off.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import PY, cpu_seconds, drain, free_port, process, wait_http
@@ -68,6 +72,61 @@ tenants:
     keys: [{AUTH_KEY}]
     limits: {{requests_per_minute: 1.0e+12, tokens_per_minute: 1.0e+15}}
 """
+
+
+@dataclass(frozen=True)
+class Pair:
+    """Two gateways compared window by window: `base` and `other` (config appended to the
+    pool's), `key` the API key the other needs."""
+
+    base_name: str
+    base: str
+    other_name: str
+    other: str
+    key: str | None
+    line: str  # what the ratio is called in the report
+
+
+PAIRS = {
+    "auth": Pair("fleetgate", "", "fleetgate+auth", AUTH_CONFIG, AUTH_KEY,
+                 "keys and rate limits on / off"),
+    "observability": Pair("fleetgate-obs-off",
+                          "server: {metrics: false}\nrequest_log: {enabled: false}\n",
+                          "fleetgate", "", None, "metrics and request log on / all off"),
+    "request-log": Pair("fleetgate-log-off", "request_log: {enabled: false}\n",
+                        "fleetgate", "", None, "the request log on / off (metrics on)"),
+}  # fmt: skip
+
+
+def measure_pair(
+    pair: Pair, pool: str, seconds: float, upstream_pid: int
+) -> dict[str, dict[str, float]]:
+    """Both gateways of `pair` at once, measured window by window in turn."""
+    files, cmds, ports = [], [], []
+    for extra in (pair.base, pair.other):
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as cfg:
+            cfg.write(pool + extra)
+        port = free_port()
+        files.append(cfg.name)
+        ports.append(port)
+        cmds.append([*_pin(0), PY, "-m", "fleetgate", "serve", "--config", cfg.name,
+                     "--port", str(port)])  # fmt: skip
+    try:
+        with (
+            _serving(cmds[0], f"http://127.0.0.1:{ports[0]}/healthz") as base,
+            _serving(cmds[1], f"http://127.0.0.1:{ports[1]}/healthz") as other,
+        ):
+            print(f"through fleetgate, {pair.base_name} and {pair.other_name} in turn ...",
+                  flush=True)  # fmt: skip
+            targets: list[tuple[str, int | None, str | None]] = [
+                (f"http://127.0.0.1:{ports[0]}", base.pid, None),
+                (f"http://127.0.0.1:{ports[1]}", other.pid, pair.key),
+            ]
+            first, second = measure_alternately(targets, seconds, upstream_pid)
+    finally:
+        for name in files:
+            os.unlink(name)
+    return {pair.base_name: first, pair.other_name: second}
 
 
 def _wrk(
@@ -192,6 +251,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each wrk run")
     parser.add_argument("--auth", action="store_true", help="also with keys and rate limits on")
+    parser.add_argument("--pair", choices=sorted(PAIRS), help="the gateway beside another, "
+                        "measured in turn: auth (= --auth), observability (metrics and the "
+                        "request log off), request-log (it alone off)")  # fmt: skip
     args = parser.parse_args()
     if not shutil.which("wrk"):
         print("wrk is needed: apt-get install wrk", file=sys.stderr)
@@ -208,31 +270,14 @@ def main() -> int:
             cfg.write(f"pools:\n  - model: fast\n    backends:\n      - url: {upstream}\n")
         gw_cmd = [*_pin(0), PY, "-m", "fleetgate", "serve", "--config", cfg.name,
                   "--port", str(gw_port)]  # fmt: skip
-        if not args.auth:
+        pair = PAIRS.get("auth" if args.auth else args.pair or "")
+        if pair is None:
             with _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
                 print("through fleetgate ...", flush=True)
                 url = f"http://127.0.0.1:{gw_port}"
                 results["fleetgate"] = measure(url, seconds, gw.pid, up.pid)
         else:
-            # Both gateways at once, measured window by window in turn (measure_alternately).
-            with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as auth_cfg:
-                auth_cfg.write(Path(cfg.name).read_text() + AUTH_CONFIG)
-            auth_port = free_port()
-            auth_cmd = [*_pin(0), PY, "-m", "fleetgate", "serve", "--config", auth_cfg.name,
-                        "--port", str(auth_port)]  # fmt: skip
-            with (
-                _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw,
-                _serving(auth_cmd, f"http://127.0.0.1:{auth_port}/healthz") as auth,
-            ):
-                print("through fleetgate, without and with keys and rate limits, in turn ...",
-                      flush=True)  # fmt: skip
-                targets: list[tuple[str, int | None, str | None]] = [
-                    (f"http://127.0.0.1:{gw_port}", gw.pid, None),
-                    (f"http://127.0.0.1:{auth_port}", auth.pid, AUTH_KEY),
-                ]
-                off, on = measure_alternately(targets, seconds, up.pid)
-                results["fleetgate"], results["fleetgate+auth"] = off, on
-            os.unlink(auth_cfg.name)
+            results.update(measure_pair(pair, Path(cfg.name).read_text(), seconds, up.pid))
         os.unlink(cfg.name)
         nginx = shutil.which("nginx") or (
             "/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None
@@ -263,7 +308,9 @@ def main() -> int:
 
 def report(results: dict[str, dict[str, float]]) -> None:
     direct = results["direct"]
-    names = [n for n in ("fleetgate", "fleetgate+auth", "nginx", "sglang-router") if n in results]
+    order = ("fleetgate-obs-off", "fleetgate-log-off", "fleetgate", "fleetgate+auth", "nginx",
+             "sglang-router")  # fmt: skip
+    names = [n for n in order if n in results]
     print()
     print(f"{'':34}{'direct':>10}" + "".join(f"{n:>15}" for n in names))
     rows = [
@@ -288,12 +335,13 @@ def report(results: dict[str, dict[str, float]]) -> None:
         gw, ng = results["fleetgate"], results["nginx"]
         print(f"\nfleetgate / nginx: {gw['rps'] / ng['rps']:.2f}x the req/s, "
               f"{gw['cpu'] / ng['cpu']:.2f}x the CPU per streamed answer")  # fmt: skip
-    if "fleetgate+auth" in results:
-        gw, auth = results["fleetgate"], results["fleetgate+auth"]
-        print(f"keys and rate limits on / off: {auth['rps'] / gw['rps']:.2f}x the req/s, "
-              f"{auth['p50_us'] - gw['p50_us']:+,.0f} us at p50, "
-              f"{auth['cpu'] / gw['cpu']:.2f}x the CPU per streamed answer "
-              "(target: req/s >= 0.90x)")  # fmt: skip
+    for pair in PAIRS.values():
+        if pair.base_name in results and pair.other_name in results:
+            base, other = results[pair.base_name], results[pair.other_name]
+            print(f"{pair.line}: {other['rps'] / base['rps']:.2f}x the req/s, "
+                  f"{other['p50_us'] - base['p50_us']:+,.0f} us at p50, "
+                  f"{other['cpu'] / base['cpu']:.2f}x the CPU per streamed answer "
+                  "(target: req/s >= 0.90x)")  # fmt: skip
     if "sglang-router" not in results:
         print("sglang-router: not installed (pip install sglang-router to compare)")
 

@@ -25,6 +25,7 @@ from fleetgate.health.active import ActiveCheckSettings
 from fleetgate.health.outlier import OutlierSettings
 from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
+from fleetgate.observe.request_log import RequestLogSettings
 from fleetgate.resilience.hedge import HedgeSettings
 from fleetgate.resilience.retry import RetrySettings
 from fleetgate.routing.pipeline import SHORTLIST
@@ -53,6 +54,7 @@ class ServerConfig(ServerLimits, frozen=True):
     connect_timeout_s: float = 5.0  # discovery and health probes connecting to a backend
     drain_timeout_s: float = 30.0  # on SIGTERM/Ctrl-C, requests in progress get this long
     admin: bool = False  # serve /admin/* (draining backends); keep off on exposed ports
+    metrics: bool = True  # serve /metrics (Prometheus), counting every request's events
     audit_log: str | None = None  # append admin actions and failed keys here (JSON lines)
     tls_cert_file: str | None = None  # serve HTTPS with this certificate chain (PEM)...
     tls_key_file: str | None = None  # ...and this private key (PEM); both or neither
@@ -249,6 +251,7 @@ class Config(Settings, frozen=True):
     auth: AuthConfig = AuthConfig()  # API keys; off unless tenants have keys
     tenants: list[TenantSettings] = []  # who may call, and their limits (traffic/tenants.py)
     limits: LimitsConfig = LimitsConfig()  # where limits are counted
+    request_log: RequestLogSettings = RequestLogSettings()  # a line per request (observe/)
 
     @property
     def auth_enabled(self) -> bool:

@@ -45,6 +45,7 @@ from fleetgate.lifecycle.accounting import FleetAccounting
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
 from fleetgate.observe.metrics import GatewayMetrics
+from fleetgate.observe.request_log import RequestLog, open_request_log
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
@@ -284,11 +285,12 @@ class RunningGateway:
         self, server: HttpServer, client: HttpClient, sims: SimFleetProcess | None,
         gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
-        limit_store: RedisStore | None = None,
+        limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
     ) -> None:  # fmt: skip
         self.server = server
         self.tls = tls
         self._limit_store = limit_store  # shared through Redis: its heartbeat and client
+        self._request_log = request_log
         self._checker = checker
         self._scraper = scraper
         self._background = background  # the TLS files' reload checks
@@ -315,6 +317,8 @@ class RunningGateway:
         self._scraper.stop()
         self._background.stop()
         await self.server.close()
+        if self._request_log is not None:
+            self._request_log.flush()  # the last requests' lines
         await self._client.close()
         if self._limit_store is not None:
             await self._limit_store.close()
@@ -334,10 +338,12 @@ def compose(
     checker: ActiveChecker | None = None,
     scraper: MetricsScraper | None = None,
     limit_store: LimitStore | None = None,
+    request_log: RequestLog | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
     scraper, when given, start probing the backends (a benchmark or a simulator gives none);
-    limits are counted in `limit_store`, in this process's memory when none is given."""
+    limits are counted in `limit_store`, in this process's memory when none is given; each
+    request is written to `request_log` when one is given."""
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
     clusters: dict[str, Cluster] = {}
@@ -345,14 +351,23 @@ def compose(
         lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
         lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
     )
+    exporters = [metrics.subscribe] if config.server.metrics else []
+    if request_log is not None:
+        exporters.append(request_log.subscribe)
+
+    def subscribe(hooks: Hooks) -> None:
+        for exporter in exporters:
+            exporter(hooks)
+
     clusters.update(
         build_clusters(
             resolved, registry or default_registry(), rng, transport=transport, clock=clock,
-            subscribe=metrics.subscribe, tenants=tenants,
+            subscribe=subscribe, tenants=tenants,
         )
     )  # fmt: skip
-    for model, cluster in clusters.items():
-        cluster.router.pipeline.set_timer(metrics.routing_timer(model))
+    if config.server.metrics:
+        for model, cluster in clusters.items():
+            cluster.router.pipeline.set_timer(metrics.routing_timer(model))
     attempts = Attempts(transport, clock)
     failover = Failover(
         attempts, Continuation(attempts, clock), clock, random.Random(rng.getrandbits(64))
@@ -375,12 +390,13 @@ def compose(
     if checker is not None and checker.expects_heartbeats:
         heartbeats = HeartbeatEndpoint(checker)
     edge = Hooks()
-    metrics.subscribe(edge)
+    subscribe(edge)
     if audit is not None:
         audit.subscribe(edge)
     door, operators = build_front_door(config, tenants, clock, wall_clock, limit_store)
+    render = metrics.render if config.server.metrics else None
     gateway = Gateway(
-        clusters, failover, Emitters(edge), metrics.render, clock, RequestIds(),
+        clusters, failover, Emitters(edge), render, clock, RequestIds(),
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
         RequestHeaders(config.server.deny_request_headers), door, operators,
         config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,
@@ -429,12 +445,18 @@ async def start_gateway(
     background = PeriodicTasks(random.Random(rng.getrandbits(64)))
     store = build_limit_store(config.limits, clock, rng)
     shared = store if isinstance(store, RedisStore) else None
+    request_log = None
+    if config.request_log.enabled:
+        try:
+            request_log = open_request_log(config.request_log)
+        except OSError as exc:
+            raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
     try:
         if shared is not None:
             shared.start()
         gateway, clusters = compose(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
-            checker=checker, scraper=scraper, limit_store=store,
+            checker=checker, scraper=scraper, limit_store=store, request_log=request_log,
         )  # fmt: skip
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
@@ -474,6 +496,7 @@ async def start_gateway(
         background,
         tls is not None,
         shared,
+        request_log,
     )
 
 

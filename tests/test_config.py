@@ -274,6 +274,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     from fleetgate.fleet.scraper import ScrapeSettings
     from fleetgate.health.active import ActiveCheckSettings
     from fleetgate.health.outlier import OutlierSettings
+    from fleetgate.observe.request_log import RequestLogSettings
     from fleetgate.resilience.hedge import HedgeSettings
     from fleetgate.resilience.retry import RetrySettings
     from fleetgate.traffic.admission import AdmissionSettings
@@ -300,7 +301,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("tenants[].budget.", BudgetSettings),
                            ("limits.", LimitsConfig),
                            ("pools[].admission.", AdmissionSettings),
-                           ("pools[].admission.limit.", LimitSettings)):  # fmt: skip
+                           ("pools[].admission.limit.", LimitSettings),
+                           ("request_log.", RequestLogSettings)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

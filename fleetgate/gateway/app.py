@@ -83,7 +83,7 @@ class Gateway:
         clusters: Mapping[str, Cluster],
         failover: Failover,
         emit: Emitters,
-        metrics: Callable[[], bytes],
+        metrics: Callable[[], bytes] | None,
         clock: Callable[[], float],
         ids: RequestIds,
         created: int,
@@ -107,7 +107,7 @@ class Gateway:
         self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py
         self._failover = failover
         self._emit = emit  # for what happens before a request reaches its pool
-        self._metrics = metrics  # the Prometheus text of the moment
+        self._metrics = metrics  # the Prometheus text of the moment (None: not served)
         self._clock = clock
         self._ids = ids
         names = sorted([*self._clusters, *self._model_routes])
@@ -130,8 +130,9 @@ class Gateway:
             b"/v1/models": self._models,
             b"/healthz": self._healthz,
             b"/readyz": self._readyz,
-            b"/metrics": self._scrape,
         }
+        if metrics is not None:
+            get[b"/metrics"] = self._scrape
         if admin is not None:
             post[b"/admin/drain"] = self._operator("admin", admin.drain)
             get[b"/admin/backends"] = self._operator("admin", admin.backends)
@@ -360,6 +361,7 @@ class Gateway:
             writer.send(200, headers, b'{"status":"ready"}')
 
     async def _scrape(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        assert self._metrics is not None  # routed only then
         writer.send(
             200,
             [

@@ -1,0 +1,276 @@
+"""The request log: one line per request once it is over, from the lifecycle's events.
+
+On standard output (`request_log.path: "-"`, the default) or appended to a file; JSON lines
+when the output is not a terminal, a readable line when it is (`format: auto`):
+
+    {"time":"2026-11-26T02:10:00.123Z","request_id":"6a1f0c2e-41","tenant":"gold",
+     "priority":"critical","model":"llama-3.1-8b-instruct","backend":"h100-0","attempts":1,
+     "status":200,"outcome":"answered","ttft_ms":120.5,"e2e_ms":2301.0,
+     "prompt_tokens":1024,"completion_tokens":128,"cost_usd":0.000138}
+    02:10:00.123 200 answered gold/critical llama-3.1-8b-instruct -> h100-0 ttft 120 ms
+        e2e 2.30 s 1024+128 tok $0.000138 [6a1f0c2e-41]
+
+A field the gateway does not know is left out: a refused request has no backend, and its
+`reason` (the error's code) instead; tokens and cost come with answers whose use is counted
+(a tenant with a tokens limit, a budget, or a pool with prices). Never written: prompts,
+answers, keys (the tenant names the caller), header values. `model` is the pool's, never the
+string a client sent (a request refused before routing has none).
+
+At high rates lines are sampled: `sample` of the answered requests under 500 (every failure
+is kept), and at most `max_lines_per_s` lines a second; what is left out is counted in the
+next line written (`skipped_before`). Lines are written in batches, `flush_s` apart, with one
+write each: the request path only appends to a list.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import msgspec
+
+from fleetgate.lifecycle.events import (
+    NO_BACKEND,
+    Admitted,
+    AttemptStarted,
+    Charged,
+    Finished,
+    Rejected,
+)
+from fleetgate.lifecycle.hooks import Hooks
+from fleetgate.settings import Settings, at_least, positive_seconds, within
+
+Schedule = Callable[[float, Callable[[], None]], object]
+
+
+class RequestLogSettings(Settings, frozen=True):
+    """The `request_log:` section."""
+
+    enabled: bool = True
+    path: str = "-"  # "-": standard output; else a file, appended to
+    format: Literal["auto", "json", "text"] = "auto"  # auto: text on a terminal, else JSON
+    sample: float = 1.0  # share of answered requests (status < 500) written
+    max_lines_per_s: int = 1000  # lines written a second at most; the rest are counted
+    flush_s: float = 0.2  # lines wait this long at most before they are written
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise ValueError('`path` must be "-" (standard output) or a file')
+        within("sample", self.sample, 0, 1)
+        at_least("max_lines_per_s", self.max_lines_per_s, 1)
+        positive_seconds("flush_s", self.flush_s)
+
+
+class Line(msgspec.Struct, omit_defaults=True):
+    """One request, as the log writes it (fields left at None are left out)."""
+
+    time: str
+    request_id: str
+    tenant: str
+    status: int
+    outcome: str
+    priority: str | None = None
+    model: str | None = None
+    backend: str | None = None
+    reason: str | None = None
+    attempts: int = 0
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    skipped_before: int | None = None
+
+
+class _Open:
+    """What the log knows of a request in progress."""
+
+    __slots__ = ("attempts", "priority", "reason", "tenant")
+
+    def __init__(self, tenant: str, priority: str | None, reason: str | None = None) -> None:
+        self.tenant = tenant
+        self.priority = priority
+        self.reason = reason
+        self.attempts = 0
+
+
+_encode = msgspec.json.Encoder().encode
+
+
+class RequestLog:
+    def __init__(
+        self,
+        settings: RequestLogSettings,
+        write: Callable[[bytes], None],
+        text: bool,
+        wall_clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
+        schedule: Schedule | None = None,
+    ) -> None:
+        self._settings = settings
+        self._write = write
+        self._text = text
+        self._wall = wall_clock
+        self._rng = rng or random.Random()
+        self._schedule = schedule or _call_later
+        self._open: dict[bytes, _Open] = {}
+        self._pending: list[Line] = []
+        self._last: bytes = b""  # the request id of the last line in `_pending`
+        self._armed = False
+        self._second = -1  # the wall clock's whole second lines are counted in
+        self._lines = 0  # lines taken in it
+        self._skipped = 0  # left out since the last line taken
+
+    def subscribe(self, hooks: Hooks) -> None:
+        """Hear a request's events: the edge's and each pool's (a pool's Finished too)."""
+        hooks.subscribe(Admitted, self.on_admitted)
+        hooks.subscribe(Rejected, self.on_rejected)
+        hooks.subscribe(AttemptStarted, self.on_attempt_started)
+        hooks.subscribe(Finished, self.on_finished)
+        hooks.subscribe(Charged, self.on_charged)
+
+    def on_admitted(self, event: Admitted) -> None:
+        self._open[event.request_id] = _Open(event.tenant, event.priority)
+
+    def on_rejected(self, event: Rejected) -> None:
+        self._open[event.request_id] = _Open(
+            event.tenant or "", event.priority or None, event.reason
+        )
+
+    def on_attempt_started(self, event: AttemptStarted) -> None:
+        known = self._open.get(event.request_id)
+        if known is not None:
+            known.attempts += 1
+
+    def on_finished(self, event: Finished) -> None:
+        known = self._open.pop(event.request_id, None)
+        if not self._taken(event.status):
+            return
+        tenant, priority, reason, attempts = "", None, None, 0
+        if known is not None:
+            tenant, priority, reason, attempts = (
+                known.tenant, known.priority, known.reason, known.attempts
+            )  # fmt: skip
+        ttft = event.ttft_s
+        line = Line(
+            _stamp(self._wall()), event.request_id.decode("latin-1"), tenant, event.status,
+            event.outcome, priority, event.model or None,
+            None if event.backend == NO_BACKEND else event.backend, reason, attempts,
+            None if ttft is None else round(ttft * 1000, 1),
+            round((event.at - event.started) * 1000, 1),
+        )  # fmt: skip
+        if self._skipped:
+            line.skipped_before, self._skipped = self._skipped, 0
+        self._pending.append(line)
+        self._last = event.request_id
+        if not self._armed:
+            self._armed = True
+            self._schedule(self._settings.flush_s, self.flush)
+
+    def on_charged(self, event: Charged) -> None:
+        # Emitted right after its request's Finished, in the same step: the last line, if
+        # that request's was taken.
+        if self._pending and self._last == event.request_id:
+            line = self._pending[-1]
+            line.prompt_tokens = event.prompt_tokens
+            line.completion_tokens = event.completion_tokens
+            line.cost_usd = round(event.cost_usd, 9)
+
+    def _taken(self, status: int) -> bool:
+        """Whether a request's line is written: sampling, then the rate cap."""
+        settings = self._settings
+        if status < 500 and settings.sample < 1 and self._rng.random() >= settings.sample:
+            self._skipped += 1
+            return False
+        second = int(self._wall())
+        if second != self._second:
+            self._second, self._lines = second, 0
+        if self._lines >= settings.max_lines_per_s:
+            self._skipped += 1
+            return False
+        self._lines += 1
+        return True
+
+    def flush(self) -> None:
+        """Write the lines waiting, with one write."""
+        self._armed = False
+        lines, self._pending, self._last = self._pending, [], b""
+        if lines:
+            render = _text if self._text else _json
+            self._write(b"".join(render(line) for line in lines))
+
+    @property
+    def open_requests(self) -> int:
+        """Requests begun and not yet over (for tests: nothing is kept after a request)."""
+        return len(self._open)
+
+
+def open_request_log(
+    settings: RequestLogSettings, wall_clock: Callable[[], float] = time.time
+) -> RequestLog:
+    """The request log `settings` ask for, writing to standard output or its file."""
+    if settings.path == "-":
+        stream = sys.stdout
+
+        def write(data: bytes) -> None:
+            stream.buffer.write(data)
+            stream.buffer.flush()
+
+        terminal = stream.isatty()
+    else:
+        path = settings.path
+
+        def write(data: bytes) -> None:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            try:
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+
+        write(b"")  # fails at start, not at the first request, if it cannot be written
+        terminal = False
+    text = settings.format == "text" or (settings.format == "auto" and terminal)
+    return RequestLog(settings, write, text, wall_clock)
+
+
+def _call_later(delay: float, callback: Callable[[], None]) -> object:
+    return asyncio.get_running_loop().call_later(delay, callback)
+
+
+def _stamp(now: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
+
+
+def _json(line: Line) -> bytes:
+    return _encode(line) + b"\n"
+
+
+def _text(line: Line) -> bytes:
+    parts = [line.time[11:23], str(line.status), line.outcome]
+    who = line.tenant or "-"
+    parts.append(f"{who}/{line.priority}" if line.priority else who)
+    if line.model:
+        parts.append(line.model)
+    if line.backend:
+        parts.append(f"-> {line.backend}")
+    if line.reason:
+        parts.append(line.reason)
+    if line.attempts > 1:
+        parts.append(f"{line.attempts} attempts")
+    if line.ttft_ms is not None:
+        parts.append(f"ttft {line.ttft_ms:.0f} ms")
+    if line.e2e_ms is not None:
+        parts.append(f"e2e {line.e2e_ms / 1000:.2f} s")
+    if line.prompt_tokens is not None:
+        parts.append(f"{line.prompt_tokens}+{line.completion_tokens} tok")
+    if line.cost_usd:
+        parts.append(f"${line.cost_usd:.6f}")
+    if line.skipped_before:
+        parts.append(f"({line.skipped_before} skipped before)")
+    parts.append(f"[{line.request_id}]")
+    return " ".join(parts).encode() + b"\n"
