@@ -83,13 +83,18 @@ def key(tenant: str) -> str:
     return f"sk-overload-{tenant}"
 
 
-def config(admission: bool) -> dict[str, Any]:
+def config(
+    admission: bool, engine_priority: bool = False, request_log: Path | None = None
+) -> dict[str, Any]:
     tenants = [*OVERLOAD, INTERACTIVE, BATCH]
+    log = {"path": str(request_log), "max_lines_per_s": 100_000} if request_log else {}
     return {
+        "request_log": log,
         "pools": [{
             "model": MODEL,
             "backends": [{"sim": "h100-llama3-8b"}, {"sim": "a100-llama3-8b"}],
             "admission": {"enabled": admission},
+            "engine_priority": engine_priority,
         }],
         "tenants": [
             {"name": t.name, "keys": [key(t.name)], "priority": t.priority, "batch": t.batch,
@@ -100,11 +105,13 @@ def config(admission: bool) -> dict[str, Any]:
 
 
 @contextmanager
-def fleet(admission: bool) -> Iterator[Origin]:
+def fleet(
+    admission: bool, engine_priority: bool = False, request_log: Path | None = None
+) -> Iterator[Origin]:
     """A gateway over the built-in 8B pool, with the tenants above."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "overload.json"
-        path.write_text(json.dumps(config(admission)))
+        path.write_text(json.dumps(config(admission, engine_priority, request_log)))
         with gateway(path) as (url, _):
             yield Origin.parse(url)
 
@@ -280,6 +287,11 @@ def main() -> int:
     parser.add_argument(
         "--capacity", type=float, help="skip phase 0 and take this as the fleet's capacity (req/s)"
     )
+    parser.add_argument("--engine-priority", action="store_true",
+                        help="the sims schedule by priority and each request carries its "
+                        "class's (pools[].engine_priority)")  # fmt: skip
+    parser.add_argument("--request-log", type=Path, metavar="FILE",
+                        help="the gateway's request log, every line, to this file")  # fmt: skip
     parser.add_argument("--no-batch", action="store_true",
                         help="stop after the overload (skip the batch-lane phase)")  # fmt: skip
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY,
@@ -299,7 +311,8 @@ def main() -> int:
     report["capacity"] = cap
     print(f"   capacity: {cap:.1f} req/s completed\n")
 
-    with fleet(admission=True) as origin:
+    report["engine_priority"] = args.engine_priority
+    with fleet(True, args.engine_priority, args.request_log) as origin:
         print(f"1. overload: {sum(t.share for t in OVERLOAD):g}x capacity "
               f"({sum(t.share for t in OVERLOAD) * cap:.0f} req/s) ...", flush=True)  # fmt: skip
         load = [(t, t.share * cap) for t in OVERLOAD]

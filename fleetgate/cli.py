@@ -62,7 +62,8 @@ def _worker_sim(args: argparse.Namespace) -> int:
     specs = [
         SimSpec(model=args.model, profile=args.profile, port=args.port + i if args.port else 0,
                 faults=faults, heartbeat_url=args.heartbeat,
-                heartbeat_interval_s=args.heartbeat_interval, kv_link_gbps=args.kv_link_gbps)
+                heartbeat_interval_s=args.heartbeat_interval, kv_link_gbps=args.kv_link_gbps,
+                scheduling_policy=args.scheduling_policy)
         for i in range(args.replicas)
     ]  # fmt: skip
     return _run(serve_specs(specs, args.host, announce=True))
@@ -106,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="push heartbeats to this gateway (for pools whose health check kind is heartbeat)",
     )  # fmt: skip
     sim.add_argument("--heartbeat-interval", type=float, default=1.0, metavar="S")
+    sim.add_argument(
+        "--scheduling-policy", choices=("fcfs", "priority"), default="fcfs",
+        help="as vLLM's: priority orders the queue by each request's `priority` (lower first)",
+    )  # fmt: skip
     from fleetgate.workers.sim.profiles import KV_LINK_GBPS
 
     sim.add_argument(

@@ -167,6 +167,9 @@ class PoolConfig(Settings, frozen=True):
     prefill: PrefillConfig | None = None  # disaggregated: prefill here, decode on `backends`
     pricing: PricingSettings = PricingSettings()  # its tokens' price, for budgets and spend
     admission: AdmissionSettings = AdmissionSettings()  # queueing and shedding when saturated
+    # The backends schedule by a request's `priority` (vLLM --scheduling-policy priority; the
+    # pool's embedded sims run so): each request is sent with its class's, lower first.
+    engine_priority: bool = False
     # Below this share of healthy backends, route across all (fleetgate/fleet/health.py).
     panic_threshold: float = _HEALTH.panic_threshold
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this

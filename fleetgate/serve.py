@@ -62,6 +62,7 @@ from fleetgate.routing.registry import (
 from fleetgate.routing.router import Router
 from fleetgate.runtime import settle_heap
 from fleetgate.traffic.admission import Admission, AdmissionSettings
+from fleetgate.traffic.batch_lane import BatchLane
 from fleetgate.traffic.door import Caller, FrontDoor
 from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.keys import ADMIN, HEARTBEAT, KeyRing, digest_of, read_key_file
@@ -174,7 +175,9 @@ def build_clusters(
             if admit.enabled:
                 limit = ConcurrencyLimit(admit.limit, pool, clock)
                 limit.subscribe(hooks)
-                admission = Admission(admit, limit, tenants or {}, clock)
+                lane = BatchLane(admit.batch_lane, len(pool.states), clock())
+                lane.subscribe(hooks)
+                admission = Admission(admit, limit, tenants or {}, clock, lane)
 
         router, emit = _routed(c, item.backends, _pipeline(c, registry, ctx, False), subscribe,
                                watch)  # fmt: skip
@@ -185,8 +188,9 @@ def build_clusters(
             prefill = Prefill(transport, clock, prefill_router, timeouts, prefill_emit)
         retries = c.retries
         clusters[c.model] = Cluster(
-            router, timeouts, retries, RetryBudget(retries), hedge, ttft, emit, prefill, admission
-        )
+            router, timeouts, retries, RetryBudget(retries), hedge, ttft, emit, prefill, admission,
+            c.engine_priority,
+        )  # fmt: skip
     return clusters
 
 
@@ -416,7 +420,12 @@ async def start_gateway(
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
     sims: SimFleetProcess | None = None
     sim_specs = [
-        SimSpec(model=p.model, profile=b.sim, seed=rng.getrandbits(32))
+        SimSpec(
+            model=p.model,
+            profile=b.sim,
+            seed=rng.getrandbits(32),
+            scheduling_policy="priority" if p.engine_priority else "fcfs",
+        )
         for p in config.pools
         for b in _all_backends(p)
         if b.sim is not None

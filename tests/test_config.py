@@ -278,6 +278,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     from fleetgate.resilience.hedge import HedgeSettings
     from fleetgate.resilience.retry import RetrySettings
     from fleetgate.traffic.admission import AdmissionSettings
+    from fleetgate.traffic.batch_lane import BatchLaneSettings
     from fleetgate.traffic.limit import LimitSettings
     from fleetgate.traffic.limits import PricingSettings
     from fleetgate.traffic.tenants import BudgetSettings, RateLimitSettings, TenantSettings
@@ -302,6 +303,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("limits.", LimitsConfig),
                            ("pools[].admission.", AdmissionSettings),
                            ("pools[].admission.limit.", LimitSettings),
+                           ("pools[].admission.batch_lane.", BatchLaneSettings),
                            ("request_log.", RequestLogSettings)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"

@@ -48,8 +48,9 @@ from fleetgate.upstream.attempt import Exchange
 # from the bodies of tenants not allowed them (`tenants[].engine_fields`).
 ENGINE_FIELDS = (
     "kv_transfer_params", "disaggregated_params", "bootstrap_host", "bootstrap_port",
-    "bootstrap_room",
+    "bootstrap_room", "priority",
 )  # fmt: skip
+BATCH_ENGINE_PRIORITY = 3  # a batch-lane request's `priority` for the engine: after every class
 _ENGINE_FIELD = re.compile(b'"(' + b"|".join(f.encode() for f in ENGINE_FIELDS) + b')"')
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
@@ -232,6 +233,10 @@ class Gateway:
                     entry = await entrance.enter(caller, exchange, headers, cluster.admission)
                 elif entry.waiting:
                     await entrance.wait(entry)
+                if cluster.engine_priority:  # the engines order their queues by it
+                    batch = entry.ticket is not None and entry.ticket.batch
+                    level = BATCH_ENGINE_PRIORITY if batch else int(entry.priority)
+                    exchange.body = with_fields(exchange.body, priority=level)
                 if emit.admitted is not None:
                     now = self._clock()
                     tenant = caller.tenant.name
@@ -300,9 +305,9 @@ class Gateway:
                 f"The model {routing.model!r} does not exist here; known models: "
                 f"{self._known}.", "model", 404, "model_not_found",
             )  # fmt: skip
-        # Two substring searches (memchr) before the regex: most bodies have neither.
+        # Substring searches (memchr) before the regex: most bodies have none of them.
         if (
-            (b'_params"' in body or b'"bootstrap_' in body)
+            (b'_params"' in body or b'"bootstrap_' in body or b'"priority"' in body)
             and not caller.tenant.settings.engine_fields
             and _ENGINE_FIELD.search(body)
         ):

@@ -104,13 +104,17 @@ class AttemptStarted(Event, frozen=True, gc=False):
 class FirstToken(Event, frozen=True, gc=False):
     """The first streamed event of an attempt arrived: its `prompt_tokens` are prefilled.
     `ttft_s`: the time from the request's arrival, when this was also the client's first
-    token (a hedge that lost the race and a continuation's first event give None)."""
+    token (a hedge that lost the race and a continuation's first event give None); `sent_at`:
+    when this attempt was sent (`at - sent_at`: the engine's own time to it); `batch`: the
+    request is in the batch lane."""
 
     model: str
     backend: BackendState
     kind: AttemptKind
     prompt_tokens: int
     ttft_s: float | None
+    sent_at: float
+    batch: bool = False
 
 
 class AttemptEnded(Event, frozen=True, gc=False):

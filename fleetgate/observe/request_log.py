@@ -5,7 +5,7 @@ when the output is not a terminal, a readable line when it is (`format: auto`):
 
     {"time":"2026-11-26T02:10:00.123Z","request_id":"6a1f0c2e-41","tenant":"gold",
      "priority":"critical","model":"llama-3.1-8b-instruct","backend":"h100-0","attempts":1,
-     "status":200,"outcome":"answered","ttft_ms":120.5,"e2e_ms":2301.0,
+     "status":200,"outcome":"answered","queued_ms":0.1,"ttft_ms":120.5,"e2e_ms":2301.0,
      "prompt_tokens":1024,"completion_tokens":128,"cost_usd":0.000138}
     02:10:00.123 200 answered gold/critical llama-3.1-8b-instruct -> h100-0 ttft 120 ms
         e2e 2.30 s 1024+128 tok $0.000138 [6a1f0c2e-41]
@@ -79,6 +79,7 @@ class Line(msgspec.Struct, omit_defaults=True):
     backend: str | None = None
     reason: str | None = None
     attempts: int = 0
+    queued_ms: float | None = None  # from its arrival until admitted to its pool
     ttft_ms: float | None = None
     e2e_ms: float | None = None
     prompt_tokens: int | None = None
@@ -90,12 +91,15 @@ class Line(msgspec.Struct, omit_defaults=True):
 class _Open:
     """What the log knows of a request in progress."""
 
-    __slots__ = ("attempts", "priority", "reason", "tenant")
+    __slots__ = ("admitted", "attempts", "priority", "reason", "tenant")
 
-    def __init__(self, tenant: str, priority: str | None, reason: str | None = None) -> None:
+    def __init__(
+        self, tenant: str, priority: str | None, reason: str | None = None, admitted: float = 0.0
+    ) -> None:
         self.tenant = tenant
         self.priority = priority
         self.reason = reason
+        self.admitted = admitted  # when it was admitted to its pool (0: it was not)
         self.attempts = 0
 
 
@@ -135,7 +139,7 @@ class RequestLog:
         hooks.subscribe(Charged, self.on_charged)
 
     def on_admitted(self, event: Admitted) -> None:
-        self._open[event.request_id] = _Open(event.tenant, event.priority)
+        self._open[event.request_id] = _Open(event.tenant, event.priority, None, event.at)
 
     def on_rejected(self, event: Rejected) -> None:
         self._open[event.request_id] = _Open(
@@ -151,16 +155,18 @@ class RequestLog:
         known = self._open.pop(event.request_id, None)
         if not self._taken(event.status):
             return
-        tenant, priority, reason, attempts = "", None, None, 0
+        tenant, priority, reason, attempts, queued = "", None, None, 0, None
         if known is not None:
             tenant, priority, reason, attempts = (
                 known.tenant, known.priority, known.reason, known.attempts
             )  # fmt: skip
+            if known.admitted:
+                queued = round((known.admitted - event.started) * 1000, 1)
         ttft = event.ttft_s
         line = Line(
             _stamp(self._wall()), event.request_id.decode("latin-1"), tenant, event.status,
             event.outcome, priority, event.model or None,
-            None if event.backend == NO_BACKEND else event.backend, reason, attempts,
+            None if event.backend == NO_BACKEND else event.backend, reason, attempts, queued,
             None if ttft is None else round(ttft * 1000, 1),
             round((event.at - event.started) * 1000, 1),
         )  # fmt: skip
@@ -262,6 +268,8 @@ def _text(line: Line) -> bytes:
         parts.append(line.reason)
     if line.attempts > 1:
         parts.append(f"{line.attempts} attempts")
+    if line.queued_ms:
+        parts.append(f"queued {line.queued_ms:.0f} ms")
     if line.ttft_ms is not None:
         parts.append(f"ttft {line.ttft_ms:.0f} ms")
     if line.e2e_ms is not None:

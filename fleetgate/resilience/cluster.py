@@ -29,6 +29,7 @@ class Cluster:
     emit: Emitters
     prefill: Prefill | None = None  # disaggregated: the prefill half's backends
     admission: Admission | None = None  # its queue when saturated (None: admission off)
+    engine_priority: bool = False  # each request is sent with its class as `priority`
 
     @property
     def pool(self) -> Pool:

@@ -1,6 +1,8 @@
 """Admission: when a pool is saturated, requests wait in front of routing, by class and fairly.
 
-A pool is saturated when the requests it serves reach its concurrency limit (`limit.py`).
+A pool is saturated for a class when the requests it serves reach that class's share of its
+concurrency limit (`limit.py`): all of it for `critical`, less `headroom` for each class below
+(standard 90%, sheddable and the batch lane 80%), so the classes above always find room left.
 Below it every request goes at once (one comparison). At it, a request waits in the queue of
 its class: `critical` before `standard` before `sheddable`, each a fair queue across tenants
 (queue.py), and batch-lane requests only when no interactive request waits and at most
@@ -24,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from fleetgate.settings import Settings, at_least, positive_seconds, within
+from fleetgate.traffic.batch_lane import BatchLane, BatchLaneSettings
 from fleetgate.traffic.limit import ConcurrencyLimit, LimitSettings
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.queue import FairQueue
@@ -38,13 +41,22 @@ class AdmissionSettings(Settings, frozen=True):
     enabled: bool = True  # off: every request goes to routing at once, however busy
     limit: LimitSettings = LimitSettings()  # how many it serves at once (limit.py)
     max_queue: int = 2048  # requests waiting at most; beyond, the lowest class is shed
-    # Of the concurrency limit batch-lane requests may hold: at 0.5 an interactive tenant's
-    # TTFT p99 rose 1.85x beside 3x capacity of batch, at 0.25 1.37x (benchmarks/overload.py).
+    # Of the concurrency limit batch-lane requests may hold at most; under it the lane's own
+    # cap keeps interactive requests' TTFT near its best (batch_lane.py).
     batch_share: float = 0.25
+    batch_lane: BatchLaneSettings = BatchLaneSettings()
+    # Of the limit, what each class leaves to the classes above it: standard requests go while
+    # fewer than 90% of it are in flight, sheddable (and batch) 80%, critical up to all of it.
+    # So a critical request finds room at once when the pool fills (a cold start's first
+    # burst took every place first come first served: critical TTFT p99 4 s in
+    # benchmarks/overload.py) or when the limit comes down. An adaptive limit grows past
+    # what the lower classes leave; a fixed one leaves it unused when no critical come.
+    headroom: float = 0.1
     drain_window_s: float = 10.0  # the drain rate (for Retry-After) is averaged over this
 
     def __post_init__(self) -> None:
         at_least("max_queue", self.max_queue, 0)
+        within("headroom", self.headroom, 0, 0.45)
         within("batch_share", self.batch_share, 0, 1, open_low=True)
         positive_seconds("drain_window_s", self.drain_window_s)
 
@@ -88,15 +100,19 @@ class Admission:
         limit: ConcurrencyLimit,
         tenants: Mapping[str, Tenant],
         clock: Callable[[], float],
+        lane: BatchLane | None = None,
     ) -> None:
         self._settings = settings
         self._limit = limit
         self._clock = clock
+        self._lane = lane or BatchLane(settings.batch_lane, 1, clock())
         self._caps = {n: t.settings.max_concurrency for n, t in tenants.items()
                       if t.settings.max_concurrency is not None}  # fmt: skip
         self._floors = {n: t.settings.min_concurrency for n, t in tenants.items()
                         if t.settings.min_concurrency > 0}  # fmt: skip
         self._queues = [FairQueue[Ticket]() for _ in Priority]
+        # The share of the limit each class may fill (`headroom`), by Priority.
+        self._room = [1.0 - settings.headroom * p for p in Priority]
         self._batch = FairQueue[Ticket]()
         self.in_flight = 0  # admitted requests not yet left
         self.batch_in_flight = 0
@@ -121,14 +137,15 @@ class Admission:
         it must `wait`."""
         if self._plain and not self.waiting and not ticket.batch:  # the fast path
             limit = self._limit
-            if self.in_flight >= limit.value:
+            level = limit.value * self._room[ticket.priority]
+            if self.in_flight >= level:
                 limit.reached()
                 return False
             if not self.in_flight:
                 self._busy_again()
             self.in_flight += 1
             ticket.admitted = True
-            if self.in_flight >= limit.value:
+            if self.in_flight >= level:
                 limit.reached()
             return True
         name = ticket.tenant
@@ -232,6 +249,8 @@ class Admission:
         self._last_tick = now
         self._next_tick = now + _TICK_S
         self._limit.tick(now)
+        share = self._limit.value * self._settings.batch_share
+        self._lane.tick(now, self.batch_in_flight, share)
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -246,14 +265,17 @@ class Admission:
             )
         if any(q.ready() for q in self._queues[: ticket.priority + 1]):
             return False
-        return self.in_flight + self._floor_room < self._limit.value
+        return self.in_flight + self._floor_room < self._limit.value * self._room[ticket.priority]
 
     def _batch_room(self) -> bool:
-        limit = self._limit.value
-        return (
-            self.in_flight + self._floor_room < limit
-            and self.batch_in_flight < limit * self._settings.batch_share
-        )
+        """Room for one more batch request: under the lowest class's share of the limit and
+        under the lane's own cap (which tells the lane when the cap held one back)."""
+        if self.in_flight + self._floor_room >= self._limit.value * self._room[-1]:
+            return False
+        if self.batch_in_flight >= self._lane.cap:
+            self._lane.held()
+            return False
+        return True
 
     def _interactive_waiting(self) -> bool:
         return any(q.ready() for q in self._queues)
@@ -286,9 +308,11 @@ class Admission:
     def _dispatch(self) -> None:
         """Admit waiting requests while there is room, the most urgent first."""
         limit = self._limit.value
-        while self.waiting and self.in_flight + self._floor_room < limit:
+        while self.waiting:
             ticket = None
-            for queue in self._queues:
+            for room, queue in zip(self._room, self._queues):  # noqa: B905 (one per class)
+                if self.in_flight + self._floor_room >= limit * room:
+                    break  # no room for this class, nor for those below it
                 ticket = queue.pop()
                 if ticket is not None:
                     break

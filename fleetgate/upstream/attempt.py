@@ -70,6 +70,7 @@ class Exchange:
     # Headers of the gateway's own for the answer (a limited tenant's x-ratelimit-*).
     reply_head: bytes = b""  # the gateway's own header lines for the client (x-ratelimit-*)
     count_usage: bool = False  # read the answer's `usage` (its tenant's tokens are counted)
+    batch: bool = False  # in the batch lane
     usage: Usage | None = None  # what the engine said the answer used, when read
     deadline: float = field(init=False)  # when the total timeout ends the whole exchange
 
@@ -209,7 +210,17 @@ class Attempts:
                     ttft = now - ex.started if won else None
                     if emit.first_token is not None:
                         emit.first_token(
-                            FirstToken(ex.request_id, now, ex.model, state, kind, prompt, ttft)
+                            FirstToken(
+                                ex.request_id,
+                                now,
+                                ex.model,
+                                state,
+                                kind,
+                                prompt,
+                                ttft,
+                                sent,
+                                ex.batch,
+                            )
                         )
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
@@ -318,7 +329,11 @@ class Attempts:
                 nonlocal first_at
                 first_at = now = clock()
                 if emit.first_token is not None:
-                    emit.first_token(FirstToken(ex.request_id, now, ex.model, state, kind, 0, None))
+                    emit.first_token(
+                        FirstToken(
+                            ex.request_id, now, ex.model, state, kind, 0, None, sent, ex.batch
+                        )
+                    )
                 return True
 
             relay = StreamRelay(ex.writer, response, clock, progress, rewrite, start)

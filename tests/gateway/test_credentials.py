@@ -125,7 +125,7 @@ async def test_engine_steering_fields_reach_the_engine_only_from_tenants_allowed
 ) -> None:
     recorder, client = setup
     steer = {"kv_transfer_params": {"remote_host": "10.9.9.9", "remote_port": 1},
-             "bootstrap_host": "10.9.9.9"}  # fmt: skip
+             "bootstrap_host": "10.9.9.9", "priority": -100}  # fmt: skip
     messages = [{"role": "user", "content": "say kv_transfer_params"}]
     await client.chat.completions.create(model="m", messages=messages, extra_body=steer)  # type: ignore[arg-type]
     allowed = openai.AsyncOpenAI(base_url=client.base_url, api_key=ENGINE_KEY, max_retries=0)
@@ -133,6 +133,7 @@ async def test_engine_steering_fields_reach_the_engine_only_from_tenants_allowed
     await allowed.close()
     stripped, kept = recorder.bodies
     assert "kv_transfer_params" not in stripped and "bootstrap_host" not in stripped
+    assert "priority" not in stripped  # no jumping an engine's priority queue
     assert stripped["messages"] == messages  # the rest as the client sent it
     assert kept["kv_transfer_params"] == steer["kv_transfer_params"]
 

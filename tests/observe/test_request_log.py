@@ -48,7 +48,7 @@ class Log:
         assert e.admitted and e.attempt_started and e.finished and e.charged
         e.admitted(
             Admitted(
-                rid, 10.0, MODEL, RoutingRequest(MODEL, "chat", stream=True), tenant, "critical"
+                rid, 10.05, MODEL, RoutingRequest(MODEL, "chat", stream=True), tenant, "critical"
             )
         )
         for _ in range(attempts):
@@ -81,7 +81,7 @@ def test_an_answered_request_is_one_json_line_with_its_tenant_backend_times_and_
     assert log.lines() == [{
         "time": "2025-11-26T02:00:00.250Z", "request_id": "req-1", "tenant": "gold",
         "status": 200, "outcome": "answered", "priority": "critical", "model": MODEL,
-        "backend": "h100-0", "attempts": 2, "ttft_ms": 120.5, "e2e_ms": 2400.0,
+        "backend": "h100-0", "attempts": 2, "queued_ms": 50.0, "ttft_ms": 120.5, "e2e_ms": 2400.0,
         "prompt_tokens": 1024, "completion_tokens": 128, "cost_usd": 0.000138,
     }]  # fmt: skip
     assert log.log.open_requests == 0  # nothing kept once a request is over
@@ -141,7 +141,8 @@ def test_a_terminal_gets_a_readable_line() -> None:
     log.refused(b"req-2", 401, "invalid_api_key")
     log.flush()
     assert b"".join(log.written).decode().splitlines() == [
-        "02:00:00.250 200 answered gold/critical llama-3.1-8b-instruct -> h100-0 ttft 120 ms "
+        "02:00:00.250 200 answered gold/critical llama-3.1-8b-instruct -> h100-0 queued 50 ms "
+        "ttft 120 ms "
         "e2e 2.40 s 1024+128 tok $0.000138 [req-1]",
         "02:00:00.250 401 rejected bronze/sheddable invalid_api_key e2e 0.00 s [req-2]",
     ]

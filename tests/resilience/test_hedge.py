@@ -25,7 +25,7 @@ def test_the_delay_is_the_percentile_of_recent_ttfts_within_bounds() -> None:
 
 def first_token(ttft_s: float | None) -> FirstToken:
     backend = BackendState(Backend("b0", "http://127.0.0.1:9000", ("m",)))
-    return FirstToken(b"r", 1.0, "m", backend, "first", prompt_tokens=1, ttft_s=ttft_s)
+    return FirstToken(b"r", 1.0, "m", backend, "first", prompt_tokens=1, ttft_s=ttft_s, sent_at=1.0)
 
 
 def test_the_window_takes_the_clients_first_tokens_and_ignores_those_without_a_ttft() -> None:

@@ -11,6 +11,7 @@ import pytest
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.pool import Pool
 from fleetgate.traffic.admission import Admission, AdmissionSettings, Shed, Ticket
+from fleetgate.traffic.batch_lane import BatchLane
 from fleetgate.traffic.limit import ConcurrencyLimit, LimitSettings
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import Tenant, TenantSettings
@@ -31,12 +32,16 @@ def tenant(name: str, **fields: Any) -> Tenant:
 
 
 def admission(
-    limit: int, clock: Clock, tenants: list[Tenant] | None = None, **settings: Any
-) -> Admission:
+    limit: int, clock: Clock, tenants: list[Tenant] | None = None, batch_cap: int = 1,
+    **settings: Any,
+) -> Admission:  # fmt: skip
     pool = Pool("m", [BackendState(Backend("b", "http://127.0.0.1:1", ("m",)))])
     fixed = ConcurrencyLimit(LimitSettings(max_in_flight=limit), pool, clock)
     known = {t.name: t for t in tenants or []}
-    return Admission(AdmissionSettings(**settings), fixed, known, clock)
+    config = AdmissionSettings(**settings)
+    # The batch lane's cap starts at its minimum, one per backend: `batch_cap` of them.
+    lane = BatchLane(config.batch_lane, batch_cap, clock())
+    return Admission(config, fixed, known, clock, lane)
 
 
 def ticket(clock: Clock, name: str = "t", priority: Priority = STANDARD, *, batch: bool = False,
@@ -198,9 +203,9 @@ async def test_a_tenants_floor_is_kept_free_of_other_tenants() -> None:
 
 async def test_batch_requests_use_only_spare_capacity() -> None:
     clock = Clock()
-    adm = admission(4, clock, batch_share=0.5)
+    adm = admission(4, clock, batch_cap=2, batch_share=0.5)
     batch = [ticket(clock, "batch", batch=True) for _ in range(3)]
-    assert [adm.admit_now(t) for t in batch] == [True, True, False]  # half the limit
+    assert [adm.admit_now(t) for t in batch] == [True, True, False]  # the lane's cap
     queued_batch = await waiting(adm, batch[2])
     interactive = [ticket(clock, "i") for _ in range(3)]
     assert [adm.admit_now(t) for t in interactive] == [True, True, False]
@@ -241,3 +246,42 @@ async def test_idle_time_does_not_count_as_a_slow_drain() -> None:
     adm.leave(first)  # one left in the first half second of work: 2 per second
     assert adm.rate == pytest.approx(2.0)  # not 1/3600, nor an average still warming up
     adm.leave(second)
+
+
+async def test_each_class_leaves_headroom_to_the_classes_above_it() -> None:
+    clock = Clock()
+    adm = admission(10, clock)  # headroom 0.1: standard to 9 in flight, sheddable to 8
+    assert all(adm.admit_now(ticket(clock, priority=SHEDDABLE)) for _ in range(8))
+    assert not adm.admit_now(ticket(clock, priority=SHEDDABLE))
+    assert adm.admit_now(ticket(clock, priority=STANDARD))
+    assert not adm.admit_now(ticket(clock, priority=STANDARD))
+    assert adm.admit_now(ticket(clock, priority=CRITICAL))  # the last place is critical's
+    assert not adm.admit_now(ticket(clock, priority=CRITICAL))
+    assert adm.in_flight == 10
+
+
+async def test_a_freed_place_under_the_headroom_goes_only_to_a_class_that_may_use_it() -> None:
+    clock = Clock()
+    adm = admission(10, clock)
+    held = [ticket(clock, priority=CRITICAL) for _ in range(10)]
+    assert all(adm.admit_now(t) for t in held)
+    low = await waiting(adm, ticket(clock, priority=SHEDDABLE))
+    adm.leave(held[0])  # 9 in flight: over sheddable's 8
+    await asyncio.sleep(0)
+    assert not low.done() and adm.waiting == 1
+    urgent = await waiting(adm, ticket(clock, priority=CRITICAL))
+    await urgent  # critical may use the place at once
+    for t in held[1:3]:  # 8 in flight: still none for sheddable
+        adm.leave(t)
+    await asyncio.sleep(0)
+    assert not low.done()
+    adm.leave(held[3])  # 7: sheddable's turn
+    await low
+    assert adm.in_flight == 8
+
+
+async def test_no_headroom_lets_every_class_fill_the_limit() -> None:
+    clock = Clock()
+    adm = admission(10, clock, headroom=0.0)
+    assert all(adm.admit_now(ticket(clock, priority=SHEDDABLE)) for _ in range(10))
+    assert not adm.admit_now(ticket(clock, priority=CRITICAL))

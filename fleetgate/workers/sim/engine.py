@@ -16,6 +16,10 @@ One step, as vLLM V1's scheduler does it:
      `max_num_seqs` run, budget remains and their blocks fit; the head blocks the rest. Their
      cached prefix blocks are reused (at least the last token is always computed) and the rest
      is prefilled in chunks of what budget is left.
+  With priority scheduling (vLLM's `--scheduling-policy priority`) the queue is ordered by each
+  request's `priority` (lower first), then arrival; and a sequence short of blocks preempts
+  the running one of the lowest priority (the newest of those) instead of the newest, among
+  those not yet scheduled in the step.
   3. A sequence whose tokens are all computed emits one token; at `max_tokens` it finishes.
 Duration: profile.step_time(tokens scheduled, KV tokens read), where a sequence scheduled in
 the step reads its whole context (computed tokens after the step).
@@ -45,6 +49,8 @@ class EngineRequest:
     """Tokens to generate; the engine always generates exactly this many (no EOS)."""
     arrival_s: float
     """When the request reached the engine, on the caller's clock."""
+    priority: int = 0
+    """Lower first, with priority scheduling (vLLM's request `priority`); else always 0."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +120,7 @@ class _Sequence:
         "cached_tokens",
         "capacity",
         "first_token_s",
+        "key",
         "last_at",
         "num_computed",
         "num_preemptions",
@@ -129,6 +136,7 @@ class _Sequence:
         self.prompt_len = req.prompt.num_tokens
         self.last_at = req.prompt.num_tokens + req.max_tokens - 1
         self.arrival_s = req.arrival_s
+        self.key = (req.priority, req.arrival_s)  # its place in a priority queue
         self.num_tokens = req.prompt.num_tokens
         self.num_computed = 0  # tokens whose KV is in the cache
         self.capacity = 0  # tokens the sequence's blocks hold; 0 while waiting
@@ -140,8 +148,9 @@ class _Sequence:
 class Engine:
     """The simulated engine for one replica; see the module docstring for a step's rules."""
 
-    def __init__(self, profile: EngineProfile) -> None:
+    def __init__(self, profile: EngineProfile, priority_scheduling: bool = False) -> None:
         self.profile = profile
+        self.priority_scheduling = priority_scheduling
         self._kv = BlockManager(profile.num_gpu_blocks, profile.block_size)
         self._block_size = profile.block_size
         self._waiting: deque[_Sequence] = deque()
@@ -170,9 +179,16 @@ class Engine:
                 f"prompt + max_tokens ({peak}) exceeds the KV cache"
                 f" ({self.profile.kv_capacity_tokens} tokens)"
             )
+        if req.priority and not self.priority_scheduling:
+            raise ValueError(
+                f"Got priority {req.priority} but Priority scheduling is not enabled."
+            )  # vLLM's words
         seq = _Sequence(req)
         self._by_id[req.request_id] = seq
-        self._waiting.append(seq)
+        if self.priority_scheduling:
+            self._enqueue(seq)
+        else:
+            self._waiting.append(seq)
 
     def abort(self, request_id: str) -> bool:
         """Drop a request (its client went away) and free its blocks; False if unknown."""
@@ -323,7 +339,13 @@ class Engine:
         False if `seq` itself had to be preempted.
         """
         while not self._kv.append_slots(seq.request_id, end):
-            victim = self._running.pop()
+            if self.priority_scheduling:
+                running = self._running
+                here = running.index(seq)  # those before it have their tokens of this step
+                victim = max(running[here:], key=_key)
+                running.remove(victim)
+            else:
+                victim = self._running.pop()
             self._preempt(victim)
             if victim is seq:
                 return False
@@ -337,7 +359,19 @@ class Engine:
         seq.capacity = 0
         seq.num_preemptions += 1
         self._num_preemptions += 1
-        self._waiting.appendleft(seq)
+        if self.priority_scheduling:
+            self._enqueue(seq)
+        else:
+            self._waiting.appendleft(seq)
+
+    def _enqueue(self, seq: _Sequence) -> None:
+        """Queue `seq` after every waiting sequence of its priority or a better one that
+        arrived before it (priority scheduling); a scan from the back, where most land."""
+        waiting = self._waiting
+        i = len(waiting)
+        while i and waiting[i - 1].key > seq.key:
+            i -= 1
+        waiting.insert(i, seq)
 
     def _finish(self, done: list[_Sequence], end_s: float) -> list[FinishedRequest]:
         """Release finished sequences and describe them."""
@@ -360,3 +394,7 @@ class Engine:
         self._running = [s for s in self._running if s.num_tokens <= s.last_at]
         self._successes += len(done)
         return finished
+
+
+def _key(seq: _Sequence) -> tuple[int, float]:
+    return seq.key

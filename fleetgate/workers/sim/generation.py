@@ -55,6 +55,7 @@ class _Body(msgspec.Struct):
     seed: int | None = None
     n: int | None = None
     kv_transfer_params: dict[str, Any] | None = None
+    priority: int = 0  # lower first, with the engine's priority scheduling
 
 
 class _EmbedBody(msgspec.Struct):
@@ -75,6 +76,7 @@ class Job:
     finish_reason: str  # "length" when the client set the limit, "stop" when it was drawn
     kv_send: bool = False  # prefill for a remote decode: answer with kv_transfer_params
     kv_receive: bool = False  # decode after a remote prefill: the prompt's KV arrives first
+    priority: int = 0
 
 
 class _Sink:
@@ -147,6 +149,9 @@ class Generator:
         self._check_model(body.model)
         if (body.n or 1) != 1:
             raise GenerationError(400, "only n=1 is supported", "n")
+        if body.priority and not self._driver.engine.priority_scheduling:
+            message = f"Got priority {body.priority} but Priority scheduling is not enabled."
+            raise GenerationError(400, message, "priority")  # vLLM's words
         prompt = self._prompt(body, chat)
         seed = body.seed if body.seed is not None else self._rng.getrandbits(32)
         limit = body.max_completion_tokens or body.max_tokens
@@ -172,7 +177,7 @@ class Generator:
         return Job(
             prefix + serial, chat, prompt, limit, seed, bool(body.stream), include_usage,
             int(time.time()), reason, kv_send=bool(kv.get("do_remote_decode")),
-            kv_receive=bool(kv.get("do_remote_prefill")),
+            kv_receive=bool(kv.get("do_remote_prefill")), priority=body.priority,
         )  # fmt: skip
 
     def _prompt(self, body: _Body, chat: bool) -> PromptBlocks:
@@ -205,7 +210,9 @@ class Generator:
             blocks = len(job.prompt.block_hashes)
             await self._driver.wait(blocks * self._block_size * self._kv_transfer_s)
             self._driver.engine.receive_kv(job.prompt)
-        request = EngineRequest(job.request_id, job.prompt, job.output_tokens, arrival)
+        request = EngineRequest(
+            job.request_id, job.prompt, job.output_tokens, arrival, job.priority
+        )
         try:
             self._driver.submit(request, sink)
         except ValueError as exc:  # e.g. a prompt larger than the whole KV cache

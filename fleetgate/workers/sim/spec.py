@@ -20,3 +20,4 @@ class SimSpec:
     heartbeat_interval_s: float = 1.0
     seed: int | None = None
     kv_link_gbps: float = KV_LINK_GBPS  # what a remote prefill's KV crosses to reach it
+    scheduling_policy: str = "fcfs"  # or "priority": requests' `priority` orders the queue

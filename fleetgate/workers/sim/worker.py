@@ -39,7 +39,9 @@ class SimWorker:
     def __init__(self, spec: SimSpec, rng: random.Random, loop: asyncio.AbstractEventLoop) -> None:
         self.spec = spec
         self.profile = get_profile(spec.profile)
-        self.engine = Engine(self.profile)
+        if spec.scheduling_policy not in ("fcfs", "priority"):
+            raise ValueError(f"scheduling policy {spec.scheduling_policy!r}: fcfs or priority")
+        self.engine = Engine(self.profile, spec.scheduling_policy == "priority")
         self.faults = FaultState(spec.faults, rng)
         self.metrics = WorkerMetrics(
             self.engine, spec.model, self.profile.block_size, self.profile.num_gpu_blocks

@@ -223,3 +223,47 @@ def test_kv_received_from_a_prefill_engine_leaves_only_the_last_token_to_compute
     done = decode.finished["d"]
     assert done.cached_tokens == 2992
     assert done.first_token_s < prefill.finished["p"].first_token_s / 3
+
+
+# -- priority scheduling (vLLM's --scheduling-policy priority) -----------------------------
+
+
+def _ranked(rid: str, prompt_tokens: int, max_tokens: int, priority: int) -> EngineRequest:
+    prompt = synthetic(prompt_tokens, COUNTING.block_size, rid)
+    return EngineRequest(rid, prompt, max_tokens, 0.0, priority)
+
+
+def test_with_priority_scheduling_a_later_urgent_request_is_admitted_first() -> None:
+    full = dataclasses.replace(COUNTING, max_num_seqs=2)
+    for policy, last in ((True, "b2"), (False, "urgent")):
+        run = _Run(Engine(full, priority_scheduling=policy))
+        for rid in ("a1", "a2"):  # the batch is full with these two
+            run.engine.add_request(_ranked(rid, 4, 3, 1 if policy else 0))
+        run.step()
+        for rid in ("b1", "b2"):
+            run.engine.add_request(_ranked(rid, 4, 3, 1 if policy else 0))
+        run.engine.add_request(_ranked("urgent", 4, 3, 0))
+        run.drain()
+        # Once a1 and a2 finish, two are admitted: by priority, then arrival (FIFO without).
+        first = {r: run.finished[r].first_token_s for r in ("b1", "b2", "urgent")}
+        assert max(first, key=first.__getitem__) == last
+        assert sorted(first.values())[1] < first[last]
+
+
+def test_with_priority_scheduling_the_lowest_priority_is_preempted_not_the_newest() -> None:
+    tiny = dataclasses.replace(COUNTING, num_gpu_blocks=10)
+    for policy, victim in ((True, "low"), (False, "high")):
+        run = _Run(Engine(tiny, priority_scheduling=policy))
+        run.engine.add_request(_ranked("low", 8, 20, 2 if policy else 0))
+        run.engine.add_request(_ranked("high", 8, 20, 0))  # newer, more urgent
+        run.drain()
+        spared = "high" if victim == "low" else "low"
+        assert run.finished[victim].num_preemptions >= 1
+        assert run.finished[spared].num_preemptions == 0
+        assert run.emitted == {"low": 20, "high": 20}
+
+
+def test_a_priority_without_priority_scheduling_is_refused_as_vllm_does() -> None:
+    engine = Engine(COUNTING)
+    with pytest.raises(ValueError, match="Priority scheduling is not enabled"):
+        engine.add_request(_ranked("x", 4, 2, 1))

@@ -242,3 +242,22 @@ async def test_a_handed_over_prompt_waits_for_its_kv_to_cross_the_link() -> None
     blocks_s = 2000 // 16 * 16 * 128 * 1024 * 8 / 1e9  # full blocks only: 2.08 s at 1 Gb/s
     assert blocks_s <= waited[1.0] < blocks_s + 1.0
     assert waited[200.0] < 0.5
+
+
+async def test_a_priority_needs_the_priority_scheduling_policy(worker: Worker) -> None:
+    status, body = await worker.call(b"POST", b"/v1/chat/completions", {**CHAT, "priority": 2})
+    assert status == 400
+    error = json.loads(body)["error"]
+    assert "Priority scheduling is not enabled" in error["message"]
+    assert error["param"] == "priority"
+    loop = asyncio.get_running_loop()
+    spec = SimSpec(model="m", profile="h100-llama3-8b", scheduling_policy="priority")
+    sim = SimWorker(spec, random.Random(7), loop)
+    server = await sim.start("127.0.0.1", 0)
+    ranked = Worker(worker.client, Origin.parse(f"http://127.0.0.1:{server.port}"))
+    try:
+        status, body = await ranked.call(b"POST", b"/v1/chat/completions", {**CHAT, "priority": 2})
+        assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 6
+    finally:
+        server.abort()
+        await sim.stop()
