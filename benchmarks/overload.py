@@ -292,6 +292,8 @@ def main() -> int:
                         "class's (pools[].engine_priority)")  # fmt: skip
     parser.add_argument("--request-log", type=Path, metavar="FILE",
                         help="the gateway's request log, every line, to this file")  # fmt: skip
+    parser.add_argument("--batch-only", action="store_true",
+                        help="skip the overload (phase 1): the batch lane only")  # fmt: skip
     parser.add_argument("--no-batch", action="store_true",
                         help="stop after the overload (skip the batch-lane phase)")  # fmt: skip
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY,
@@ -313,59 +315,68 @@ def main() -> int:
 
     report["engine_priority"] = args.engine_priority
     with fleet(True, args.engine_priority, args.request_log) as origin:
-        print(f"1. overload: {sum(t.share for t in OVERLOAD):g}x capacity "
-              f"({sum(t.share for t in OVERLOAD) * cap:.0f} req/s) ...", flush=True)  # fmt: skip
-        load = [(t, t.share * cap) for t in OVERLOAD]
-        samples: list[tuple[float, float]] = []
-        busy0 = machine_busy()
-        by_tenant = asyncio.run(offer(origin, load, seconds, 1, samples))
-        busy1 = machine_busy()
-        cpu = (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
-        reasons = asyncio.run(rejections(origin))
-        rows = [row(t.name, by_tenant[t.name], seconds) for t in OVERLOAD]
-        show(rows)
-        total = sum(r["goodput"] for r in rows)
-        a, b = (next(r["goodput"] for r in rows if r["tenant"] == n) for n in ("even-a", "even-b"))
-        missing = sum(r["refusals_without_retry_after"] for r in rows)
-        first_shed = {r["tenant"]: sum(r["shed"].values()) / max(1, r["offered"]) for r in rows}
-        print(f"\n   goodput {total:.1f} req/s = {total / cap:.2f}x capacity (target >= 0.95)")
-        # The same successes counted as the capacity's are (after the first third): the
-        # steady state, without the overload's cold start.
-        steady = sum(goodput(by_tenant[t.name], seconds, 1 / 3) for t in OVERLOAD)
-        print(f"   after the first third, as capacity is counted: {steady:.1f} req/s = "
-              f"{steady / cap:.2f}x capacity")  # fmt: skip
-        # The pool's first burst goes first come first served (nothing waits yet), and its
-        # answers end inside the window above: the queue's own fairness, after them.
-        sa, sb = (goodput(by_tenant[n], seconds, 1 / 3) for n in ("even-a", "even-b"))
-        print(f"   even-a / even-b after the first third: {sa:.1f} / {sb:.1f}: "
-              f"{abs(sa - sb) / max(sa, sb, 1e-9):.0%} apart")  # fmt: skip
-        gap = abs(a - b) / max(a, b, 1e-9)
-        print(f"   even-a / even-b goodput: {a:.1f} / {b:.1f}: {gap:.0%} apart (target <= 10%)")
-        print(
-            f"   shed share: sheddable {first_shed['sheddable']:.0%}, standard "
-            f"{first_shed['standard']:.0%}, critical {first_shed['critical']:.0%}"
-        )
-        print(f"   refusals without Retry-After: {missing}; hung: {sum(r['hung'] for r in rows)}")
-        steps = timeline(by_tenant, seconds, 5.0)
-        print("   completed per second, by 5 s: " + " ".join(f"{x:.0f}" for x in steps))
-        print(
-            f"   the machine's CPU busy: {cpu:.0%} of its cores (load generator, gateway and "
-            "sim workers together)"
-        )
-        for tenant, why in sorted(reasons.items()):
-            print(f"   {tenant} refused for: " + ", ".join(f"{r} {n:.0f}" for r, n in why.items()))
-        print("   concurrency limit, each second: " + " ".join(f"{s[0]:.0f}" for s in samples))
-        print("   waiting, each second: " + " ".join(f"{s[1]:.0f}" for s in samples))
-        limits = sorted(s[0] for s in samples)
-        queued = sorted(s[1] for s in samples)
-        if limits:
-            print(f"   concurrency limit min / median / max: {limits[0]:.0f} / "
-                  f"{percentile(limits, 50):.0f} / {limits[-1]:.0f}; waiting median "
-                  f"{percentile(queued, 50):.0f}, max {queued[-1]:.0f}\n")  # fmt: skip
-        report["overload"] = {"rows": rows, "goodput": total, "goodput_ratio": total / cap,
-                              "steady_goodput": steady, "steady_fairness": sa / sb if sb else None,
-                              "fairness": a / b if b else None, "timeline_5s": steps,
-                              "cpu_busy": cpu}  # fmt: skip
+        if not args.batch_only:
+            offered = sum(t.share for t in OVERLOAD)
+            print(f"1. overload: {offered:g}x capacity ({offered * cap:.0f} req/s) ...",
+                  flush=True)  # fmt: skip
+            load = [(t, t.share * cap) for t in OVERLOAD]
+            samples: list[tuple[float, float]] = []
+            busy0 = machine_busy()
+            by_tenant = asyncio.run(offer(origin, load, seconds, 1, samples))
+            busy1 = machine_busy()
+            cpu = (busy1[0] - busy0[0]) / max(1.0, busy1[1] - busy0[1])
+            reasons = asyncio.run(rejections(origin))
+            rows = [row(t.name, by_tenant[t.name], seconds) for t in OVERLOAD]
+            show(rows)
+            total = sum(r["goodput"] for r in rows)
+            a, b = (
+                next(r["goodput"] for r in rows if r["tenant"] == n) for n in ("even-a", "even-b")
+            )
+            missing = sum(r["refusals_without_retry_after"] for r in rows)
+            first_shed = {r["tenant"]: sum(r["shed"].values()) / max(1, r["offered"]) for r in rows}
+            print(f"\n   goodput {total:.1f} req/s = {total / cap:.2f}x capacity (target >= 0.95)")
+            # The same successes counted as the capacity's are (after the first third): the
+            # steady state, without the overload's cold start.
+            steady = sum(goodput(by_tenant[t.name], seconds, 1 / 3) for t in OVERLOAD)
+            print(f"   after the first third, as capacity is counted: {steady:.1f} req/s = "
+                  f"{steady / cap:.2f}x capacity")  # fmt: skip
+            # The pool's first burst goes first come first served (nothing waits yet), and its
+            # answers end inside the window above: the queue's own fairness, after them.
+            sa, sb = (goodput(by_tenant[n], seconds, 1 / 3) for n in ("even-a", "even-b"))
+            print(f"   even-a / even-b after the first third: {sa:.1f} / {sb:.1f}: "
+                  f"{abs(sa - sb) / max(sa, sb, 1e-9):.0%} apart")  # fmt: skip
+            gap = abs(a - b) / max(a, b, 1e-9)
+            print(f"   even-a / even-b goodput: {a:.1f} / {b:.1f}: {gap:.0%} apart (target <= 10%)")
+            print(
+                f"   shed share: sheddable {first_shed['sheddable']:.0%}, standard "
+                f"{first_shed['standard']:.0%}, critical {first_shed['critical']:.0%}"
+            )
+            print(
+                f"   refusals without Retry-After: {missing}; hung: {sum(r['hung'] for r in rows)}"
+            )
+            steps = timeline(by_tenant, seconds, 5.0)
+            print("   completed per second, by 5 s: " + " ".join(f"{x:.0f}" for x in steps))
+            print(
+                f"   the machine's CPU busy: {cpu:.0%} of its cores (load generator, gateway and "
+                "sim workers together)"
+            )
+            for tenant, why in sorted(reasons.items()):
+                print(
+                    f"   {tenant} refused for: " + ", ".join(f"{r} {n:.0f}" for r, n in why.items())
+                )
+            print("   concurrency limit, each second: " + " ".join(f"{s[0]:.0f}" for s in samples))
+            print("   waiting, each second: " + " ".join(f"{s[1]:.0f}" for s in samples))
+            limits = sorted(s[0] for s in samples)
+            queued = sorted(s[1] for s in samples)
+            if limits:
+                print(f"   concurrency limit min / median / max: {limits[0]:.0f} / "
+                      f"{percentile(limits, 50):.0f} / {limits[-1]:.0f}; waiting median "
+                      f"{percentile(queued, 50):.0f}, max {queued[-1]:.0f}\n")  # fmt: skip
+            report["overload"] = {"rows": rows, "goodput": total, "goodput_ratio": total / cap,
+                                  "steady_goodput": steady,
+                                  "steady_fairness": sa / sb if sb else None,
+                                  "fairness": a / b if b else None, "timeline_5s": steps,
+                                  "cpu_busy": cpu}  # fmt: skip
 
         if args.no_batch:
             if args.out:

@@ -394,6 +394,7 @@ def default_sim_config() -> Config:
                         {"sim": "h100-llama3-8b", "labels": {"accelerator": "H100"}},
                         {"sim": "a100-llama3-8b", "labels": {"accelerator": "A100"}},
                     ],
+                    "engine_priority": True,  # its sims schedule by priority
                 },
                 {
                     "model": "llama-3.3-70b-instruct",
@@ -401,6 +402,7 @@ def default_sim_config() -> Config:
                         {"sim": "h100x2-llama3-70b-fp8", "labels": {"accelerator": "2xH100"}},
                         {"sim": "h100x2-llama3-70b-fp8", "labels": {"accelerator": "2xH100"}},
                     ],
+                    "engine_priority": True,
                 },
             ]
         }

@@ -168,16 +168,20 @@ def build_clusters(
         admission: Admission | None = None
 
         def watch(
-            hooks: Hooks, pool: Pool, ttft: TtftWindow = ttft, admit: AdmissionSettings = admit
+            hooks: Hooks,
+            pool: Pool,
+            ttft: TtftWindow = ttft,
+            admit: AdmissionSettings = admit,
+            ranked: bool = c.engine_priority,
         ) -> None:
             nonlocal admission
             ttft.subscribe(hooks)
             if admit.enabled:
-                limit = ConcurrencyLimit(admit.limit, pool, clock)
+                limit = ConcurrencyLimit(admit.limit, pool, clock, ranked)
                 limit.subscribe(hooks)
                 lane = BatchLane(admit.batch_lane, len(pool.states), clock())
                 lane.subscribe(hooks)
-                admission = Admission(admit, limit, tenants or {}, clock, lane)
+                admission = Admission(admit, limit, tenants or {}, clock, lane, ranked)
 
         router, emit = _routed(c, item.backends, _pipeline(c, registry, ctx, False), subscribe,
                                watch)  # fmt: skip

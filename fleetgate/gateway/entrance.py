@@ -162,7 +162,7 @@ class Entrance:
             routing.prompt_tokens + (routing.max_tokens or self._assumed), settings.weight,
             ex.started + deadline,
         )  # fmt: skip
-        ex.batch = ticket.batch
+        ex.batch, ex.priority = ticket.batch, int(priority)
         admission.admit_now(ticket)
         return Entry(tenant.name, priority, held, ticket, admission)
 

@@ -141,6 +141,7 @@ class AttemptEnded(Event, frozen=True, gc=False):
     stream: bool
     prior_status: int = 0
     prior_backend: BackendState | None = None
+    priority: int = 1  # the request's class (traffic/priority.py; 1, standard, when unknown)
 
 
 class Retried(Event, frozen=True, gc=False):

@@ -43,7 +43,7 @@ class AdmissionSettings(Settings, frozen=True):
     max_queue: int = 2048  # requests waiting at most; beyond, the lowest class is shed
     # Of the concurrency limit batch-lane requests may hold at most; under it the lane's own
     # cap keeps interactive requests' TTFT near its best (batch_lane.py).
-    batch_share: float = 0.25
+    batch_share: float = 0.5
     batch_lane: BatchLaneSettings = BatchLaneSettings()
     # Of the limit, what each class leaves to the classes above it: standard requests go while
     # fewer than 90% of it are in flight, sheddable (and batch) 80%, critical up to all of it.
@@ -52,11 +52,17 @@ class AdmissionSettings(Settings, frozen=True):
     # benchmarks/overload.py) or when the limit comes down. An adaptive limit grows past
     # what the lower classes leave; a fixed one leaves it unused when no critical come.
     headroom: float = 0.1
+    # With the pool's engine_priority, critical requests go while fewer than the limit times
+    # (1 + this) are in flight: the engines prefill them first and preempt the least urgent,
+    # so they need not wait behind places the lower classes took first (a cold start's burst,
+    # a cut of the limit: critical TTFT p99 2.9 s with engine priority and headroom alone).
+    critical_overcommit: float = 1.0
     drain_window_s: float = 10.0  # the drain rate (for Retry-After) is averaged over this
 
     def __post_init__(self) -> None:
         at_least("max_queue", self.max_queue, 0)
         within("headroom", self.headroom, 0, 0.45)
+        at_least("critical_overcommit", self.critical_overcommit, 0)
         within("batch_share", self.batch_share, 0, 1, open_low=True)
         positive_seconds("drain_window_s", self.drain_window_s)
 
@@ -101,6 +107,7 @@ class Admission:
         tenants: Mapping[str, Tenant],
         clock: Callable[[], float],
         lane: BatchLane | None = None,
+        engine_priority: bool = False,
     ) -> None:
         self._settings = settings
         self._limit = limit
@@ -113,8 +120,13 @@ class Admission:
         self._queues = [FairQueue[Ticket]() for _ in Priority]
         # The share of the limit each class may fill (`headroom`), by Priority.
         self._room = [1.0 - settings.headroom * p for p in Priority]
+        if engine_priority:
+            self._room[Priority.CRITICAL] = 1.0 + settings.critical_overcommit
         self._batch = FairQueue[Ticket]()
         self.in_flight = 0  # admitted requests not yet left
+        # Each tenant's admitted requests' cost / weight: what its places are charged in the
+        # fair queue when a class starts to wait (queue.py, `charge`).
+        self._holding: dict[str, float] = {}
         self.batch_in_flight = 0
         self._by_tenant: dict[str, int] = {}
         self._floor_room = sum(self._floors.values())  # floors not in use, kept free
@@ -145,6 +157,8 @@ class Admission:
                 self._busy_again()
             self.in_flight += 1
             ticket.admitted = True
+            holding, name = self._holding, ticket.tenant
+            holding[name] = holding.get(name, 0.0) + ticket.cost / ticket.weight
             if self.in_flight >= level:
                 limit.reached()
             return True
@@ -167,7 +181,11 @@ class Admission:
             raise Shed(self._shed_message(ticket, predicted), max(1.0, predicted))
         self._make_room(ticket)
         ticket.future = future = asyncio.get_running_loop().create_future()
-        self._queue_of(ticket).push(ticket, ticket.weight)
+        queue = self._queue_of(ticket)
+        if not len(queue):  # the class starts to wait: places taken so far count in it
+            for name, amount in self._holding.items():
+                queue.charge(name, amount)
+        queue.push(ticket, ticket.weight)
         self.waiting += 1
         self._dispatch()  # the queue held only requests gone already: room for this one
         try:
@@ -206,6 +224,12 @@ class Admission:
         ticket.admitted = False
         self.in_flight -= 1
         self._left += 1
+        holding, name = self._holding, ticket.tenant
+        left = holding[name] - ticket.cost / ticket.weight
+        if left > 1e-9:
+            holding[name] = left
+        else:
+            del holding[name]  # none in flight: forgotten (a pool's tenants come and go)
         if not self._plain or ticket.batch:
             self._count_out(ticket)
         now = self._clock()
@@ -289,6 +313,8 @@ class Admission:
         if not self.in_flight:
             self._busy_again()
         self.in_flight += 1
+        holding, name = self._holding, ticket.tenant
+        holding[name] = holding.get(name, 0.0) + ticket.cost / ticket.weight
         if self.in_flight >= self._limit.value:
             self._limit.reached()
         if ticket.batch:

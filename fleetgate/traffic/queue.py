@@ -125,6 +125,13 @@ class FairQueue(Generic[W]):
                 return entry
         return None
 
+    def charge(self, tenant: str, amount: float) -> None:
+        """`tenant` holds `amount` (cost / weight) of places taken without waiting, while
+        nothing waited: its next request starts no sooner than that past V. So when a pool
+        fills, the tenant that took more of it first waits its turn, as it would have had
+        they all come through the queue (with `max`, never charged twice for the same)."""
+        self._finish[tenant] = max(self._finish.get(tenant, 0.0), self._vtime + amount)
+
     def hold(self, tenant: str) -> None:
         """Serve none of `tenant`'s entries until `release`."""
         self._held.add(tenant)

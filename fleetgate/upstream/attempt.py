@@ -71,6 +71,7 @@ class Exchange:
     reply_head: bytes = b""  # the gateway's own header lines for the client (x-ratelimit-*)
     count_usage: bool = False  # read the answer's `usage` (its tenant's tokens are counted)
     batch: bool = False  # in the batch lane
+    priority: int = 1  # its class (traffic/priority.py)
     usage: Usage | None = None  # what the engine said the answer used, when read
     deadline: float = field(init=False)  # when the total timeout ends the whole exchange
 
@@ -270,7 +271,7 @@ class Attempts:
                     AttemptEnded(
                         ex.request_id, clock(), ex.model, state, kind, sent, prompt, queued,
                         status, error, wait_s, first_at, events, streamed is not None,
-                        ex.prior_status, ex.prior_backend,
+                        ex.prior_status, ex.prior_backend, ex.priority,
                     )
                 )  # fmt: skip
             if status >= 500:

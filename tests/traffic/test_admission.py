@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 import msgspec
@@ -33,7 +34,7 @@ def tenant(name: str, **fields: Any) -> Tenant:
 
 def admission(
     limit: int, clock: Clock, tenants: list[Tenant] | None = None, batch_cap: int = 1,
-    **settings: Any,
+    engine_priority: bool = False, **settings: Any,
 ) -> Admission:  # fmt: skip
     pool = Pool("m", [BackendState(Backend("b", "http://127.0.0.1:1", ("m",)))])
     fixed = ConcurrencyLimit(LimitSettings(max_in_flight=limit), pool, clock)
@@ -41,7 +42,7 @@ def admission(
     config = AdmissionSettings(**settings)
     # The batch lane's cap starts at its minimum, one per backend: `batch_cap` of them.
     lane = BatchLane(config.batch_lane, batch_cap, clock())
-    return Admission(config, fixed, known, clock, lane)
+    return Admission(config, fixed, known, clock, lane, engine_priority)
 
 
 def ticket(clock: Clock, name: str = "t", priority: Priority = STANDARD, *, batch: bool = False,
@@ -285,3 +286,34 @@ async def test_no_headroom_lets_every_class_fill_the_limit() -> None:
     adm = admission(10, clock, headroom=0.0)
     assert all(adm.admit_now(ticket(clock, priority=SHEDDABLE)) for _ in range(10))
     assert not adm.admit_now(ticket(clock, priority=CRITICAL))
+
+
+async def test_with_engine_priority_critical_requests_may_go_past_the_limit() -> None:
+    clock = Clock()
+    adm = admission(10, clock, engine_priority=True, critical_overcommit=0.5)
+    assert all(adm.admit_now(ticket(clock, priority=STANDARD)) for _ in range(9))
+    assert not adm.admit_now(ticket(clock, priority=STANDARD))
+    # The engines prefill critical requests first: up to 1.5 times the limit of them go.
+    assert all(adm.admit_now(ticket(clock, priority=CRITICAL)) for _ in range(6))
+    assert not adm.admit_now(ticket(clock, priority=CRITICAL))
+    assert adm.in_flight == 15
+
+
+async def test_places_taken_at_once_count_when_the_class_starts_to_wait() -> None:
+    clock = Clock()
+    adm = admission(4, clock, headroom=0.0)
+    # The pool fills first come first served: "a", sending 3 times what "b" does, takes 3.
+    burst = [ticket(clock, n) for n in ("a", "a", "b", "a")]
+    assert all(adm.admit_now(t) for t in burst)
+    queued = [ticket(clock, "a", wait_s=60) for _ in range(4)]
+    queued += [ticket(clock, "b", wait_s=60) for _ in range(4)]
+    tasks = [await waiting(adm, t) for t in queued]
+    for t in burst:  # the burst ends: its 4 places go to the queue
+        adm.leave(t)
+    await asyncio.sleep(0)
+    taken = Counter(t.tenant for t in queued if t.admitted)
+    # Each has had 4 places in all: "b" first gets what it is behind by.
+    assert taken == {"b": 3, "a": 1}
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -46,10 +46,10 @@ def test_interactive_first_tokens_slower_than_their_best_bring_the_cap_down() ->
         lane.held()
         lane.tick(second, in_flight=int(lane.cap), ceiling=100.0)
     grown = lane.cap
-    first_tokens(lane, 30.0, 0.07)  # 1.4x its best, over the 1.25x slack
+    first_tokens(lane, 30.0, 0.08)  # 1.6x its best, over the 1.5x slack
     lane.tick(30.0, in_flight=int(lane.cap), ceiling=100.0)
     assert lane.cap == grown * 0.7
-    first_tokens(lane, 31.0, 0.06)  # 1.2x: within the slack, and no batch waited
+    first_tokens(lane, 31.0, 0.07)  # 1.4x: within the slack, and no batch waited
     lane.tick(31.0, in_flight=int(lane.cap), ceiling=100.0)
     assert lane.cap == grown * 0.7
     for second in range(32, 60):  # stays slow: down to one per backend, never below

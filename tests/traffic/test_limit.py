@@ -98,3 +98,34 @@ def test_a_fixed_limit_never_moves() -> None:
     limit, pool, clock = setup(max_in_flight=7)
     engines(pool, clock, waiting=50)
     assert tick(limit, clock, reached=True) == 7
+
+
+def test_with_engine_priority_critical_first_tokens_do_not_hide_congestion() -> None:
+    for ranked, expected in ((False, 40), (True, 18)):
+        clock = Clock()
+        states = [BackendState(Backend(f"b{i}", f"http://h{i}:1", ("m",))) for i in range(2)]
+        pool = Pool("m", states)
+        limit = ConcurrencyLimit(LimitSettings(initial_per_backend=10), pool, clock, ranked)
+        for priority, ttft_s in ((0, 0.05),) * 6 + ((2, 3.0),) * 5:
+            limit.on_attempt_ended(
+                AttemptEnded(
+                    b"r",
+                    0.0,
+                    "m",
+                    states[0],
+                    "first",
+                    0.0,
+                    100,
+                    0,
+                    200,
+                    None,
+                    None,
+                    ttft_s,
+                    10,
+                    True,
+                    priority=priority,
+                )
+            )
+        # Without engine priority the median is a critical request's 50 ms: it grows; with
+        # it the critical ones skip the engines' queues and the others' 3 s say congested.
+        assert tick(limit, clock, reached=True) == expected
