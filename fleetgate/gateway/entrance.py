@@ -212,12 +212,16 @@ def _queue_timeout(headers: dict[bytes, bytes], tenants: float) -> float:
 def _used(ex: Exchange) -> tuple[int, int] | None:
     """The prompt and completion tokens a request used, for its tenant's limits: the engine's
     `usage` when the answer had one; for a stream, the estimated prompt and the events relayed
-    (one per token); nothing for an error the client got instead of an answer; None (keep
-    what was reserved) for an answer whose use is unknown."""
+    that carried text (one per token from a streaming engine; not the role's event nor the
+    finish reason's, which counted 2 more than vLLM's usage for every stream); nothing for an
+    error the client got instead of an answer; None (keep what was reserved) for an answer
+    whose use is unknown."""
     if ex.usage is not None:
         return ex.usage.prompt_tokens, ex.usage.completion_tokens
-    if ex.progress is not None:
-        return ex.routing.prompt_tokens, ex.progress.events
+    progress = ex.progress
+    if progress is not None:
+        progress.settle()  # decodes what is left of it (it decodes in batches of 64 events)
+        return ex.routing.prompt_tokens, progress.tokens
     if ex.writer.status == 200:
         return None
     return 0, 0
