@@ -6,7 +6,10 @@ from the same run.
 
 The fleet: the built-in 8B pool (one h100-llama3-8b and one a100-llama3-8b sim worker) behind
 a gateway process, prompts of 1,024 tokens and answers of 128, streamed, every client giving
-up after 30 s (the batch tenant's after 120 s, its queue deadline being 60 s).
+up after 30 s (the batch tenant's after 120 s, its queue deadline being 60 s). As in the
+built-in fleet, the sims schedule by priority and each request carries its class
+(`pools[].engine_priority`); `--no-engine-priority` measures engines that queue first come
+first served.
 
   0. capacity: the gateway with admission off and `--concurrency` clients in a closed loop
      (each sends its next request when its last one ends, none gives up): what the fleet
@@ -287,9 +290,9 @@ def main() -> int:
     parser.add_argument(
         "--capacity", type=float, help="skip phase 0 and take this as the fleet's capacity (req/s)"
     )
-    parser.add_argument("--engine-priority", action="store_true",
-                        help="the sims schedule by priority and each request carries its "
-                        "class's (pools[].engine_priority)")  # fmt: skip
+    parser.add_argument("--no-engine-priority", action="store_true",
+                        help="the sims queue first come first served and requests carry no "
+                        "priority (the built-in fleet has pools[].engine_priority on)")  # fmt: skip
     parser.add_argument("--request-log", type=Path, metavar="FILE",
                         help="the gateway's request log, every line, to this file")  # fmt: skip
     parser.add_argument("--batch-only", action="store_true",
@@ -313,8 +316,9 @@ def main() -> int:
     report["capacity"] = cap
     print(f"   capacity: {cap:.1f} req/s completed\n")
 
-    report["engine_priority"] = args.engine_priority
-    with fleet(True, args.engine_priority, args.request_log) as origin:
+    engine_priority = not args.no_engine_priority
+    report["engine_priority"] = engine_priority
+    with fleet(True, engine_priority, args.request_log) as origin:
         if not args.batch_only:
             offered = sum(t.share for t in OVERLOAD)
             print(f"1. overload: {offered:g}x capacity ({offered * cap:.0f} req/s) ...",
