@@ -420,6 +420,12 @@ async def start_gateway(
 ) -> RunningGateway:
     """Start embedded sims (if any), build pools and metrics, and listen."""
     check_config(config)
+    request_log = None
+    if config.request_log.enabled:  # before anything starts: an unwritable path stops here
+        try:
+            request_log = open_request_log(config.request_log)
+        except OSError as exc:
+            raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
     rng = random.Random(config.seed)
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
     sims: SimFleetProcess | None = None
@@ -458,12 +464,6 @@ async def start_gateway(
     background = PeriodicTasks(random.Random(rng.getrandbits(64)))
     store = build_limit_store(config.limits, clock, rng)
     shared = store if isinstance(store, RedisStore) else None
-    request_log = None
-    if config.request_log.enabled:
-        try:
-            request_log = open_request_log(config.request_log)
-        except OSError as exc:
-            raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
     try:
         if shared is not None:
             shared.start()

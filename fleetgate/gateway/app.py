@@ -234,8 +234,7 @@ class Gateway:
                 elif entry.waiting:
                     await entrance.wait(entry)
                 if cluster.engine_priority:  # the engines order their queues by it
-                    batch = entry.ticket is not None and entry.ticket.batch
-                    level = BATCH_ENGINE_PRIORITY if batch else int(entry.priority)
+                    level = BATCH_ENGINE_PRIORITY if exchange.batch else exchange.priority
                     exchange.body = with_fields(exchange.body, priority=level)
                 if emit.admitted is not None:
                     now = self._clock()

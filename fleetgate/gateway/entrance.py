@@ -150,6 +150,7 @@ class Entrance:
         """The entry, its ticket admitted at once when there is room."""
         if ex.model in self._pricing:
             ex.count_usage = True  # its spend is counted
+        ex.priority = int(priority)
         if admission is None:
             return Entry(tenant.name, priority, held, None, None)
         settings = tenant.settings
@@ -162,7 +163,7 @@ class Entrance:
             routing.prompt_tokens + (routing.max_tokens or self._assumed), settings.weight,
             ex.started + deadline,
         )  # fmt: skip
-        ex.batch, ex.priority = ticket.batch, int(priority)
+        ex.batch = ticket.batch
         admission.admit_now(ticket)
         return Entry(tenant.name, priority, held, ticket, admission)
 

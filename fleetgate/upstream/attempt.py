@@ -212,17 +212,10 @@ class Attempts:
                     if emit.first_token is not None:
                         emit.first_token(
                             FirstToken(
-                                ex.request_id,
-                                now,
-                                ex.model,
-                                state,
-                                kind,
-                                prompt,
-                                ttft,
-                                sent,
+                                ex.request_id, now, ex.model, state, kind, prompt, ttft, sent,
                                 ex.batch,
                             )
-                        )
+                        )  # fmt: skip
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
                         upstream = [

@@ -4,12 +4,14 @@ gateway over a sim worker (in-process, real sockets)."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 
-from fleetgate.config import parse_config
+from fleetgate.config import ConfigError, parse_config
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.serve import start_gateway
 
@@ -66,3 +68,12 @@ async def test_the_request_log_off_writes_nothing_and_metrics_are_served(tmp_pat
     finally:
         await running.close()
     assert not log.exists()
+
+
+async def test_an_unwritable_request_log_stops_the_start_before_any_sim_is_started(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "missing" / "requests.jsonl"
+    with pytest.raises(ConfigError, match=r"request_log\.path"):
+        await start_gateway(config(request_log={"path": str(path)}))
+    assert multiprocessing.active_children() == []  # the pool's sim was never started
