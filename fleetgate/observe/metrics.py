@@ -12,7 +12,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
@@ -90,18 +90,9 @@ class GatewayMetrics(Collector):
             "Requests let through to routing, by pool, tenant and priority class.",
             ["model", "tenant", "priority"],
         )
-        self._tokens = CounterSeries(
-            "fleetgate_tokens",
-            "Tokens answered requests used, by pool, tenant and kind (prompt, completion): the "
-            "engine's usage, or for a stream the estimated prompt and the tokens relayed.",
-            ["model", "tenant", "kind"],
-        )
-        self._spend = CounterSeries(
-            "fleetgate_spend_usd",
-            "What answered requests cost at their pool's prices (pools[].pricing), by pool and "
-            "tenant.",
-            ["model", "tenant"],
-        )
+        # What answered requests used, per (pool, tenant): [prompt, completion, spend]. One
+        # cell per Charged event, not three series' increments (a request's 0.4 us).
+        self._usage: dict[tuple[str, str], list[float]] = {}
         self._rejected = CounterSeries(
             "fleetgate_rejected",
             "Requests refused before routing, by tenant, priority class and reason (the "
@@ -194,11 +185,13 @@ class GatewayMetrics(Collector):
         self._admitted.inc((event.model, event.tenant, event.priority))
 
     def on_charged(self, event: Charged) -> None:
-        model, tenant = event.model, event.tenant
-        self._tokens.inc((model, tenant, "prompt"), event.prompt_tokens)
-        self._tokens.inc((model, tenant, "completion"), event.completion_tokens)
-        if event.cost_usd:
-            self._spend.inc((model, tenant), event.cost_usd)
+        key = (event.model, event.tenant)
+        cell = self._usage.get(key)
+        if cell is None:
+            cell = self._usage[key] = [0.0, 0.0, 0.0]
+        cell[0] += event.prompt_tokens
+        cell[1] += event.completion_tokens
+        cell[2] += event.cost_usd
 
     def on_rejected(self, event: Rejected) -> None:
         self._rejected.inc((event.tenant or "unknown", event.priority or "unknown", event.reason))
@@ -236,9 +229,10 @@ class GatewayMetrics(Collector):
         for series in (
             self._requests, self._errors, self._retries, self._retries_refused, self._hedges,
             self._continuations, self._ttft, self._e2e, self._routing, self._admitted,
-            self._rejected, self._tokens, self._spend,
+            self._rejected,
         ):  # fmt: skip
             yield series.family()
+        yield from self._usage_families()
         admissions = list(self._admissions())
         for name, doc, pick in _ADMISSION_GAUGES:
             gauge = GaugeMetricFamily(name, doc, labels=["model"])
@@ -251,6 +245,27 @@ class GatewayMetrics(Collector):
             for model, state in states:
                 gauge.add_metric([model, state.backend.id], read(state))
             yield gauge
+
+    def _usage_families(self) -> Iterator[Metric]:
+        tokens = CounterMetricFamily(
+            "fleetgate_tokens",
+            "Tokens answered requests used, by pool, tenant and kind (prompt, completion): the "
+            "engine's usage, or for a stream the estimated prompt and the tokens relayed.",
+            labels=["model", "tenant", "kind"],
+        )
+        spend = CounterMetricFamily(
+            "fleetgate_spend_usd",
+            "What answered requests cost at their pool's prices (pools[].pricing), by pool and "
+            "tenant.",
+            labels=["model", "tenant"],
+        )
+        for (model, tenant), (prompt, completion, usd) in self._usage.items():
+            tokens.add_metric([model, tenant, "prompt"], prompt)
+            tokens.add_metric([model, tenant, "completion"], completion)
+            if usd:
+                spend.add_metric([model, tenant], usd)
+        yield tokens
+        yield spend
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
+
+import msgspec
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +36,10 @@ class Bucket:
         return now + self.ttl_s
 
 
-class Taken(NamedTuple):
+class Taken(msgspec.Struct, gc=False):
     """What `take` did: `ok` if it took every cost; `levels` of each bucket after (before,
-    when refused); `wait_s` until every bucket could pay (inf: not before a new period)."""
+    when refused); `wait_s` until every bucket could pay (inf: not before a new period).
+    A struct made in C: a NamedTuple's constructor is Python and cost 0.2 us a request."""
 
     ok: bool
     levels: list[float]
@@ -82,17 +85,22 @@ class MemoryStore:
         found, left = [], []
         for bucket, cost in zip(buckets, costs):  # noqa: B905 (same length; strict costs time)
             cell = cells.get(bucket.key)
-            level = bucket.capacity if cell is None else _level(cell, bucket, now)
+            if cell is None:  # a full bucket: remembered as one, the same state
+                cell = cells[bucket.key] = [bucket.capacity, now, bucket]
+            rate = bucket.rate_per_s
+            if rate:  # `_level` inline: two calls a request were a tenth of this
+                level = cell[0] + rate * (now - cell[1]) if now > cell[1] else cell[0]
+                if level > bucket.capacity:
+                    level = bucket.capacity
+            else:
+                level = _level(cell, bucket, now)
             if level < cost:  # why, at the same instant (a later one may have refilled it)
                 return self._refused(buckets, costs, now)
             found.append(cell)
             left.append(level - cost)
-        for bucket, cell, level in zip(buckets, found, left):  # noqa: B905
-            if cell is None:
-                cells[bucket.key] = [level, now, bucket]
-            else:
-                cell[0] = level
-                cell[1] = now
+        for cell, level in zip(found, left):  # noqa: B905
+            cell[0] = level
+            cell[1] = now
         return Taken(True, left, 0.0)
 
     def _refused(self, buckets: Sequence[Bucket], costs: Sequence[float], now: float) -> Taken:
