@@ -26,6 +26,7 @@ from fleetgate.health.outlier import OutlierSettings
 from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
 from fleetgate.observe.request_log import RequestLogSettings
+from fleetgate.observe.slo import SloSettings
 from fleetgate.resilience.hedge import HedgeSettings
 from fleetgate.resilience.retry import RetrySettings
 from fleetgate.routing.pipeline import SHORTLIST
@@ -167,6 +168,7 @@ class PoolConfig(Settings, frozen=True):
     prefill: PrefillConfig | None = None  # disaggregated: prefill here, decode on `backends`
     pricing: PricingSettings = PricingSettings()  # its tokens' price, for budgets and spend
     admission: AdmissionSettings = AdmissionSettings()  # queueing and shedding when saturated
+    slo: SloSettings = SloSettings()  # objectives and their burn rates (observe/slo.py)
     # The backends schedule by a request's `priority` (vLLM --scheduling-policy priority; the
     # pool's embedded sims run so): each request is sent with its class's, lower first.
     engine_priority: bool = False
@@ -382,6 +384,10 @@ def load_config(path: str | Path) -> Config:
     return parse_config(data)
 
 
+# The built-in fleet's objectives: interactive-chat figures an operator would start from.
+DEFAULT_SLO = {"ttft_s": 2.0, "mean_e2e_s": 10.0, "availability": 0.99}
+
+
 def default_sim_config() -> Config:
     """The built-in fleet `fleetgate serve` starts with no config: 4 simulated workers, two
     models, the 8B one on two kinds of GPU."""
@@ -395,6 +401,7 @@ def default_sim_config() -> Config:
                         {"sim": "a100-llama3-8b", "labels": {"accelerator": "A100"}},
                     ],
                     "engine_priority": True,  # its sims schedule by priority
+                    "slo": DEFAULT_SLO,
                 },
                 {
                     "model": "llama-3.3-70b-instruct",
@@ -403,6 +410,7 @@ def default_sim_config() -> Config:
                         {"sim": "h100x2-llama3-70b-fp8", "labels": {"accelerator": "2xH100"}},
                     ],
                     "engine_priority": True,
+                    "slo": DEFAULT_SLO,
                 },
             ]
         }

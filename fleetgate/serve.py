@@ -46,6 +46,7 @@ from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.observe.request_log import RequestLog, open_request_log
+from fleetgate.observe.slo import SloBook
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
@@ -355,11 +356,15 @@ def compose(
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
     clusters: dict[str, Cluster] = {}
+    slo = SloBook({p.model: p.slo for p in config.pools}, clock)
     metrics = GatewayMetrics(
         lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
         lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
+        slo.status,
     )
-    exporters = [metrics.subscribe] if config.server.metrics else []
+    exporters = [slo.subscribe]
+    if config.server.metrics:
+        exporters.append(metrics.subscribe)
     if request_log is not None:
         exporters.append(request_log.subscribe)
 
@@ -387,7 +392,7 @@ def compose(
             audit = AuditLog(config.server.audit_log, wall_clock)
         except OSError as exc:
             raise ConfigError(f"server.audit_log: cannot append to it: {exc.strerror}") from None
-    admin = Admin(pools, clock, audit) if config.server.admin else None
+    admin = Admin(pools, clock, audit, slo) if config.server.admin else None
     heartbeats = None
     for pool_config in config.pools:
         for part in _parts(clusters[pool_config.model]):

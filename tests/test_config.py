@@ -275,6 +275,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     from fleetgate.health.active import ActiveCheckSettings
     from fleetgate.health.outlier import OutlierSettings
     from fleetgate.observe.request_log import RequestLogSettings
+    from fleetgate.observe.slo import SloSettings
     from fleetgate.resilience.hedge import HedgeSettings
     from fleetgate.resilience.retry import RetrySettings
     from fleetgate.traffic.admission import AdmissionSettings
@@ -304,7 +305,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].admission.", AdmissionSettings),
                            ("pools[].admission.limit.", LimitSettings),
                            ("pools[].admission.batch_lane.", BatchLaneSettings),
-                           ("request_log.", RequestLogSettings)):  # fmt: skip
+                           ("request_log.", RequestLogSettings),
+                           ("pools[].slo.", SloSettings)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

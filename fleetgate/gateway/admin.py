@@ -1,6 +1,7 @@
 """Operator endpoints (only with `server.admin: true`): see backends, drain and undrain them.
 
     GET  /admin/backends                  every backend: model, health flags, in flight
+    GET  /admin/slo                       each pool's objectives: figure, burn rates, alerts
     POST /admin/drain {"backend": ID, "draining": true|false}
 A draining backend takes no new requests; those in flight finish.
 """
@@ -16,6 +17,7 @@ from fleetgate.fleet.pool import Pool
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.audit import AuditLog, key_id
+from fleetgate.observe.slo import SloBook
 from fleetgate.openai_api import error_body
 from fleetgate.traffic.keys import bearer
 
@@ -29,11 +31,16 @@ class _Drain(msgspec.Struct, forbid_unknown_fields=True):
 
 class Admin:
     def __init__(
-        self, pools: Mapping[str, Pool], clock: Callable[[], float], audit: AuditLog | None = None
+        self,
+        pools: Mapping[str, Pool],
+        clock: Callable[[], float],
+        audit: AuditLog | None = None,
+        slo: SloBook | None = None,
     ) -> None:
         self._pools = pools
         self._clock = clock
         self._audit = audit  # every change is written there, with the key that made it
+        self._slo = slo
 
     def _listing(self) -> bytes:
         now = self._clock()
@@ -60,6 +67,13 @@ class Admin:
 
     async def backends(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(200, [(b"content-type", _JSON), (b"x-request-id", request_id)], self._listing())
+
+    async def slo(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        status = self._slo.status() if self._slo is not None else {}
+        writer.send(
+            200, [(b"content-type", _JSON), (b"x-request-id", request_id)],
+            msgspec.json.encode(status),
+        )  # fmt: skip
 
     async def drain(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]

@@ -137,6 +137,7 @@ class Gateway:
         if admin is not None:
             post[b"/admin/drain"] = self._operator("admin", admin.drain)
             get[b"/admin/backends"] = self._operator("admin", admin.backends)
+            get[b"/admin/slo"] = self._operator("admin", admin.slo)
         if heartbeats is not None:
             post[b"/fleet/heartbeat"] = self._operator("heartbeat", heartbeats.beat)
         self._routes: dict[bytes, dict[bytes, _Handler]] = {}
@@ -222,11 +223,13 @@ class Gateway:
             if emit.received is not None:
                 emit.received(Received(request_id, started, request.path))
             caller = ANONYMOUS_CALLER
+            model = ""  # the pool's, once known (never the client's string: metrics label it)
             try:
                 if door is not None:
                     caller = door.identify(request.headers)
                 cluster, exchange = self._prepare(parse, request, writer, request_id, started,
                                                   caller)  # fmt: skip
+                model = exchange.model
                 entrance, headers = self._entrance, request.headers
                 entry = entrance.enter_now(caller, exchange, headers, cluster.admission)
                 if entry is None:
@@ -242,10 +245,10 @@ class Gateway:
                     emit.admitted(Admitted(request_id, now, exchange.model, exchange.routing,
                                            tenant, entry.priority.label))  # fmt: skip
             except Refused as exc:  # a BadRequest too
-                self._refuse(writer, request_id, started, exc, caller)
+                self._refuse(writer, request_id, started, exc, caller, model)
                 return
             except Exception:
-                self._finished_here(request_id, started, 500, "failed")  # the server sends it
+                self._finished_here(request_id, started, 500, "failed", model)  # server sends it
                 raise
             try:
                 await self._failover.forward(cluster, exchange)
@@ -263,6 +266,7 @@ class Gateway:
         started: float,
         exc: Refused,
         caller: Caller,
+        model: str = "",
     ) -> None:
         self._error(writer, request_id, exc.status, exc.message, exc.param, exc.code, exc.headers)
         rejected = self._emit.rejected
@@ -271,7 +275,7 @@ class Gateway:
             now = self._clock()
             priority = exc.priority.label if exc.priority is not None else ""
             rejected(Rejected(request_id, now, exc.status, reason, caller.tenant.name, priority))
-        self._finished_here(request_id, started, exc.status, "rejected")
+        self._finished_here(request_id, started, exc.status, "rejected", model)
 
     def _prepare(
         self,
@@ -324,15 +328,16 @@ class Gateway:
         return cluster, exchange
 
     def _finished_here(
-        self, request_id: bytes, started: float, status: int, outcome: Outcome
+        self, request_id: bytes, started: float, status: int, outcome: Outcome, model: str = ""
     ) -> None:
-        """The Finished of a request the gateway answered before routing it (without the
-        model: a client may send any string there)."""
+        """The Finished of a request the gateway answered before routing it: `model` is its
+        pool's when it was known (refused by a limit or shed), else "" (never the string the
+        client sent: it may be anything)."""
         finished = self._emit.finished
         if finished is not None:
             finished(
                 Finished(
-                    request_id, self._clock(), "", started, status, NO_BACKEND, outcome, None,
+                    request_id, self._clock(), model, started, status, NO_BACKEND, outcome, None,
                     None,
                 )
             )  # fmt: skip

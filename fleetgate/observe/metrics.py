@@ -9,7 +9,7 @@ when Prometheus scrapes. The overhead benchmark runs with all of it on.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -31,6 +31,7 @@ from fleetgate.lifecycle.events import (
 )
 from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
+from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.traffic.admission import Admission
 
 # Latency buckets (seconds) spanning a cached 5 ms TTFT to a queued 2-minute request.
@@ -82,9 +83,11 @@ class GatewayMetrics(Collector):
         self,
         states: Callable[[], Iterable[tuple[str, BackendState]]],
         admissions: Callable[[], Iterable[tuple[str, Admission]]] = lambda: (),
+        slo: Callable[[], Mapping[str, list[ObjectiveStatus]]] = dict,
     ) -> None:
         self._states = states
         self._admissions = admissions
+        self._slo = slo
         self._admitted = CounterSeries(
             "fleetgate_admitted",
             "Requests let through to routing, by pool, tenant and priority class.",
@@ -233,6 +236,7 @@ class GatewayMetrics(Collector):
         ):  # fmt: skip
             yield series.family()
         yield from self._usage_families()
+        yield from slo_families(self._slo())
         admissions = list(self._admissions())
         for name, doc, pick in _ADMISSION_GAUGES:
             gauge = GaugeMetricFamily(name, doc, labels=["model"])
@@ -269,3 +273,57 @@ class GatewayMetrics(Collector):
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def slo_families(pools: Mapping[str, list[ObjectiveStatus]]) -> Iterator[Metric]:
+    """Each pool's objectives (observe/slo.py) as gauges, and their verdicts as counters."""
+    labels = ["model", "objective"]
+    target = GaugeMetricFamily(
+        "fleetgate_slo_target",
+        "An objective's target: the share of requests that must be good (ratio objectives) "
+        "or the bound on a mean in seconds (mean objectives).",
+        labels=labels,
+    )
+    value = GaugeMetricFamily(
+        "fleetgate_slo_value",
+        "An objective's figure over its window (pools[].slo.window_s): the share of good "
+        "requests, or the mean in seconds; absent with no requests in the window.",
+        labels=labels,
+    )
+    met = GaugeMetricFamily(
+        "fleetgate_slo_met",
+        "1 while an objective's figure over its window meets it.",
+        labels=labels,
+    )
+    burn = GaugeMetricFamily(
+        "fleetgate_slo_burn_rate",
+        "How fast an objective's error budget burns over a window: 1 spends it in exactly its "
+        "period (a mean objective: its mean over the bound).",
+        labels=[*labels, "window"],
+    )
+    alert = GaugeMetricFamily(
+        "fleetgate_slo_alert",
+        "1 while a multi-window burn-rate alert fires (SRE workbook: page at 14.4x over 1h "
+        "and 5m or 6x over 6h and 30m; ticket at 3x over 24h and 2h).",
+        labels=[*labels, "severity"],
+    )
+    judged = CounterMetricFamily(
+        "fleetgate_slo_requests",
+        "Requests judged by a ratio objective, by verdict (good, bad).",
+        labels=[*labels, "verdict"],
+    )
+    for model, objectives in pools.items():
+        for o in objectives:
+            key = [model, o.name]
+            target.add_metric(key, o.target)
+            if o.value is not None:
+                value.add_metric(key, o.value)
+            met.add_metric(key, 1.0 if o.met else 0.0)
+            for window, rate in o.burn.items():
+                burn.add_metric([*key, window], rate)
+            if o.kind == "ratio":
+                for severity in ("page", "ticket"):
+                    alert.add_metric([*key, severity], 1.0 if severity in o.alerts else 0.0)
+                judged.add_metric([*key, "good"], o.good_total)
+                judged.add_metric([*key, "bad"], o.bad_total)
+    yield from (target, value, met, burn, alert, judged)
