@@ -139,11 +139,14 @@ def _routed(
     pool = Pool(config.model, states, config.health(), config.weights)
     hooks = Hooks()
     FleetAccounting(pool).subscribe(hooks)
-    OutlierDetector(config.outlier, pool).subscribe(hooks)
+    outliers = OutlierDetector(config.outlier, pool)
+    outliers.subscribe(hooks)
     if watch is not None:
         watch(hooks, pool)
     subscribe(hooks)
-    return Router(pool, pipeline), Emitters(hooks)
+    emit = Emitters(hooks)
+    outliers.on_ejected = emit.ejected
+    return Router(pool, pipeline), emit
 
 
 def build_clusters(
@@ -361,6 +364,7 @@ def compose(
         lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
         lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
         slo.status,
+        clock,
     )
     exporters = [slo.subscribe]
     if config.server.metrics:

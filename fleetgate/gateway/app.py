@@ -241,9 +241,9 @@ class Gateway:
                     exchange.body = with_fields(exchange.body, priority=level)
                 if emit.admitted is not None:
                     now = self._clock()
-                    tenant = caller.tenant.name
                     emit.admitted(Admitted(request_id, now, exchange.model, exchange.routing,
-                                           tenant, entry.priority.label))  # fmt: skip
+                                           caller.tenant.name, entry.priority.label,
+                                           now - started))  # fmt: skip
             except Refused as exc:  # a BadRequest too
                 self._refuse(writer, request_id, started, exc, caller, model)
                 return
@@ -274,7 +274,9 @@ class Gateway:
             reason = exc.code or "invalid_request"
             now = self._clock()
             priority = exc.priority.label if exc.priority is not None else ""
-            rejected(Rejected(request_id, now, exc.status, reason, caller.tenant.name, priority))
+            # With auth on, the anonymous caller is one whose key was not read: "" (unknown).
+            tenant = "" if caller is ANONYMOUS_CALLER and self.auth else caller.tenant.name
+            rejected(Rejected(request_id, now, exc.status, reason, tenant, priority))
         self._finished_here(request_id, started, exc.status, "rejected", model)
 
     def _prepare(

@@ -22,9 +22,11 @@ failure counted for that backend is taken back (unless it has ejected it already
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.pool import Pool
-from fleetgate.lifecycle.events import NOT_UPSTREAM, AttemptEnded
+from fleetgate.lifecycle.events import NOT_UPSTREAM, AttemptEnded, Ejected, EjectReason
 from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.settings import Settings, at_least, ordered, positive_seconds, within
 
@@ -74,6 +76,8 @@ class OutlierDetector:
         self._settings = settings
         self._pool = pool
         self._records: dict[BackendState, _Record] = {}
+        # Told of each ejection (the pool's emitter, set once its hooks are complete).
+        self.on_ejected: Callable[[Ejected], None] | None = None
 
     def subscribe(self, hooks: Hooks) -> None:
         hooks.subscribe(AttemptEnded, self.on_attempt_ended)
@@ -83,13 +87,13 @@ class OutlierDetector:
         error, status = event.error, event.status
         if error is not None:
             if error not in NOT_UPSTREAM:
-                self.failure(event.backend, event.at)
+                self.failure(event.backend, event.at, event.request_id)
         elif status == 429 or (status == 503 and event.retry_after_s is not None):
             wait_s = 1.0 if event.retry_after_s is None else event.retry_after_s
             self._pool.backpressure(event.backend, event.at, wait_s)
         elif status >= 500:
             if status != event.prior_status:
-                self.failure(event.backend, event.at)
+                self.failure(event.backend, event.at, event.request_id)
             elif event.prior_backend is not None and event.prior_backend is not event.backend:
                 self._take_back(event.prior_backend, event.at)
         else:
@@ -127,19 +131,25 @@ class OutlierDetector:
             record.window_requests = max(0, record.window_requests - 1)
             record.window_failures = max(0, record.window_failures - 1)
 
-    def failure(self, state: BackendState, now: float) -> bool:
-        """Count a failure; True when it ejected the backend."""
+    def failure(self, state: BackendState, now: float, request_id: bytes = b"") -> bool:
+        """Count a failure (of the attempt of `request_id`); True when it ejected the backend."""
         record = self._record(state)
         record.failures += 1
         self._count(record, now, True)
         if self._pool.is_ejected(state):
             return False
         s = self._settings
-        rate_too_high = (
+        reason: EjectReason
+        if record.half_open:
+            reason = "half_open"
+        elif record.failures >= s.consecutive_failures:
+            reason = "consecutive_failures"
+        elif (
             record.window_requests >= s.min_requests
             and record.window_failures >= s.failure_rate * record.window_requests
-        )
-        if not (record.half_open or record.failures >= s.consecutive_failures or rate_too_high):
+        ):
+            reason = "failure_rate"
+        else:
             return False
         pool = self._pool
         if pool.ejected + 1 > s.max_ejected_share * len(pool.states):
@@ -151,6 +161,8 @@ class OutlierDetector:
         record.half_open = True  # from its return on, one failure ejects it again
         record.returned_at = until  # where good behaviour starts to count (forgiveness)
         pool.eject(state, now, until)
+        if self.on_ejected is not None:
+            self.on_ejected(Ejected(request_id, now, pool.model, state, until, reason))
         return True
 
     def ejections(self, state: BackendState) -> int:

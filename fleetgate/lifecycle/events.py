@@ -44,6 +44,9 @@ NOT_UPSTREAM: frozenset[ErrorKind] = frozenset(
 # answered with an error of its own after its attempts; rejected: refused before routing;
 # client_closed: the client left first.
 Outcome = Literal["answered", "failed", "rejected", "client_closed"]
+# Which outlier rule ejected a backend: failures in a row, the failure rate of an interval,
+# or the first failure after its return (half-open).
+EjectReason = Literal["consecutive_failures", "failure_rate", "half_open"]
 NO_BACKEND = "none"  # Finished.backend of a request the gateway answered itself
 
 
@@ -71,12 +74,14 @@ class Rejected(Event, frozen=True, gc=False):
 
 
 class Admitted(Event, frozen=True, gc=False):
-    """The request will be routed in the pool of `model`."""
+    """The request will be routed in the pool of `model`, `queued_s` after it arrived (its
+    wait in the pool's admission queue, and the front door's checks)."""
 
     model: str
     request: RoutingRequest
     tenant: str = "anonymous"  # whose request (traffic/tenants.py)
     priority: str = "standard"  # its class: critical, standard or sheddable
+    queued_s: float = 0.0
 
 
 class Routed(Event, frozen=True, gc=False):
@@ -171,6 +176,16 @@ class Continued(Event, frozen=True, gc=False):
     model: str
     backend: BackendState
     tokens: int
+
+
+class Ejected(Event, frozen=True, gc=False):
+    """The outlier detector took `backend` out of routing until `until`, after the attempt of
+    `request_id` failed: `reason` is the rule that fired (health/outlier.py)."""
+
+    model: str
+    backend: BackendState
+    until: float
+    reason: EjectReason
 
 
 class Charged(Event, frozen=True, gc=False):

@@ -31,6 +31,7 @@ from fleetgate.lifecycle.events import (
     AttemptStarted,
     Charged,
     Continued,
+    Ejected,
     Event,
     Finished,
     FirstToken,
@@ -104,8 +105,9 @@ class Emitters:
     type nobody hears."""
 
     __slots__ = (
-        "admitted", "attempt_ended", "attempt_started", "charged", "continued", "finished",
-        "first_token", "hedged", "received", "rejected", "retried", "retry_refused", "routed",
+        "admitted", "attempt_ended", "attempt_started", "charged", "continued", "ejected",
+        "finished", "first_token", "hedged", "received", "rejected", "retried", "retry_refused",
+        "routed",
     )  # fmt: skip
 
     def __init__(self, hooks: Hooks) -> None:
@@ -122,3 +124,4 @@ class Emitters:
         self.continued = hooks.emitter(Continued)
         self.finished = hooks.emitter(Finished)
         self.charged = hooks.emitter(Charged)
+        self.ejected = hooks.emitter(Ejected)

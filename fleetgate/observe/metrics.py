@@ -8,11 +8,12 @@ when Prometheus scrapes. The overhead benchmark runs with all of it on.
 
 from __future__ import annotations
 
+import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
@@ -21,6 +22,7 @@ from fleetgate.lifecycle.events import (
     AttemptEnded,
     Charged,
     Continued,
+    Ejected,
     ErrorKind,
     Finished,
     FirstToken,
@@ -30,6 +32,7 @@ from fleetgate.lifecycle.events import (
     RetryRefused,
 )
 from fleetgate.lifecycle.hooks import Hooks
+from fleetgate.observe.fleet_metrics import admission_families, backend_families, slo_families
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.traffic.admission import Admission
@@ -43,37 +46,8 @@ LATENCY_BUCKETS = (
 ROUTING_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 1e-2)
 
 
-# The per-backend gauges: name, help, and how each is read from a backend's live state.
 # Attempts the gateway itself stopped or broke: no failure of talking to the backend at all.
 _UNCOUNTED: frozenset[ErrorKind] = frozenset({"cancelled", "gateway"})
-_BACKEND_GAUGES: tuple[tuple[str, str, Callable[[BackendState], float]], ...] = (
-    ("fleetgate_backend_in_flight_requests",
-     "Requests sent to a backend that have not finished.",
-     lambda s: s.in_flight),
-    ("fleetgate_backend_healthy",
-     "1 when no health detector flags the backend (active check, ejection, draining).",
-     lambda s: 0.0 if s.flags else 1.0),
-    ("fleetgate_backend_pending_prefill_tokens",
-     "Prompt tokens (estimated) sent to a backend whose first token has not come back.",
-     lambda s: s.pending_prefill),
-    ("fleetgate_backend_in_flight_tokens",
-     "Prompt tokens (estimated) of the requests sent to a backend that have not finished.",
-     lambda s: s.in_flight_tokens),
-)  # fmt: skip
-
-
-# The per-pool admission gauges: name, help, and how each is read from a pool's queue.
-_ADMISSION_GAUGES: tuple[tuple[str, str, Callable[[Admission], float]], ...] = (
-    ("fleetgate_admission_in_flight_requests",
-     "Requests a pool's admission let through that have not finished.",
-     lambda a: a.in_flight),
-    ("fleetgate_admission_waiting_requests",
-     "Requests waiting in a pool's admission queue.",
-     lambda a: a.waiting),
-    ("fleetgate_admission_limit_requests",
-     "A pool's concurrency limit: past it requests wait (adaptive unless fixed).",
-     lambda a: a.limit),
-)  # fmt: skip
 
 
 class GatewayMetrics(Collector):
@@ -84,10 +58,12 @@ class GatewayMetrics(Collector):
         states: Callable[[], Iterable[tuple[str, BackendState]]],
         admissions: Callable[[], Iterable[tuple[str, Admission]]] = lambda: (),
         slo: Callable[[], Mapping[str, list[ObjectiveStatus]]] = dict,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._states = states
+        self._states = states  # read when scraped (observe/fleet_metrics.py)
         self._admissions = admissions
         self._slo = slo
+        self._clock = clock
         self._admitted = CounterSeries(
             "fleetgate_admitted",
             "Requests let through to routing, by pool, tenant and priority class.",
@@ -116,8 +92,9 @@ class GatewayMetrics(Collector):
         )
         self._retries = CounterSeries(
             "fleetgate_retries",
-            "Attempts sent to another backend after one failed before the first byte.",
-            ["model"],
+            "Attempts sent to another backend after one failed before the first byte, by what "
+            "the failed attempt got: its HTTP status, or no_answer.",
+            ["model", "reason"],
         )
         self._retries_refused = CounterSeries(
             "fleetgate_retries_refused",
@@ -126,13 +103,28 @@ class GatewayMetrics(Collector):
         )
         self._hedges = CounterSeries(
             "fleetgate_hedges",
-            "Second attempts sent because a stream's first token was late.",
-            ["model"],
+            "Second attempts sent because a stream's first token was late, by the backend "
+            "the second went to.",
+            ["model", "backend"],
         )
         self._continuations = CounterSeries(
             "fleetgate_stream_continuations",
-            "Streams whose backend failed mid-answer, continued on another backend.",
-            ["model"],
+            "Streams whose backend failed mid-answer, continued on another backend, by the "
+            "backend that took them over.",
+            ["model", "backend"],
+        )
+        self._ejections = CounterSeries(
+            "fleetgate_backend_ejections",
+            "Backends taken out of routing by outlier detection, by the rule that fired "
+            "(consecutive_failures, failure_rate, half_open).",
+            ["model", "backend", "reason"],
+        )
+        self._queued = HistogramSeries(
+            "fleetgate_admission_wait_seconds",
+            "From a request's arrival to its admission into routing (its wait in the pool's "
+            "queue, and the front door's checks), by pool and priority class.",
+            ["model", "priority"],
+            LATENCY_BUCKETS,
         )
         self._ttft = HistogramSeries(
             "fleetgate_time_to_first_token_seconds",
@@ -183,9 +175,11 @@ class GatewayMetrics(Collector):
         hooks.subscribe(RetryRefused, self.on_retry_refused)
         hooks.subscribe(Hedged, self.on_hedged)
         hooks.subscribe(Continued, self.on_continued)
+        hooks.subscribe(Ejected, self.on_ejected)
 
     def on_admitted(self, event: Admitted) -> None:
         self._admitted.inc((event.model, event.tenant, event.priority))
+        self._queued.observe((event.model, event.priority), event.queued_s)
 
     def on_charged(self, event: Charged) -> None:
         key = (event.model, event.tenant)
@@ -217,13 +211,20 @@ class GatewayMetrics(Collector):
             self._errors.inc((event.model, event.backend.backend.id, error))
 
     def on_hedged(self, event: Hedged) -> None:
-        self._hedges.inc((event.model,))
+        self._hedges.inc((event.model, event.backend.backend.id))
 
     def on_continued(self, event: Continued) -> None:
-        self._continuations.inc((event.model,))
+        self._continuations.inc((event.model, event.backend.backend.id))
 
     def on_retried(self, event: Retried) -> None:
-        self._retries.inc((event.model,))
+        status = event.status
+        reason = self._status_text.get(status) if status else "no_answer"
+        if reason is None:
+            reason = self._status_text[status] = str(status)
+        self._retries.inc((event.model, reason))
+
+    def on_ejected(self, event: Ejected) -> None:
+        self._ejections.inc((event.model, event.backend.backend.id, event.reason))
 
     def on_retry_refused(self, event: RetryRefused) -> None:
         self._retries_refused.inc((event.model,))
@@ -231,24 +232,14 @@ class GatewayMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         for series in (
             self._requests, self._errors, self._retries, self._retries_refused, self._hedges,
-            self._continuations, self._ttft, self._e2e, self._routing, self._admitted,
-            self._rejected,
+            self._continuations, self._ejections, self._ttft, self._e2e, self._routing,
+            self._admitted, self._queued, self._rejected,
         ):  # fmt: skip
             yield series.family()
         yield from self._usage_families()
         yield from slo_families(self._slo())
-        admissions = list(self._admissions())
-        for name, doc, pick in _ADMISSION_GAUGES:
-            gauge = GaugeMetricFamily(name, doc, labels=["model"])
-            for model, admission in admissions:
-                gauge.add_metric([model], pick(admission))
-            yield gauge
-        states = list(self._states())
-        for name, doc, read in _BACKEND_GAUGES:
-            gauge = GaugeMetricFamily(name, doc, labels=["model", "backend"])
-            for model, state in states:
-                gauge.add_metric([model, state.backend.id], read(state))
-            yield gauge
+        yield from admission_families(self._admissions())
+        yield from backend_families(self._states(), self._clock())
 
     def _usage_families(self) -> Iterator[Metric]:
         tokens = CounterMetricFamily(
@@ -273,57 +264,3 @@ class GatewayMetrics(Collector):
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-def slo_families(pools: Mapping[str, list[ObjectiveStatus]]) -> Iterator[Metric]:
-    """Each pool's objectives (observe/slo.py) as gauges, and their verdicts as counters."""
-    labels = ["model", "objective"]
-    target = GaugeMetricFamily(
-        "fleetgate_slo_target",
-        "An objective's target: the share of requests that must be good (ratio objectives) "
-        "or the bound on a mean in seconds (mean objectives).",
-        labels=labels,
-    )
-    value = GaugeMetricFamily(
-        "fleetgate_slo_value",
-        "An objective's figure over its window (pools[].slo.window_s): the share of good "
-        "requests, or the mean in seconds; absent with no requests in the window.",
-        labels=labels,
-    )
-    met = GaugeMetricFamily(
-        "fleetgate_slo_met",
-        "1 while an objective's figure over its window meets it.",
-        labels=labels,
-    )
-    burn = GaugeMetricFamily(
-        "fleetgate_slo_burn_rate",
-        "How fast an objective's error budget burns over a window: 1 spends it in exactly its "
-        "period (a mean objective: its mean over the bound).",
-        labels=[*labels, "window"],
-    )
-    alert = GaugeMetricFamily(
-        "fleetgate_slo_alert",
-        "1 while a multi-window burn-rate alert fires (SRE workbook: page at 14.4x over 1h "
-        "and 5m or 6x over 6h and 30m; ticket at 3x over 24h and 2h).",
-        labels=[*labels, "severity"],
-    )
-    judged = CounterMetricFamily(
-        "fleetgate_slo_requests",
-        "Requests judged by a ratio objective, by verdict (good, bad).",
-        labels=[*labels, "verdict"],
-    )
-    for model, objectives in pools.items():
-        for o in objectives:
-            key = [model, o.name]
-            target.add_metric(key, o.target)
-            if o.value is not None:
-                value.add_metric(key, o.value)
-            met.add_metric(key, 1.0 if o.met else 0.0)
-            for window, rate in o.burn.items():
-                burn.add_metric([*key, window], rate)
-            if o.kind == "ratio":
-                for severity in ("page", "ticket"):
-                    alert.add_metric([*key, severity], 1.0 if severity in o.alerts else 0.0)
-                judged.add_metric([*key, "good"], o.good_total)
-                judged.add_metric([*key, "bad"], o.bad_total)
-    yield from (target, value, met, burn, alert, judged)

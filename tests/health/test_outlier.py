@@ -11,7 +11,7 @@ from fleetgate.fleet.calibration import WeightSettings
 from fleetgate.fleet.health import HealthFlag, HealthSettings
 from fleetgate.fleet.pool import Pool
 from fleetgate.health.outlier import OutlierDetector, OutlierSettings
-from fleetgate.lifecycle.events import AttemptEnded, ErrorKind
+from fleetgate.lifecycle.events import AttemptEnded, Ejected, ErrorKind
 
 SETTINGS = OutlierSettings(
     consecutive_failures=3, base_ejection_s=10.0, max_ejection_s=25.0, max_ejected_share=0.5
@@ -221,3 +221,27 @@ def test_a_5xx_unlike_the_previous_attempt_s_is_the_backend_s(prior_status: int)
         detector.on_attempt_ended(replace(ended(a, 1.0, 500), prior_status=prior_status,
                                           prior_backend=b))  # fmt: skip
     assert a.flags == HealthFlag.EJECTED
+
+
+def test_each_ejection_is_told_with_the_rule_that_fired_and_the_failing_request() -> None:
+    a, b, c, d = states(4)
+    detector, pool = detector_over([a, b, c, d])
+    told: list[Ejected] = []
+    detector.on_ejected = told.append
+    eject(detector, a, 0.0)
+    pool.update(10.0)
+    assert detector.failure(a, 11.0, b"r-2")  # its first failure on its return
+    rated = replace(SETTINGS, consecutive_failures=100, min_requests=4, failure_rate=0.5)
+    detector = OutlierDetector(rated, detector_over([a, b, c, d])[1])
+    detector.on_ejected = told.append
+    for now, failed in ((20.0, False), (20.1, True), (20.2, False), (20.3, True)):
+        if failed:
+            detector.failure(b, now, b"r-3")
+        else:
+            detector.success(b, now)
+    assert [(e.backend, e.reason, e.request_id, e.until) for e in told] == [
+        (a, "consecutive_failures", b"", 10.0),
+        (a, "half_open", b"r-2", 31.0),
+        (b, "failure_rate", b"r-3", 30.3),
+    ]
+    assert {e.model for e in told} == {"m"}
