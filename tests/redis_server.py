@@ -4,8 +4,6 @@ a free 127.0.0.1 port in a temporary directory with no persistence, killed and r
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -14,42 +12,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from tests.debian import debian_program
 
 START_TIMEOUT_S = 10.0
 
 
 def redis_server_binary() -> str:
-    """The redis-server executable, installing it with apt-get if it is missing; a skip that
-    says what to do where it cannot be installed (a fresh CI machine can, as root)."""
-    found = shutil.which("redis-server")
-    if found is not None:
-        return found
-    if shutil.which("apt-get") is None:
-        pytest.skip("redis-server is not installed and there is no apt-get to install it")
-    sudo: list[str] = []
-    if os.geteuid() != 0:
-        if (
-            shutil.which("sudo") is None
-            or subprocess.run(["sudo", "-n", "true"], capture_output=True, check=False).returncode
-        ):
-            pytest.skip("redis-server is not installed; as root: apt-get install -y redis-server")
-        sudo = ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = [*sudo, "apt-get", "install", "-y", "-qq", "--no-install-recommends", "redis-server"]
-    if subprocess.run(install, capture_output=True, env=env, check=False).returncode:
-        # A fresh machine may have no package lists yet.
-        subprocess.run([*sudo, "apt-get", "update", "-qq"], capture_output=True, env=env,
-                       check=False)  # fmt: skip
-        done = subprocess.run(install, capture_output=True, text=True, env=env, check=False)
-        if done.returncode:
-            pytest.skip(f"redis-server could not be installed: {done.stderr.strip()[-300:]}")
-    found = shutil.which("redis-server") or (
-        "/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None
-    )
-    if found is None:
-        pytest.skip("apt-get installed redis-server, but it is not on PATH")
-    return found
+    """The redis-server executable, installed from Debian's package when missing."""
+    return debian_program("redis-server", "redis-server")
 
 
 def free_port() -> int:
