@@ -24,6 +24,7 @@ from fleetgate.bench.progress import ProgressBar
 from fleetgate.bench.report import summary_table, write_results
 from fleetgate.bench.runner import LoadGenerator, LoadSettings
 from fleetgate.bench.stats import Slo, summarize
+from fleetgate.bench.tracefile import check_trace
 from fleetgate.bench.traces import TRACE_SOURCES
 from fleetgate.bench.workloads import ENDPOINTS, Arrivals, PoissonArrivals, TraceTimes
 from fleetgate.fleet.discovery import DiscoveryError, list_models
@@ -38,12 +39,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target", required=True, metavar="URL", help="server base URL, e.g. http://host:8080"
     )
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--workload",
         choices=WORKLOADS,
         default="azure-conv",
         metavar="W",
         help=f"one of {', '.join(WORKLOADS)} (azure-conv)",
+    )
+    source.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="replay your own trace instead: an Azure LLM inference trace CSV (a header with "
+        "TIMESTAMP, ContextTokens, GeneratedTokens; TIMESTAMP a date and time or seconds) or "
+        'a Mooncake JSONL ({"timestamp": ms, "input_length": n, "output_length": n, '
+        '"hash_ids": [...]} a line; rows sharing hash ids share 512-token prompt blocks), '
+        "told apart by the extension (.csv, .jsonl) or the first line; rows in time order",
     )
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument(
@@ -157,7 +169,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
     )
     return BenchConfig(
         target=args.target,
-        workload=args.workload,
+        workload="trace" if args.trace is not None else args.workload,
+        trace_file=args.trace,
         arrivals=arrivals,
         duration_s=args.duration,
         max_requests=args.max_requests,
@@ -185,13 +198,16 @@ async def first_model(client: HttpClient, origin: Origin, api_key: str | None) -
 
 
 async def run(args: argparse.Namespace) -> int:
-    """Run `fleetgate bench`; 0 when any request succeeded, 1 when none did, 2 on bad flags."""
+    """Run `fleetgate bench`; 0 when any request succeeded, 1 when none did, 2 on bad flags
+    or a bad trace file."""
     console = Console()
     errors = Console(stderr=True)
     try:
         config = config_from_args(args)
         origin = Origin.parse(config.target)
-    except ValueError as exc:
+        # The whole file, before any request: a bad row stops the run before it starts.
+        trace = None if config.trace_file is None else check_trace(config.trace_file)
+    except ValueError as exc:  # TraceError is one
         errors.print(f"[red]fleetgate bench: {exc}[/]")
         return 2
     client = HttpClient()
@@ -223,6 +239,11 @@ async def run(args: argparse.Namespace) -> int:
     console.print(summary_table(summary, f"fleetgate bench: {config.workload} -> {origin}"))
     if config.workload in TRACE_SOURCES:
         console.print(f"trace: {TRACE_SOURCES[config.workload]}")
+    if trace is not None:
+        console.print(
+            f"trace: {config.trace_file} ({trace.format}, {trace.requests} requests "
+            f"over {trace.span_s:.1f} s of trace time)"
+        )
     if result.max_lag_s > _LAG_WARNING_S:
         errors.print(
             f"[yellow]warning: a send left {result.max_lag_s * 1000:.0f} ms late; "

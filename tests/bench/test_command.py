@@ -84,3 +84,48 @@ async def test_run_says_what_to_do_when_the_server_is_down(
 ) -> None:
     assert await run(parse("--quiet")) == 2
     assert "--model" in capsys.readouterr().err
+
+
+def test_trace_flag_replaces_the_workload(tmp_path: Path) -> None:
+    config = config_from_args(parse("--trace", str(tmp_path / "t.csv"), "--trace-speed", "3"))
+    assert config.workload == "trace"
+    assert config.trace_file == tmp_path / "t.csv"
+    assert config.to_json()["trace_file"] == str(tmp_path / "t.csv")
+    with pytest.raises(SystemExit):
+        parse("--trace", "t.csv", "--workload", "synthetic")  # one source or the other
+
+
+async def test_a_trace_file_replays(
+    fake_openai: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "mine.jsonl"
+    trace.write_text(
+        "".join(
+            f'{{"timestamp": {40 * i}, "input_length": 30, "output_length": 5, "hash_ids": [1]}}\n'
+            for i in range(6)
+        )
+    )
+    out = tmp_path / "run"
+    args = parse("--trace", str(trace), "--out", str(out), "--quiet")
+    args.target = fake_openai.url
+    assert await run(args) == 0
+    assert len(fake_openai.requests) == 6
+    assert {r["max_tokens"] for r in fake_openai.requests} == {5}
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["config"]["workload"] == "trace"
+    assert doc["summary"]["completed"] == 6
+    assert "mooncake, 6 requests over 0.2 s" in capsys.readouterr().out
+
+
+async def test_a_bad_trace_file_stops_the_run_before_a_request(
+    fake_openai: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,2\n1,ten,2\n")
+    args = parse("--trace", str(trace), "--quiet")
+    args.target = fake_openai.url
+    assert await run(args) == 2
+    assert fake_openai.requests == []
+    err = capsys.readouterr().err
+    assert "bad.csv:3: ContextTokens 'ten' is not a whole number" in err.replace("\n", "")
+    assert "Traceback" not in err
