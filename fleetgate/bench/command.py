@@ -20,6 +20,7 @@ from rich.console import Console
 
 from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
 from fleetgate.bench.generated import LENGTH_KINDS, LengthDist, SharedPrefixShape
+from fleetgate.bench.page import write_report
 from fleetgate.bench.progress import ProgressBar
 from fleetgate.bench.report import summary_table, write_results
 from fleetgate.bench.runner import LoadGenerator, LoadSettings
@@ -106,7 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="goodput bound on each request's mean inter-token latency (TPOT)",
     )
     parser.add_argument(
-        "--out", type=Path, metavar="DIR", help="write summary.json (and requests.jsonl) here"
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write summary.json, plots over time (PNG) and index.html showing them here",
     )
     parser.add_argument(
         "--save-requests",
@@ -236,7 +240,8 @@ async def run(args: argparse.Namespace) -> int:
         await client.close()
 
     summary = summarize(result.records, result.duration_s, config.slo)
-    console.print(summary_table(summary, f"fleetgate bench: {config.workload} -> {origin}"))
+    title = f"fleetgate bench: {config.workload} -> {origin}"
+    console.print(summary_table(summary, title))
     if config.workload in TRACE_SOURCES:
         console.print(f"trace: {TRACE_SOURCES[config.workload]}")
     if trace is not None:
@@ -251,7 +256,10 @@ async def run(args: argparse.Namespace) -> int:
         )
     if args.out is not None:
         records = result.records if args.save_requests else None
-        for path in write_results(args.out, summary, config.to_json(), records):
+        doc = config.to_json()
+        written = write_results(args.out, summary, doc, records)
+        written += write_report(args.out, summary, doc, result.records, title)
+        for path in written:
             console.print(f"wrote {path}")
     return 0 if summary.completed > 0 else 1
 

@@ -95,7 +95,7 @@ def test_trace_flag_replaces_the_workload(tmp_path: Path) -> None:
         parse("--trace", "t.csv", "--workload", "synthetic")  # one source or the other
 
 
-async def test_a_trace_file_replays(
+async def test_a_trace_file_replays_and_out_writes_plots_and_a_page(
     fake_openai: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     trace = tmp_path / "mine.jsonl"
@@ -114,7 +114,11 @@ async def test_a_trace_file_replays(
     doc = json.loads((out / "summary.json").read_text())
     assert doc["config"]["workload"] == "trace"
     assert doc["summary"]["completed"] == 6
-    assert "mooncake, 6 requests over 0.2 s" in capsys.readouterr().out
+    for name in ("latency.png", "throughput.png", "load.png", "index.html"):
+        assert (out / name).stat().st_size > 1000, name
+    printed = capsys.readouterr().out
+    assert "mooncake, 6 requests over 0.2 s" in printed
+    assert "index.html" in printed
 
 
 async def test_a_bad_trace_file_stops_the_run_before_a_request(
