@@ -6,5 +6,5 @@ The modules, in the order a run uses them: `config` (the run's settings) builds 
 `runner` sends it through fleetgate's HTTP client, reading streams with `fleetgate.http.sse`
 and bodies with `payload`; `stats` summarizes the records, `progress` and `report` show them;
 `page` writes the report for people (`timeline` cuts the run into windows, `plots` draws
-them); `command` is the CLI entry.
+them); `compare` shows saved runs side by side; `command` is the CLI entry.
 """

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from fleetgate.bench.compare import SavedRunError, compare_table, load_run
 from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
 from fleetgate.bench.generated import LENGTH_KINDS, LengthDist, SharedPrefixShape
 from fleetgate.bench.page import write_report
@@ -37,8 +38,14 @@ _LAG_WARNING_S = 0.1  # a send this late means the generator, not the server, se
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `fleetgate bench`."""
-    parser.add_argument(
-        "--target", required=True, metavar="URL", help="server base URL, e.g. http://host:8080"
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--target", metavar="URL", help="server base URL, e.g. http://host:8080")
+    mode.add_argument(
+        "--compare",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="show runs saved with --out side by side, with ratios to the first; sends nothing",
     )
     source = parser.add_mutually_exclusive_group()
     source.add_argument(
@@ -171,6 +178,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         question_len=args.question_len,
         output_len=output_len if output_len is not None else _SHAPE.output_len,
     )
+    if args.target is None:
+        raise ValueError("--target is needed to send load")
     return BenchConfig(
         target=args.target,
         workload="trace" if args.trace is not None else args.workload,
@@ -201,11 +210,24 @@ async def first_model(client: HttpClient, origin: Origin, api_key: str | None) -
     return models[0]
 
 
+def compare(folders: list[Path], console: Console, errors: Console) -> int:
+    """Print saved runs side by side; 0, or 2 when a folder holds no run."""
+    try:
+        runs = [load_run(folder) for folder in folders]
+    except SavedRunError as exc:
+        errors.print(f"[red]fleetgate bench: {exc}[/]")
+        return 2
+    console.print(compare_table(runs))
+    return 0
+
+
 async def run(args: argparse.Namespace) -> int:
     """Run `fleetgate bench`; 0 when any request succeeded, 1 when none did, 2 on bad flags
-    or a bad trace file."""
+    or a bad trace file. With --compare, print saved runs instead (0, or 2)."""
     console = Console()
     errors = Console(stderr=True)
+    if args.compare is not None:
+        return compare(args.compare, console, errors)
     try:
         config = config_from_args(args)
         origin = Origin.parse(config.target)
