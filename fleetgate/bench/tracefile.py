@@ -14,9 +14,10 @@ Rows must be in time order: a replay sends them in file order.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,7 +58,8 @@ def detect_format(path: Path) -> TraceFormat:
     by_suffix = _SUFFIXES.get(path.suffix.lower())
     if by_suffix is not None:
         return by_suffix
-    first = next((line.strip() for line in _lines(path) if line.strip()), "")
+    with contextlib.closing(_lines(path)) as lines:
+        first = next((line.strip() for line in lines if line.strip()), "")
     if first.startswith("{"):
         return "mooncake"
     if first.startswith("TIMESTAMP"):
@@ -192,10 +194,11 @@ def mooncake_rows(lines: Iterable[str], name: str) -> Iterator[TraceRow]:
         yield TraceRow(previous, row.input_length, row.output_length, tuple(row.hash_ids))
 
 
-def _lines(path: Path) -> Iterator[str]:
+def _lines(path: Path) -> Generator[str, None, None]:
     """The file's lines, its I/O and decoding errors as TraceErrors."""
     try:
-        with path.open("r", encoding="utf-8", newline="") as f:
+        # utf-8-sig: spreadsheets start their CSVs with a byte-order mark, which is no column.
+        with path.open("r", encoding="utf-8-sig", newline="") as f:
             yield from f
     except UnicodeDecodeError as exc:
         raise TraceError(f"{path}: not UTF-8 text ({exc.reason})") from None

@@ -56,6 +56,9 @@ def test_an_azure_csv_becomes_rows_with_times_after_the_first(tmp_path: Path) ->
 def test_azure_timestamps_may_be_seconds(tmp_path: Path) -> None:
     path = write(tmp_path, "s.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n100.5,8,2\n102,9,3\n")
     assert list(read_trace(path)) == [TraceRow(0.0, 8, 2), TraceRow(1.5, 9, 3)]
+    # As a spreadsheet saves it: a byte-order mark first, without a .csv name.
+    (tmp_path / "excel.txt").write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert list(read_trace(tmp_path / "excel.txt")) == list(read_trace(path))
 
 
 def test_a_mooncake_jsonl_becomes_rows_in_seconds_with_its_blocks(tmp_path: Path) -> None:
