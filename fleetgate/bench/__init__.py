@@ -1,8 +1,10 @@
 """`fleetgate bench`: an open-loop load generator for OpenAI-compatible servers.
 
 The modules, in the order a run uses them: `config` (the run's settings) builds a workload from
-`traces` (Azure and Mooncake replays) or `generated` (shared-prefix, synthetic), timed by
-`workloads` (specs, arrivals, bounds); `runner` sends it through fleetgate's HTTP client,
-reading streams with `fleetgate.http.sse` and bodies with `payload`; `stats` summarizes the
-records, `progress` and `report` show them; `command` is the CLI entry.
+`traces` (Azure and Mooncake replays, and a user's own file, read by `tracefile`) or
+`generated` (shared-prefix, synthetic), timed by `workloads` (specs, arrivals, bounds);
+`runner` sends it through fleetgate's HTTP client, reading streams with `fleetgate.http.sse`
+and bodies with `payload`; `stats` summarizes the records, `progress` and `report` show them;
+`page` writes the report for people (`timeline` cuts the run into windows, `plots` draws
+them); `compare` shows saved runs side by side; `command` is the CLI entry.
 """

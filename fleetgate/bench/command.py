@@ -18,12 +18,15 @@ from pathlib import Path
 
 from rich.console import Console
 
+from fleetgate.bench.compare import SavedRunError, compare_table, load_run
 from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
 from fleetgate.bench.generated import LENGTH_KINDS, LengthDist, SharedPrefixShape
+from fleetgate.bench.page import write_report
 from fleetgate.bench.progress import ProgressBar
 from fleetgate.bench.report import summary_table, write_results
 from fleetgate.bench.runner import LoadGenerator, LoadSettings
 from fleetgate.bench.stats import Slo, summarize
+from fleetgate.bench.tracefile import check_trace
 from fleetgate.bench.traces import TRACE_SOURCES
 from fleetgate.bench.workloads import ENDPOINTS, Arrivals, PoissonArrivals, TraceTimes
 from fleetgate.fleet.discovery import DiscoveryError, list_models
@@ -35,15 +38,32 @@ _LAG_WARNING_S = 0.1  # a send this late means the generator, not the server, se
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of `fleetgate bench`."""
-    parser.add_argument(
-        "--target", required=True, metavar="URL", help="server base URL, e.g. http://host:8080"
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--target", metavar="URL", help="server base URL, e.g. http://host:8080")
+    mode.add_argument(
+        "--compare",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="show runs saved with --out side by side, with ratios to the first; sends nothing",
     )
-    parser.add_argument(
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument(
         "--workload",
         choices=WORKLOADS,
         default="azure-conv",
         metavar="W",
         help=f"one of {', '.join(WORKLOADS)} (azure-conv)",
+    )
+    source.add_argument(
+        "--trace",
+        type=Path,
+        metavar="FILE",
+        help="replay your own trace instead: an Azure LLM inference trace CSV (a header with "
+        "TIMESTAMP, ContextTokens, GeneratedTokens; TIMESTAMP a date and time or seconds) or "
+        'a Mooncake JSONL ({"timestamp": ms, "input_length": n, "output_length": n, '
+        '"hash_ids": [...]} a line; rows sharing hash ids share 512-token prompt blocks), '
+        "told apart by the extension (.csv, .jsonl) or the first line; rows in time order",
     )
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument(
@@ -94,7 +114,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="goodput bound on each request's mean inter-token latency (TPOT)",
     )
     parser.add_argument(
-        "--out", type=Path, metavar="DIR", help="write summary.json (and requests.jsonl) here"
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write summary.json, plots over time (PNG) and index.html showing them here",
     )
     parser.add_argument(
         "--save-requests",
@@ -155,9 +178,12 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         question_len=args.question_len,
         output_len=output_len if output_len is not None else _SHAPE.output_len,
     )
+    if args.target is None:
+        raise ValueError("--target is needed to send load")
     return BenchConfig(
         target=args.target,
-        workload=args.workload,
+        workload="trace" if args.trace is not None else args.workload,
+        trace_file=args.trace,
         arrivals=arrivals,
         duration_s=args.duration,
         max_requests=args.max_requests,
@@ -184,14 +210,30 @@ async def first_model(client: HttpClient, origin: Origin, api_key: str | None) -
     return models[0]
 
 
+def compare(folders: list[Path], console: Console, errors: Console) -> int:
+    """Print saved runs side by side; 0, or 2 when a folder holds no run."""
+    try:
+        runs = [load_run(folder) for folder in folders]
+    except SavedRunError as exc:
+        errors.print(f"[red]fleetgate bench: {exc}[/]")
+        return 2
+    console.print(compare_table(runs))
+    return 0
+
+
 async def run(args: argparse.Namespace) -> int:
-    """Run `fleetgate bench`; 0 when any request succeeded, 1 when none did, 2 on bad flags."""
+    """Run `fleetgate bench`; 0 when any request succeeded, 1 when none did, 2 on bad flags
+    or a bad trace file. With --compare, print saved runs instead (0, or 2)."""
     console = Console()
     errors = Console(stderr=True)
+    if args.compare is not None:
+        return compare(args.compare, console, errors)
     try:
         config = config_from_args(args)
         origin = Origin.parse(config.target)
-    except ValueError as exc:
+        # The whole file, before any request: a bad row stops the run before it starts.
+        trace = None if config.trace_file is None else check_trace(config.trace_file)
+    except ValueError as exc:  # TraceError is one
         errors.print(f"[red]fleetgate bench: {exc}[/]")
         return 2
     client = HttpClient()
@@ -220,9 +262,15 @@ async def run(args: argparse.Namespace) -> int:
         await client.close()
 
     summary = summarize(result.records, result.duration_s, config.slo)
-    console.print(summary_table(summary, f"fleetgate bench: {config.workload} -> {origin}"))
+    title = f"fleetgate bench: {config.workload} -> {origin}"
+    console.print(summary_table(summary, title))
     if config.workload in TRACE_SOURCES:
         console.print(f"trace: {TRACE_SOURCES[config.workload]}")
+    if trace is not None:
+        console.print(
+            f"trace: {config.trace_file} ({trace.format}, {trace.requests} requests "
+            f"over {trace.span_s:.1f} s of trace time)"
+        )
     if result.max_lag_s > _LAG_WARNING_S:
         errors.print(
             f"[yellow]warning: a send left {result.max_lag_s * 1000:.0f} ms late; "
@@ -230,7 +278,10 @@ async def run(args: argparse.Namespace) -> int:
         )
     if args.out is not None:
         records = result.records if args.save_requests else None
-        for path in write_results(args.out, summary, config.to_json(), records):
+        doc = config.to_json()
+        written = write_results(args.out, summary, doc, records)
+        written += write_report(args.out, summary, doc, result.records, title)
+        for path in written:
             console.print(f"wrote {path}")
     return 0 if summary.completed > 0 else 1
 

@@ -6,11 +6,12 @@ import math
 import random
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from fleetgate.bench.generated import LengthDist, SharedPrefixShape, shared_prefix, synthetic
 from fleetgate.bench.stats import Slo
-from fleetgate.bench.traces import TRACE_SOURCES, azure_conv, mooncake_conv
+from fleetgate.bench.traces import TRACE_SOURCES, azure_conv, mooncake_conv, trace_file
 from fleetgate.bench.workloads import (
     Arrivals,
     Endpoint,
@@ -21,9 +22,10 @@ from fleetgate.bench.workloads import (
     schedule,
 )
 
-WorkloadName = Literal["azure-conv", "mooncake-conv", "shared-prefix", "synthetic"]
+# "trace" is a user's own file (--trace FILE), not one of --workload's choices.
+WorkloadName = Literal["azure-conv", "mooncake-conv", "shared-prefix", "synthetic", "trace"]
 WORKLOADS: tuple[WorkloadName, ...] = ("azure-conv", "mooncake-conv", "shared-prefix", "synthetic")
-TRACE_WORKLOADS: tuple[WorkloadName, ...] = ("azure-conv", "mooncake-conv")
+TRACE_WORKLOADS: tuple[WorkloadName, ...] = ("azure-conv", "mooncake-conv", "trace")
 DEFAULT_RATE = 10.0  # req/s for generated workloads, which have no times of their own
 
 
@@ -46,10 +48,13 @@ class BenchConfig:
     shared_prefix: SharedPrefixShape = field(default_factory=SharedPrefixShape)
     input_len: LengthDist = field(default_factory=lambda: LengthDist(1024))  # synthetic
     output_len: LengthDist = field(default_factory=lambda: LengthDist(128))  # synthetic
+    trace_file: Path | None = None  # workload "trace": the file it replays
 
     def __post_init__(self) -> None:
-        if self.workload not in WORKLOADS:
+        if self.workload not in (*WORKLOADS, "trace"):
             raise ValueError(f"unknown workload {self.workload!r}; one of {', '.join(WORKLOADS)}")
+        if (self.workload == "trace") != (self.trace_file is not None):
+            raise ValueError("a trace file is replayed as workload 'trace', and only then")
         if isinstance(self.arrivals, TraceTimes) and self.workload not in TRACE_WORKLOADS:
             raise ValueError(f"--trace-speed needs a trace workload; {self.workload} has no times")
         if not (self.duration_s > 0 and math.isfinite(self.duration_s)):
@@ -80,6 +85,8 @@ class BenchConfig:
             doc["arrivals"] = {"kind": "poisson", "rate": rate}
         if self.workload in TRACE_SOURCES:
             doc["trace_source"] = TRACE_SOURCES[self.workload]
+        if self.trace_file is not None:
+            doc["trace_file"] = str(self.trace_file)
         return doc
 
 
@@ -90,6 +97,8 @@ def build_workload(config: BenchConfig, rng: random.Random) -> Iterator[RequestS
         specs = azure_conv(rng, endpoint=config.endpoint)
     elif config.workload == "mooncake-conv":
         specs = mooncake_conv(rng, endpoint=config.endpoint)
+    elif config.trace_file is not None:
+        specs = trace_file(config.trace_file, rng, endpoint=config.endpoint)
     elif config.workload == "shared-prefix":
         specs = shared_prefix(rng, config.shared_prefix, endpoint=config.endpoint)
     else:

@@ -11,6 +11,7 @@ import dataclasses
 import json
 from array import array
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +24,30 @@ SUMMARY_FILE = "summary.json"
 RECORDS_FILE = "requests.jsonl"
 
 
-def summary_table(summary: Summary, title: str = "fleetgate bench") -> Group:
-    """The summary as two rich tables: counts and rates, then the latency distributions."""
-    totals = Table(title=title, show_header=False, title_style="bold")
-    totals.add_column("metric")
-    totals.add_column("value", justify="right")
-    totals.add_row("duration", f"{summary.duration_s:.1f} s")
-    totals.add_row("requests ok / sent", f"{summary.completed} / {summary.requests}")
-    for kind, count in summary.errors.items():
-        totals.add_row(f"  errors: {kind}", f"[red]{count}[/]")
-    totals.add_row("request throughput", f"{summary.request_throughput:.2f} req/s")
-    totals.add_row("input throughput", f"{summary.input_throughput:.0f} tok/s")
-    totals.add_row("output throughput", f"{summary.output_throughput:.1f} tok/s")
+LATENCY_COLUMNS = ("mean", "p50", "p90", "p99", "max")
+
+
+@dataclass(frozen=True, slots=True)
+class TotalsRow:
+    """One line of the counts-and-rates table, as the terminal and index.html show it."""
+
+    label: str
+    value: str
+    is_error: bool = False
+
+
+def totals_rows(summary: Summary) -> list[TotalsRow]:
+    """Counts, rates and goodput, formatted."""
+    rows = [
+        TotalsRow("duration", f"{summary.duration_s:.1f} s"),
+        TotalsRow("requests ok / sent", f"{summary.completed} / {summary.requests}"),
+    ]
+    rows += [TotalsRow(f"errors: {kind}", str(n), True) for kind, n in summary.errors.items()]
+    rows += [
+        TotalsRow("request throughput", f"{summary.request_throughput:.2f} req/s"),
+        TotalsRow("input throughput", f"{summary.input_throughput:.0f} tok/s"),
+        TotalsRow("output throughput", f"{summary.output_throughput:.1f} tok/s"),
+    ]
     if summary.goodput is not None:
         bounds = [
             f"{label} <= {value:g} ms"
@@ -42,27 +55,50 @@ def summary_table(summary: Summary, title: str = "fleetgate bench") -> Group:
             if value is not None
         ]
         attained = summary.slo_attainment or 0.0
-        totals.add_row(
-            f"goodput ({', '.join(bounds)})",
-            f"{summary.goodput:.2f} req/s ({attained:.1%} of sent)",
+        rows.append(
+            TotalsRow(
+                f"goodput ({', '.join(bounds)})",
+                f"{summary.goodput:.2f} req/s ({attained:.1%} of sent)",
+            )
         )
+    return rows
+
+
+def latency_rows(summary: Summary) -> list[tuple[str, list[str]]]:
+    """Each latency's name and its `LATENCY_COLUMNS` in ms, formatted ("-" when unmeasured)."""
+    return [
+        (label, _cells(dist))
+        for label, dist in (
+            ("TTFT", summary.ttft_ms),
+            ("ITL", summary.itl_ms),
+            ("TPOT", summary.tpot_ms),
+            ("E2E", summary.e2e_ms),
+        )
+    ]
+
+
+def summary_table(summary: Summary, title: str = "fleetgate bench") -> Group:
+    """The summary as two rich tables: counts and rates, then the latency distributions."""
+    totals = Table(title=title, show_header=False, title_style="bold")
+    totals.add_column("metric")
+    totals.add_column("value", justify="right")
+    for row in totals_rows(summary):
+        if row.is_error:
+            totals.add_row(f"  {row.label}", f"[red]{row.value}[/]")
+        else:
+            totals.add_row(row.label, row.value)
     latencies = Table(header_style="bold")
     latencies.add_column("latency (ms)")
-    for name in ("mean", "p50", "p90", "p99", "max"):
+    for name in LATENCY_COLUMNS:
         latencies.add_column(name, justify="right")
-    for label, dist in (
-        ("TTFT", summary.ttft_ms),
-        ("ITL", summary.itl_ms),
-        ("TPOT", summary.tpot_ms),
-        ("E2E", summary.e2e_ms),
-    ):
-        latencies.add_row(label, *_cells(dist))
+    for label, cells in latency_rows(summary):
+        latencies.add_row(label, *cells)
     return Group(totals, latencies)
 
 
 def _cells(dist: Distribution | None) -> list[str]:
     if dist is None:
-        return ["-"] * 5
+        return ["-"] * len(LATENCY_COLUMNS)
     return [f"{v:.1f}" for v in (dist.mean, dist.p50, dist.p90, dist.p99, dist.max)]
 
 

@@ -1,6 +1,7 @@
-"""Replays of the production traces shipped in fleetgate/bench/traces (see NOTICE.md there).
+"""Trace replays: the production traces shipped in fleetgate/bench/traces (see NOTICE.md
+there) and a user's own file, read by `fleetgate.bench.tracefile`.
 
-Both are read a line at a time, so an hour of trace costs memory for one request, not all.
+Each is read a line at a time, so an hour of trace costs memory for one request, not all.
 Prompts are filler text (fleetgate.tokens) of the trace's exact input length; output length
 is the trace's, asked for as max_tokens. Times are seconds after the trace's first request.
 
@@ -11,20 +12,19 @@ is the trace's, asked for as max_tokens. Times are seconds after the trace's fir
   a prompt is its blocks joined and cut to input_length tokens. Equal hash-id prefixes thus
   give equal text prefixes, which is what makes the trace's prefix reuse real for a server's
   prefix cache.
+- a user's file (`--trace FILE`): either format, prompts built as for the trace it follows.
 """
 
 from __future__ import annotations
 
-import csv
 import functools
 import random
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Iterable, Iterator
 from importlib import resources
+from pathlib import Path
 from typing import IO
 
-import msgspec
-
+from fleetgate.bench.tracefile import TraceRow, azure_rows, mooncake_rows, read_trace
 from fleetgate.bench.workloads import Endpoint, RequestSpec, user_request
 from fleetgate.tokens import filler_text
 
@@ -52,31 +52,7 @@ def open_trace(name: str) -> IO[str]:
 def azure_conv(rng: random.Random, *, endpoint: Endpoint = "chat") -> Iterator[RequestSpec]:
     """The Azure 2023 conversation trace: TIMESTAMP, ContextTokens, GeneratedTokens per row."""
     with open_trace(AZURE_CONV) as f:
-        rows = csv.reader(f)
-        header = next(rows)
-        if header[:3] != ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
-            raise ValueError(f"unexpected header in {AZURE_CONV}: {header}")
-        start: datetime | None = None
-        for stamp, context_tokens, generated_tokens in rows:
-            # Seven fractional digits: fromisoformat (3.11+) keeps the first six.
-            when = datetime.fromisoformat(stamp)
-            if start is None:
-                start = when
-            n_in = int(context_tokens)
-            yield user_request(
-                (when - start).total_seconds(),
-                filler_text(n_in, rng),
-                n_in,
-                int(generated_tokens),
-                endpoint,
-            )
-
-
-class _MooncakeRow(msgspec.Struct):
-    timestamp: int  # ms after the trace's start
-    input_length: int
-    output_length: int
-    hash_ids: list[int]
+        yield from replay(azure_rows(f, AZURE_CONV), rng, endpoint=endpoint)
 
 
 def mooncake_conv(
@@ -86,39 +62,64 @@ def mooncake_conv(
     block_cache: int = MOONCAKE_BLOCK_CACHE,
 ) -> Iterator[RequestSpec]:
     """The Mooncake conversation trace, with its hash ids turned into shared prompt blocks."""
-    salt = rng.getrandbits(64)
-
-    @functools.lru_cache(maxsize=block_cache)
-    def block(hash_id: int) -> str:
-        # A distinct seed per hash id within this run: salt is fixed, so ids never collide.
-        return filler_text(MOONCAKE_BLOCK_TOKENS, random.Random(salt ^ hash_id))
-
-    decoder = msgspec.json.Decoder(_MooncakeRow)
     with open_trace(MOONCAKE_CONV) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            row = decoder.decode(line)
-            parts: list[str] = []
-            left = row.input_length
-            for hash_id in row.hash_ids:
-                if left <= 0:
-                    break
-                text = block(hash_id)
-                if left < MOONCAKE_BLOCK_TOKENS:
-                    text = first_filler_tokens(text, left)
-                parts.append(text)
-                left -= MOONCAKE_BLOCK_TOKENS
-            if left > 0:
-                # More input than blocks (not in the shipped trace): the rest is unshared.
-                parts.append(filler_text(left, rng))
-            yield user_request(
-                row.timestamp / 1000.0,
-                "".join(parts),
-                row.input_length,
-                row.output_length,
-                endpoint,
-            )
+        rows = mooncake_rows(f, MOONCAKE_CONV)
+        yield from replay(rows, rng, endpoint=endpoint, block_cache=block_cache)
+
+
+def trace_file(
+    path: Path, rng: random.Random, *, endpoint: Endpoint = "chat"
+) -> Iterator[RequestSpec]:
+    """A user's own trace file, in either format (see fleetgate.bench.tracefile)."""
+    return replay(read_trace(path), rng, endpoint=endpoint)
+
+
+def replay(
+    rows: Iterable[TraceRow],
+    rng: random.Random,
+    *,
+    endpoint: Endpoint = "chat",
+    block_cache: int = MOONCAKE_BLOCK_CACHE,
+) -> Iterator[RequestSpec]:
+    """Trace rows as requests: filler prompts of the rows' lengths, built from prompt blocks
+    where a row names them (the first such row draws the run's block salt from `rng`)."""
+    blocks: PromptBlocks | None = None
+    for row in rows:
+        text = ""
+        if row.hash_ids:
+            blocks = blocks or PromptBlocks(rng.getrandbits(64), block_cache)
+            text = blocks.prompt(row.hash_ids, row.input_tokens)
+        covered = min(row.input_tokens, len(row.hash_ids) * MOONCAKE_BLOCK_TOKENS)
+        if covered < row.input_tokens:
+            # More input than blocks (not in the shipped traces): the rest is unshared.
+            text += filler_text(row.input_tokens - covered, rng)
+        yield user_request(row.at_s, text, row.input_tokens, row.output_tokens, endpoint)
+
+
+class PromptBlocks:
+    """The text of each hash id's 512-token prompt block, the hot ones kept built."""
+
+    def __init__(self, salt: int, cache_size: int) -> None:
+        # A distinct seed per hash id within this run: salt is fixed, so ids never collide.
+        self.block = functools.lru_cache(maxsize=cache_size)(self._build)
+        self._salt = salt
+
+    def _build(self, hash_id: int) -> str:
+        return filler_text(MOONCAKE_BLOCK_TOKENS, random.Random(self._salt ^ hash_id))
+
+    def prompt(self, hash_ids: Iterable[int], tokens: int) -> str:
+        """The blocks joined and cut to `tokens` tokens."""
+        parts: list[str] = []
+        left = tokens
+        for hash_id in hash_ids:
+            if left <= 0:
+                break
+            text = self.block(hash_id)
+            if left < MOONCAKE_BLOCK_TOKENS:
+                text = first_filler_tokens(text, left)
+            parts.append(text)
+            left -= MOONCAKE_BLOCK_TOKENS
+        return "".join(parts)
 
 
 def first_filler_tokens(text: str, n: int) -> str:

@@ -13,6 +13,8 @@ from bench_fake_openai import FakeOpenAI
 
 from fleetgate.bench.command import add_arguments, config_from_args, run
 from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
+from fleetgate.bench.report import write_results
+from fleetgate.bench.stats import RequestRecord, Slo, summarize
 from fleetgate.bench.workloads import PoissonArrivals, TraceTimes
 
 
@@ -84,3 +86,76 @@ async def test_run_says_what_to_do_when_the_server_is_down(
 ) -> None:
     assert await run(parse("--quiet")) == 2
     assert "--model" in capsys.readouterr().err
+
+
+def parse_without_target(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="fleetgate bench")
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_trace_and_compare_flags_exclude_what_they_replace(tmp_path: Path) -> None:
+    config = config_from_args(parse("--trace", str(tmp_path / "t.csv"), "--trace-speed", "3"))
+    assert config.workload == "trace"
+    assert config.trace_file == tmp_path / "t.csv"
+    assert config.to_json()["trace_file"] == str(tmp_path / "t.csv")
+    with pytest.raises(SystemExit):
+        parse("--trace", "t.csv", "--workload", "synthetic")  # one source or the other
+    with pytest.raises(SystemExit):
+        parse_without_target()  # --target or --compare
+    with pytest.raises(SystemExit):
+        parse("--compare", "a")  # not both
+    assert parse_without_target("--compare", "a", "b").compare == [Path("a"), Path("b")]
+
+
+async def test_a_trace_file_replays_and_out_writes_plots_and_a_page(
+    fake_openai: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "mine.jsonl"
+    trace.write_text(
+        "".join(
+            f'{{"timestamp": {40 * i}, "input_length": 30, "output_length": 5, "hash_ids": [1]}}\n'
+            for i in range(6)
+        )
+    )
+    out = tmp_path / "run"
+    args = parse("--trace", str(trace), "--out", str(out), "--quiet")
+    args.target = fake_openai.url
+    assert await run(args) == 0
+    assert len(fake_openai.requests) == 6
+    assert {r["max_tokens"] for r in fake_openai.requests} == {5}
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["config"]["workload"] == "trace"
+    assert doc["summary"]["completed"] == 6
+    for name in ("latency.png", "throughput.png", "load.png", "index.html"):
+        assert (out / name).stat().st_size > 1000, name
+    printed = capsys.readouterr().out
+    assert "mooncake, 6 requests over 0.2 s" in printed
+    assert "index.html" in printed
+
+
+async def test_a_bad_trace_file_stops_the_run_before_a_request(
+    fake_openai: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,10,2\n1,ten,2\n")
+    args = parse("--trace", str(trace), "--quiet")
+    args.target = fake_openai.url
+    assert await run(args) == 2
+    assert fake_openai.requests == []
+    err = capsys.readouterr().err
+    assert "bad.csv:3: ContextTokens 'ten' is not a whole number" in err.replace("\n", "")
+    assert "Traceback" not in err
+
+
+async def test_compare_prints_saved_runs_without_a_target(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    summary = summarize([RequestRecord(0, 0.0, 0.0, 8, 2, ttft_s=0.1, e2e_s=0.2)], 1.0, Slo())
+    write_results(tmp_path / "a", summary, {"workload": "synthetic"})
+    write_results(tmp_path / "b", summary, {"workload": "synthetic"})
+    folders = [str(tmp_path / "a"), str(tmp_path / "b")]
+    assert await run(parse_without_target("--compare", *folders)) == 0
+    assert "1.00x" in capsys.readouterr().out
+    assert await run(parse_without_target("--compare", str(tmp_path / "a"), str(tmp_path))) == 2
+    assert "no summary.json" in capsys.readouterr().err
