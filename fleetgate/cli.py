@@ -1,4 +1,4 @@
-"""`fleetgate serve | worker sim | bench`: the command line."""
+"""`fleetgate serve | worker sim | bench | top`: the command line."""
 
 from __future__ import annotations
 
@@ -75,6 +75,12 @@ def _bench(args: argparse.Namespace) -> int:
     return _run(run(args))
 
 
+def _top(args: argparse.Namespace) -> int:
+    from fleetgate.observe.top import run
+
+    return _run(run(args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fleetgate", description=__doc__)
     parser.add_argument("--version", action="version", version=f"fleetgate {__version__}")
@@ -128,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(bench)
     bench.set_defaults(func=_bench)
+
+    top = commands.add_parser("top", help="a gateway's live view in the terminal")
+    from fleetgate.observe.top import add_arguments as add_top_arguments
+
+    add_top_arguments(top)
+    top.set_defaults(func=_top)
     return parser
 
 

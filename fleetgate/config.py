@@ -56,6 +56,7 @@ class ServerConfig(ServerLimits, frozen=True):
     drain_timeout_s: float = 30.0  # on SIGTERM/Ctrl-C, requests in progress get this long
     admin: bool = False  # serve /admin/* (draining backends); keep off on exposed ports
     metrics: bool = True  # serve /metrics (Prometheus), counting every request's events
+    dashboard: bool = True  # serve the live dashboard at /dashboard (behind the admin key)
     audit_log: str | None = None  # append admin actions and failed keys here (JSON lines)
     tls_cert_file: str | None = None  # serve HTTPS with this certificate chain (PEM)...
     tls_key_file: str | None = None  # ...and this private key (PEM); both or neither

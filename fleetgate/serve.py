@@ -33,6 +33,7 @@ from fleetgate.fleet.pool import Pool
 from fleetgate.fleet.scraper import MetricsScraper
 from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.app import Gateway, RequestIds
+from fleetgate.gateway.dashboard import Dashboard
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.outlier import OutlierDetector
@@ -44,6 +45,7 @@ from fleetgate.http.transport import Transport
 from fleetgate.lifecycle.accounting import FleetAccounting
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
+from fleetgate.observe.live import LiveView
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.observe.request_log import RequestLog, open_request_log
 from fleetgate.observe.slo import SloBook
@@ -320,6 +322,7 @@ class RunningGateway:
         self._checker.stop()
         self._scraper.stop()
         self._background.stop()
+        self.gateway.end_streams()
         left = await self.server.drain(timeout_s)
         await self.close()
         return left
@@ -328,6 +331,7 @@ class RunningGateway:
         self._checker.stop()
         self._scraper.stop()
         self._background.stop()
+        self.gateway.end_streams()
         await self.server.close()
         if self._request_log is not None:
             self._request_log.flush()  # the last requests' lines
@@ -369,6 +373,10 @@ def compose(
     exporters = [slo.subscribe]
     if config.server.metrics:
         exporters.append(metrics.subscribe)
+    live = None
+    if config.server.dashboard:
+        live = LiveView(clock, wall_clock, random.Random(rng.getrandbits(64)))
+        exporters.append(live.subscribe)
     if request_log is not None:
         exporters.append(request_log.subscribe)
 
@@ -417,6 +425,7 @@ def compose(
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
         RequestHeaders(config.server.deny_request_headers), door, operators,
         config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,
+        None if live is None else Dashboard(clusters, slo, live, clock, wall_clock),
     )  # fmt: skip
     return gateway, clusters
 

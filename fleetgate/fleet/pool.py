@@ -129,6 +129,10 @@ class Pool:
         """How many backends are ejected now."""
         return len(self._ejected)
 
+    def ejected_until(self, state: BackendState) -> float | None:
+        """When an ejected backend returns (None: it is not ejected)."""
+        return self._ejected.get(state)
+
     def is_ejected(self, state: BackendState) -> bool:
         """Ejected and not returned yet (a return is applied by the next `update`)."""
         return state in self._ejected

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import msgspec
 
 from fleetgate.gateway.admin import Admin
+from fleetgate.gateway.dashboard import Dashboard
 from fleetgate.gateway.entrance import Entrance
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.requests import (
@@ -39,7 +40,7 @@ from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.models import ModelRoute
 from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
-from fleetgate.traffic.keys import KeyRing, bearer
+from fleetgate.traffic.keys import KeyRing, basic_password, bearer
 from fleetgate.traffic.limits import PricingSettings
 from fleetgate.upstream.attempt import Exchange
 
@@ -97,6 +98,7 @@ class Gateway:
         assumed_output_tokens: int = 256,
         pricing: Mapping[str, PricingSettings] | None = None,
         audit: AuditLog | None = None,
+        dashboard: Dashboard | None = None,
     ) -> None:
         self._audit = audit  # operator endpoints' failed keys are written there
         self._clusters = dict(clusters)
@@ -140,10 +142,19 @@ class Gateway:
             get[b"/admin/slo"] = self._operator("admin", admin.slo)
         if heartbeats is not None:
             post[b"/fleet/heartbeat"] = self._operator("heartbeat", heartbeats.beat)
+        self._dashboard = dashboard
+        if dashboard is not None:  # a browser's page: the admin key as Basic auth's password
+            for path, page in dashboard.routes().items():
+                get[path] = self._operator("admin", page, browser=True)
         self._routes: dict[bytes, dict[bytes, _Handler]] = {}
         for method, table in ((b"POST", post), (b"GET", get)):
             for path, handler in table.items():
                 self._routes.setdefault(path, {})[method] = handler
+
+    def end_streams(self) -> None:
+        """End the dashboard's event streams: they would hold a drain until its timeout."""
+        if self._dashboard is not None:
+            self._dashboard.close()
 
     @property
     def auth(self) -> bool:
@@ -196,15 +207,21 @@ class Gateway:
         headers = [(b"content-type", JSON), (b"x-request-id", request_id), *(extra or ())]
         writer.send(status, headers, error_body(status, message, param, code))
 
-    def _operator(self, role: str, handler: _Handler) -> _Handler:
-        """`handler` behind the operator's credential for `role` (when auth is on)."""
+    def _operator(self, role: str, handler: _Handler, browser: bool = False) -> _Handler:
+        """`handler` behind the operator's credential for `role` (when auth is on); a
+        `browser` page also takes it as HTTP Basic auth's password (any user name), and its
+        401 asks the browser for it."""
+        challenge = [(b"www-authenticate", b'Basic realm="fleetgate", charset="UTF-8"')]
 
         async def guarded(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
             if self._operators is not None:
                 key = bearer(request.headers)
+                if key is None and browser:
+                    key = basic_password(request.headers)
                 if self._operators.owner(key) != role:
                     message = f"This endpoint needs the {role} key: `Authorization: Bearer KEY`."
-                    self._error(writer, request_id, 401, message, code="invalid_api_key")
+                    self._error(writer, request_id, 401, message, code="invalid_api_key",
+                                extra=challenge if browser else None)  # fmt: skip
                     if self._audit is not None:
                         self._audit.auth_failed(
                             reason="invalid_api_key", role=role, key=key_id(key),

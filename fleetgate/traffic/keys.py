@@ -13,6 +13,7 @@ operator's credentials.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,23 @@ def bearer(headers: dict[bytes, bytes]) -> bytes | None:
             return key.strip()
         return None
     return headers.get(b"api-key")
+
+
+def basic_password(headers: dict[bytes, bytes]) -> bytes | None:
+    """The password of an `Authorization: Basic` header (base64 of `user:password`), or None:
+    how a browser sends a key it was asked for (the dashboard)."""
+    value = headers.get(b"authorization")
+    if value is None:
+        return None
+    scheme, _, encoded = value.partition(b" ")
+    if scheme.lower() != b"basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except ValueError:  # binascii.Error is one
+        return None
+    _, colon, password = decoded.partition(b":")
+    return password if colon and password else None
 
 
 @dataclass(slots=True)

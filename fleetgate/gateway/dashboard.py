@@ -1,0 +1,205 @@
+"""The live dashboard (`server.dashboard`, on by default; behind the admin key when auth is on):
+
+    GET /dashboard              the page; its script, styles and uPlot (vendored, MIT) beside it
+    GET /dashboard/snapshot     the fleet now, as JSON: every pool's backends (health, load,
+                                the engine's own), admission and objectives; each tenant's use;
+                                the last ejections; the last five minutes second by second
+    GET /dashboard/events       the same as server-sent events, one a second; the first carries
+                                the whole history, each later one only the seconds since
+
+The page, its assets and the data are served with a strict Content-Security-Policy (scripts
+and styles from the page's own origin only, no framing) and read nothing from the network but
+these paths. A stream ends when the client leaves, when the gateway drains (`close`), and
+after `max_stream_s` (the browser's EventSource reconnects by itself).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from importlib import resources
+
+import msgspec
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.health import HealthFlag
+from fleetgate.fleet.pool import Pool
+from fleetgate.http.server import Request
+from fleetgate.http.writer import ResponseWriter
+from fleetgate.observe.live import LiveView, Notice, Point, TenantUse
+from fleetgate.observe.slo import ObjectiveStatus, SloBook
+from fleetgate.resilience.cluster import Cluster
+
+_ASSETS = {
+    "index.html": b"text/html; charset=utf-8",
+    "app.js": b"text/javascript; charset=utf-8",
+    "style.css": b"text/css; charset=utf-8",
+    "uPlot.iife.min.js": b"text/javascript; charset=utf-8",
+    "uPlot.min.css": b"text/css; charset=utf-8",
+}
+SECURITY_HEADERS = [
+    (b"content-security-policy",
+     b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+     b"connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"cache-control", b"no-store"),
+]  # fmt: skip
+Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
+_FLAGS = tuple((flag, (flag.name or "").lower()) for flag in HealthFlag)
+
+
+class Engine(msgspec.Struct):
+    running: float
+    waiting: float
+    kv_usage: float
+
+
+class BackendView(msgspec.Struct):
+    id: str
+    name: str
+    role: str  # decode, or prefill for a disaggregated pool's prefill half
+    verdict: str
+    flags: list[str]
+    in_flight: int
+    in_flight_tokens: int
+    pending_prefill: int
+    weight: float
+    speed: float
+    labels: dict[str, str]
+    engine: Engine | None
+    ttft_s: float | None
+    e2e_s: float | None
+    ejected_for_s: float | None  # until an ejected backend returns
+
+
+class AdmissionView(msgspec.Struct):
+    in_flight: int
+    waiting: int
+    limit: float
+
+
+class PoolView(msgspec.Struct):
+    model: str
+    admission: AdmissionView | None
+    backends: list[BackendView]
+    slo: list[ObjectiveStatus]
+
+
+class Snapshot(msgspec.Struct):
+    time: float
+    uptime_s: float
+    pools: list[PoolView]
+    tenants: list[TenantUse]
+    events: list[Notice]
+    points: list[Point]
+
+
+class Dashboard:
+    """The dashboard's endpoints over the gateway's clusters, objectives and live view."""
+
+    def __init__(
+        self,
+        clusters: Mapping[str, Cluster],
+        slo: SloBook,
+        live: LiveView,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float] = time.time,
+        interval_s: float = 1.0,
+        max_stream_s: float = 600.0,
+    ) -> None:
+        self._clusters = clusters
+        self._slo = slo
+        self._live = live
+        self._clock = clock
+        self._wall = wall_clock
+        self._interval_s = interval_s
+        self._max_stream_s = max_stream_s
+        self._started = clock()
+        self._closed = asyncio.Event()
+        folder = resources.files("fleetgate.observe") / "dashboard"
+        self._assets = {name: folder.joinpath(name).read_bytes() for name in _ASSETS}
+
+    def routes(self) -> dict[bytes, Handler]:
+        """GET paths and their handlers."""
+        table: dict[bytes, Handler] = {
+            b"/dashboard": self._file("index.html"),
+            b"/dashboard/": self._file("index.html"),
+            b"/dashboard/snapshot": self.snapshot,
+            b"/dashboard/events": self.events,
+        }
+        for name in _ASSETS:
+            table[b"/dashboard/" + name.encode()] = self._file(name)
+        return table
+
+    def close(self) -> None:
+        """End every event stream (the gateway is draining)."""
+        self._closed.set()
+
+    def _file(self, name: str) -> Handler:
+        body, kind = self._assets[name], _ASSETS[name]
+
+        async def serve(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+            headers = [(b"content-type", kind), (b"x-request-id", request_id), *SECURITY_HEADERS]
+            writer.send(200, headers, body)
+
+        return serve
+
+    def view(self, after: int = 0) -> Snapshot:
+        """The fleet now, with the seconds labelled after `after`."""
+        now = self._clock()
+        slo = self._slo.status()
+        pools = []
+        for model, cluster in self._clusters.items():
+            backends = [_backend(s, cluster.pool, "decode", now) for s in cluster.pool.states]
+            if cluster.prefill is not None:
+                prefill = cluster.prefill.router.pool
+                backends += [_backend(s, prefill, "prefill", now) for s in prefill.states]
+            admission = cluster.admission
+            queue = None
+            if admission is not None:
+                queue = AdmissionView(admission.in_flight, admission.waiting, admission.limit)
+            pools.append(PoolView(model, queue, backends, slo.get(model, [])))
+        live = self._live
+        return Snapshot(
+            self._wall(), now - self._started, pools, live.tenants(), list(live.notices),
+            live.points(after),
+        )  # fmt: skip
+
+    async def snapshot(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        headers = [(b"content-type", b"application/json"), (b"x-request-id", request_id),
+                   *SECURITY_HEADERS]  # fmt: skip
+        writer.send(200, headers, msgspec.json.encode(self.view()))
+
+    async def events(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        headers = [(b"content-type", b"text/event-stream"), (b"x-request-id", request_id),
+                   *SECURITY_HEADERS]  # fmt: skip
+        writer.start(200, headers)
+        after, ends = 0, self._clock() + self._max_stream_s
+        try:
+            while not (self._closed.is_set() or writer.disconnected) and self._clock() < ends:
+                view = self.view(after)
+                if view.points:
+                    after = view.points[-1].t
+                writer.write(b"event: snapshot\ndata: %b\n\n" % msgspec.json.encode(view))
+                await writer.drain()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closed.wait(), self._interval_s)
+        finally:
+            writer.end()
+
+
+def _backend(state: BackendState, pool: Pool, role: str, now: float) -> BackendView:
+    engine = state.engine
+    latency = state.latency
+    until = pool.ejected_until(state)
+    return BackendView(
+        state.backend.id, state.backend.name, role, state.verdict(now).value,
+        [name for flag, name in _FLAGS if flag in state.flags], state.in_flight,
+        state.in_flight_tokens, state.pending_prefill, state.weight, state.speed,
+        dict(state.backend.labels),
+        None if engine is None else Engine(engine.running, engine.waiting, engine.kv_usage),
+        latency.ttft_s, latency.e2e_s, None if until is None else max(0.0, until - now),
+    )  # fmt: skip
