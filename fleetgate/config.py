@@ -27,6 +27,7 @@ from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
 from fleetgate.observe.request_log import RequestLogSettings
 from fleetgate.observe.slo import SloSettings
+from fleetgate.observe.tracing import TracingSettings
 from fleetgate.resilience.hedge import HedgeSettings
 from fleetgate.resilience.retry import RetrySettings
 from fleetgate.routing.pipeline import SHORTLIST
@@ -258,6 +259,7 @@ class Config(Settings, frozen=True):
     tenants: list[TenantSettings] = []  # who may call, and their limits (traffic/tenants.py)
     limits: LimitsConfig = LimitsConfig()  # where limits are counted
     request_log: RequestLogSettings = RequestLogSettings()  # a line per request (observe/)
+    tracing: TracingSettings = TracingSettings()  # OpenTelemetry spans over OTLP/HTTP, off
 
     @property
     def auth_enabled(self) -> bool:

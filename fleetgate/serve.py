@@ -49,6 +49,7 @@ from fleetgate.observe.live import LiveView
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.observe.request_log import RequestLog, open_request_log
 from fleetgate.observe.slo import SloBook
+from fleetgate.observe.tracing import Tracing, start_tracing
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
@@ -300,11 +301,13 @@ class RunningGateway:
         gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
         limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
+        tracing: Tracing | None = None,
     ) -> None:  # fmt: skip
         self.server = server
         self.tls = tls
         self._limit_store = limit_store  # shared through Redis: its heartbeat and client
         self._request_log = request_log
+        self._tracing = tracing
         self._checker = checker
         self._scraper = scraper
         self._background = background  # the TLS files' reload checks
@@ -335,6 +338,8 @@ class RunningGateway:
         await self.server.close()
         if self._request_log is not None:
             self._request_log.flush()  # the last requests' lines
+        if self._tracing is not None:
+            await self._tracing.close()  # the last spans exported
         await self._client.close()
         if self._limit_store is not None:
             await self._limit_store.close()
@@ -355,11 +360,12 @@ def compose(
     scraper: MetricsScraper | None = None,
     limit_store: LimitStore | None = None,
     request_log: RequestLog | None = None,
+    tracing: Tracing | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
     scraper, when given, start probing the backends (a benchmark or a simulator gives none);
     limits are counted in `limit_store`, in this process's memory when none is given; each
-    request is written to `request_log` when one is given."""
+    request is written to `request_log` when one is given, and traced by `tracing`."""
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
     clusters: dict[str, Cluster] = {}
@@ -377,8 +383,12 @@ def compose(
     if config.server.dashboard:
         live = LiveView(clock, wall_clock, random.Random(rng.getrandbits(64)))
         exporters.append(live.subscribe)
+    if tracing is not None:
+        exporters.append(tracing.subscribe)
     if request_log is not None:
         exporters.append(request_log.subscribe)
+        if tracing is not None:
+            request_log.trace_ids = tracing.trace_id
 
     def subscribe(hooks: Hooks) -> None:
         for exporter in exporters:
@@ -393,7 +403,7 @@ def compose(
     if config.server.metrics:
         for model, cluster in clusters.items():
             cluster.router.pipeline.set_timer(metrics.routing_timer(model))
-    attempts = Attempts(transport, clock)
+    attempts = Attempts(transport, clock, None if tracing is None else tracing.headers_for)
     failover = Failover(
         attempts, Continuation(attempts, clock), clock, random.Random(rng.getrandbits(64))
     )
@@ -444,6 +454,9 @@ async def start_gateway(
             request_log = open_request_log(config.request_log)
         except OSError as exc:
             raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
+    tracing = None
+    if config.tracing.enabled:
+        tracing = start_tracing(config.tracing, time.time() - clock())
     rng = random.Random(config.seed)
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
     sims: SimFleetProcess | None = None
@@ -488,6 +501,7 @@ async def start_gateway(
         gateway, clusters = compose(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
             checker=checker, scraper=scraper, limit_store=store, request_log=request_log,
+            tracing=tracing,
         )  # fmt: skip
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
@@ -515,6 +529,8 @@ async def start_gateway(
             await shared.close()
         if sims is not None:
             sims.stop()
+        if tracing is not None:
+            await tracing.close()
         raise
     return RunningGateway(
         server,
@@ -528,6 +544,7 @@ async def start_gateway(
         tls is not None,
         shared,
         request_log,
+        tracing,
     )
 
 

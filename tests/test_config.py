@@ -276,6 +276,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     from fleetgate.health.outlier import OutlierSettings
     from fleetgate.observe.request_log import RequestLogSettings
     from fleetgate.observe.slo import SloSettings
+    from fleetgate.observe.tracing import TracingSettings
     from fleetgate.resilience.hedge import HedgeSettings
     from fleetgate.resilience.retry import RetrySettings
     from fleetgate.traffic.admission import AdmissionSettings
@@ -306,7 +307,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].admission.limit.", LimitSettings),
                            ("pools[].admission.batch_lane.", BatchLaneSettings),
                            ("request_log.", RequestLogSettings),
-                           ("pools[].slo.", SloSettings)):  # fmt: skip
+                           ("pools[].slo.", SloSettings),
+                           ("tracing.", TracingSettings)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

@@ -238,7 +238,8 @@ class Gateway:
             started = self._clock()
             emit, door = self._emit, self._door
             if emit.received is not None:
-                emit.received(Received(request_id, started, request.path))
+                traceparent = request.headers.get(b"traceparent")
+                emit.received(Received(request_id, started, request.path, traceparent))
             caller = ANONYMOUS_CALLER
             model = ""  # the pool's, once known (never the client's string: metrics label it)
             try:

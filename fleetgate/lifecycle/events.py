@@ -58,9 +58,11 @@ class Event(msgspec.Struct, frozen=True, gc=False):
 
 
 class Received(Event, frozen=True, gc=False):
-    """A request arrived at a model endpoint."""
+    """A request arrived at a model endpoint, with the client's W3C `traceparent` header (None
+    when it sent none): tracing continues the client's trace."""
 
     path: bytes
+    traceparent: bytes | None = None
 
 
 class Rejected(Event, frozen=True, gc=False):

@@ -85,6 +85,7 @@ class Line(msgspec.Struct, omit_defaults=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = None
+    trace_id: str | None = None  # with tracing on, for a sampled request
     skipped_before: int | None = None
 
 
@@ -129,6 +130,8 @@ class RequestLog:
         self._second = -1  # the wall clock's whole second lines are counted in
         self._lines = 0  # lines taken in it
         self._skipped = 0  # left out since the last line taken
+        # With tracing on: a request's trace id while it is open (None: not sampled).
+        self.trace_ids: Callable[[bytes], str | None] | None = None
 
     def subscribe(self, hooks: Hooks) -> None:
         """Hear a request's events: the edge's and each pool's (a pool's Finished too)."""
@@ -170,6 +173,8 @@ class RequestLog:
             None if ttft is None else round(ttft * 1000, 1),
             round((event.at - event.started) * 1000, 1),
         )  # fmt: skip
+        if self.trace_ids is not None:
+            line.trace_id = self.trace_ids(event.request_id)
         if self._skipped:
             line.skipped_before, self._skipped = self._skipped, 0
         self._pending.append(line)
@@ -281,4 +286,6 @@ def _text(line: Line) -> bytes:
     if line.skipped_before:
         parts.append(f"({line.skipped_before} skipped before)")
     parts.append(f"[{line.request_id}]")
+    if line.trace_id:
+        parts.append(f"trace {line.trace_id}")
     return " ".join(parts).encode() + b"\n"

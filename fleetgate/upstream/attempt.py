@@ -145,9 +145,17 @@ def retry_after_s(value: bytes | None) -> float | None:
 class Attempts:
     """Sends attempts through a transport, reading time from the injected clock."""
 
-    def __init__(self, transport: Transport, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        clock: Callable[[], float],
+        traceparent: Callable[[bytes, str], bytes | None] | None = None,
+    ) -> None:
         self._transport = transport
         self._clock = clock
+        # With tracing on: the `traceparent` of a request's attempt to a backend (its span's),
+        # replacing the client's (None: the request is not traced).
+        self._traceparent = traceparent
 
     def _send(self, ex: Exchange, state: BackendState, body: bytes) -> Awaitable[UpstreamAnswer]:
         """The request on its way: the transport's own awaitable (not a coroutine of ours
@@ -155,6 +163,11 @@ class Attempts:
         or what is left of the total."""
         t, backend = ex.timeouts, state.backend
         headers = [*ex.headers, *backend.credentials] if backend.credentials else ex.headers
+        if self._traceparent is not None:
+            traced = self._traceparent(ex.request_id, backend.id)
+            if traced is not None:
+                headers = [h for h in headers if h[0] != b"traceparent"]
+                headers.append((b"traceparent", traced))
         return self._transport.request(
             backend.origin, b"POST", ex.path, headers, body,
             timeout_s=max(0.0, min(t.first_byte_s, ex.deadline - self._clock())),
