@@ -20,8 +20,9 @@ high enough never to refuse) and is printed beside it, as the ratio to the gatew
 both run at once and are measured window by window in turn (three rounds, medians), since on
 a shared VM the machine's speed drifts between runs by more than the difference measured.
 With `--pair observability`, the same pairing compares the gateway as it runs by default
-(metrics and the request log on) with one whose metrics and request log are off;
-`--pair request-log`, with one whose request log alone is off.
+(metrics, the request log and the dashboard's live view on) with one whose are all off;
+`--pair request-log`, with one whose request log alone is off; `--pair tracing`, with one that
+also traces at 10% sampling, exporting to a local OTLP receiver (otlp_sink.py) that drops it.
 """
 
 from __future__ import annotations
@@ -37,10 +38,10 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from harness import PY, cpu_seconds, drain, free_port, process, wait_http
+from harness import PY, cpu_seconds, drain, free_port, get, process, wait_http
 
 HERE = Path(__file__).resolve().parent
 CHAT = '{"model":"fast","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'
@@ -91,10 +92,16 @@ PAIRS = {
     "auth": Pair("fleetgate", "", "fleetgate+auth", AUTH_CONFIG, AUTH_KEY,
                  "keys and rate limits on / off"),
     "observability": Pair("fleetgate-obs-off",
-                          "server: {metrics: false}\nrequest_log: {enabled: false}\n",
-                          "fleetgate", "", None, "metrics and request log on / all off"),
+                          "server: {metrics: false, dashboard: false}\n"
+                          "request_log: {enabled: false}\n",
+                          "fleetgate", "", None,
+                          "metrics, request log and dashboard on / all off"),
     "request-log": Pair("fleetgate-log-off", "request_log: {enabled: false}\n",
                         "fleetgate", "", None, "the request log on / off (metrics on)"),
+    # {otlp}: a local receiver that drops what it gets (otlp_sink.py), started for this pair.
+    "tracing": Pair("fleetgate", "", "fleetgate+tracing",
+                    "tracing: {enabled: true, sample: 0.1, endpoint: '{otlp}'}\n", None,
+                    "tracing at 10% sampling on / off (metrics and request log on)"),
 }  # fmt: skip
 
 
@@ -252,8 +259,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each wrk run")
     parser.add_argument("--auth", action="store_true", help="also with keys and rate limits on")
     parser.add_argument("--pair", choices=sorted(PAIRS), help="the gateway beside another, "
-                        "measured in turn: auth (= --auth), observability (metrics and the "
-                        "request log off), request-log (it alone off)")  # fmt: skip
+                        "measured in turn: auth (= --auth), observability (metrics, the "
+                        "request log and the dashboard off), request-log (it alone off), "
+                        "tracing (on at 10%% sampling, to a local OTLP receiver)")  # fmt: skip
     args = parser.parse_args()
     if not shutil.which("wrk"):
         print("wrk is needed: apt-get install wrk", file=sys.stderr)
@@ -276,6 +284,15 @@ def main() -> int:
                 print("through fleetgate ...", flush=True)
                 url = f"http://127.0.0.1:{gw_port}"
                 results["fleetgate"] = measure(url, seconds, gw.pid, up.pid)
+        elif "{otlp}" in pair.other:
+            sink_port = free_port()
+            sink_cmd = [*_pin(1), PY, str(HERE / "otlp_sink.py"), "--port", str(sink_port)]
+            with _serving(sink_cmd, f"http://127.0.0.1:{sink_port}/") as _:
+                endpoint = f"http://127.0.0.1:{sink_port}/v1/traces"
+                traced = replace(pair, other=pair.other.replace("{otlp}", endpoint))
+                results.update(measure_pair(traced, Path(cfg.name).read_text(), seconds, up.pid))
+                print(f"  the OTLP receiver took {get(f'http://127.0.0.1:{sink_port}/').strip()}"
+                      " exports", flush=True)  # fmt: skip
         else:
             results.update(measure_pair(pair, Path(cfg.name).read_text(), seconds, up.pid))
         os.unlink(cfg.name)
@@ -308,8 +325,8 @@ def main() -> int:
 
 def report(results: dict[str, dict[str, float]]) -> None:
     direct = results["direct"]
-    order = ("fleetgate-obs-off", "fleetgate-log-off", "fleetgate", "fleetgate+auth", "nginx",
-             "sglang-router")  # fmt: skip
+    order = ("fleetgate-obs-off", "fleetgate-log-off", "fleetgate", "fleetgate+auth",
+             "fleetgate+tracing", "nginx", "sglang-router")  # fmt: skip
     names = [n for n in order if n in results]
     print()
     print(f"{'':34}{'direct':>10}" + "".join(f"{n:>15}" for n in names))

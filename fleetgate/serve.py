@@ -454,10 +454,11 @@ async def start_gateway(
             request_log = open_request_log(config.request_log)
         except OSError as exc:
             raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
+    rng = random.Random(config.seed)
     tracing = None
     if config.tracing.enabled:
-        tracing = start_tracing(config.tracing, time.time() - clock())
-    rng = random.Random(config.seed)
+        sampling = random.Random(rng.getrandbits(64))
+        tracing = start_tracing(config.tracing, time.time() - clock(), sampling)
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
     sims: SimFleetProcess | None = None
     sim_specs = [

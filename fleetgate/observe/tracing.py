@@ -10,16 +10,22 @@ conventions' attributes; exported over OTLP/HTTP in batches from the SDK's own t
         stream              INTERNAL FirstToken .. AttemptEnded (streamed answers)
 
 A client's W3C `traceparent` is continued (its trace, its sampling decision); otherwise a
-trace is kept with probability `sample` (head sampling: an unsampled request makes no span
-and costs a dictionary look-up per event). Each attempt's request carries its own span's
-`traceparent` to the backend (`headers_for`, called by upstream/attempt.py), so an engine that
-traces (vLLM's --otlp-traces-endpoint) continues the same trace. Off, nothing here is imported
-or subscribed: the request path pays nothing.
+trace is kept with probability `sample` (head sampling, decided here with the injected random
+source: an unsampled request makes no span and costs a dictionary look-up per event). Each
+attempt's request carries its own span's `traceparent` to the backend (`headers_for`, called
+by upstream/attempt.py), so an engine that traces (vLLM's --otlp-traces-endpoint) continues
+the same trace. Off, nothing here is imported or subscribed: the request path pays nothing.
+
+A sampled request's spans are recorded as plain values while it runs and handed, finished,
+to the SDK's export pipeline (its ReadableSpan, BatchSpanProcessor and OTLP exporter) when
+it ends: the SDK's live Span objects cost about 20 us each to start and end (attribute
+checks, locks, the context API), five times the gateway's own work per request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,8 +45,8 @@ from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.settings import Settings, positive_seconds, within
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+    from opentelemetry.trace import SpanContext
 
 _TRACEPARENT = re.compile(rb"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _OPERATIONS = {
@@ -68,35 +74,65 @@ class TracingSettings(Settings, frozen=True):
 
 
 @dataclass(slots=True)
-class _Open:
-    """One sampled request's spans still open."""
+class _Recorded:
+    """A span while its request runs: what the SDK's ReadableSpan is made of at the end."""
 
-    request: Span
-    attempts: dict[str, Span] = field(default_factory=dict)  # by backend id
-    streams: dict[str, Span] = field(default_factory=dict)
-    finished: bool = False
+    name: str
+    span_id: int
+    parent_id: int  # 0: the request span (its parent is the client's, or none)
+    start: float  # the events' clock
+    kind: int  # 0 internal, 1 server, 2 client (opentelemetry.trace.SpanKind's values)
+    attributes: dict[str, Any]
+    end: float | None = None
+    error: bool = False
+
+
+@dataclass(slots=True)
+class _Open:
+    """One sampled request's spans: its own first."""
+
+    trace_id: int
+    remote: SpanContext | None  # the client's span, when it sent a traceparent
+    spans: list[_Recorded]
+    attempts: dict[str, _Recorded] = field(default_factory=dict)  # open, by backend id
+    streams: dict[str, _Recorded] = field(default_factory=dict)
+
+    @property
+    def request(self) -> _Recorded:
+        return self.spans[0]
 
 
 class Tracing:
-    """Spans from events; `provider` exports them (the SDK's TracerProvider, made by
-    `start_tracing`); `wall_offset` turns the events' clock into Unix time."""
+    """Spans from events, exported through `processor` (the SDK's BatchSpanProcessor over an
+    OTLP exporter, made by `start_tracing`); `wall_offset` turns the events' clock into Unix
+    time; `rng` draws the sampling decisions and the trace and span ids."""
 
     def __init__(
         self,
-        provider: TracerProvider,
+        processor: SpanProcessor,
+        resource: Any,
         wall_offset: float,
+        sample: float,
+        rng: random.Random,
         schedule: Callable[[Callable[[], None]], object] | None = None,
     ) -> None:
-        from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+        from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
-        self._provider = provider
-        self._tracer: Tracer = provider.get_tracer("fleetgate")
+        self._processor = processor
+        self._resource = resource
         self._offset = wall_offset
+        self._sample = sample
+        self._rng = rng
         self._schedule = schedule or _call_soon
         self._open: dict[bytes, _Open] = {}
-        self._kinds = SpanKind
-        self._error = Status(StatusCode.ERROR)
-        self._within = set_span_in_context
+        self._readable = ReadableSpan
+        self._context = SpanContext
+        self._sampled = TraceFlags(TraceFlags.SAMPLED)
+        self._kinds = (SpanKind.INTERNAL, SpanKind.SERVER, SpanKind.CLIENT)
+        self._error, self._unset = Status(StatusCode.ERROR), Status(StatusCode.UNSET)
+        self._scope = InstrumentationScope("fleetgate")
 
     def subscribe(self, hooks: Hooks) -> None:
         hooks.subscribe(Received, self.on_received)
@@ -108,39 +144,50 @@ class Tracing:
         hooks.subscribe(Finished, self.on_finished)
         hooks.subscribe(Charged, self.on_charged)
 
-    def _ns(self, at: float) -> int:
-        return int((at + self._offset) * 1e9)
+    def _child(
+        self, known: _Open, name: str, at: float, parent: _Recorded | None = None,
+        kind: int = 0, attributes: dict[str, Any] | None = None,
+    ) -> _Recorded:  # fmt: skip
+        span = _Recorded(name, self._rng.getrandbits(64) or 1,
+                         (parent or known.request).span_id, at, kind, attributes or {})  # fmt: skip
+        known.spans.append(span)
+        return span
 
     def on_received(self, event: Received) -> None:
+        # Head sampling before anything else: an unsampled request (most of them) costs one
+        # random draw.
+        remote = _remote_parent(event.traceparent)
+        if remote is None:
+            if self._rng.random() >= self._sample:
+                return
+            trace_id = self._rng.getrandbits(128) or 1
+        elif remote.trace_flags & 1:
+            trace_id = remote.trace_id
+        else:
+            return  # the client's trace is not sampled
         operation = _OPERATIONS.get(event.path, "request")
-        span = self._tracer.start_span(
-            operation, context=_remote_parent(event.traceparent), kind=self._kinds.SERVER,
-            start_time=self._ns(event.at),
-            attributes={"gen_ai.operation.name": operation, "http.request.method": "POST",
-                        "url.path": event.path.decode("latin-1"),
-                        "fleetgate.request_id": event.request_id.decode("latin-1")},
-        )  # fmt: skip
-        if span.is_recording():
-            self._open[event.request_id] = _Open(span)
+        request = _Recorded(operation, self._rng.getrandbits(64) or 1, 0, event.at, 1, {
+            "gen_ai.operation.name": operation, "http.request.method": "POST",
+            "url.path": event.path.decode("latin-1"),
+            "fleetgate.request_id": event.request_id.decode("latin-1"),
+        })  # fmt: skip
+        self._open[event.request_id] = _Open(trace_id, remote, [request])
 
     def on_admitted(self, event: Admitted) -> None:
         known = self._open.get(event.request_id)
         if known is None:
             return
         request, span = event.request, known.request
-        span.update_name(f"{span_operation(span)} {event.model}")
-        span.set_attributes({
+        span.name = f"{span.name} {event.model}"
+        span.attributes.update({
             "gen_ai.request.model": event.model, "fleetgate.tenant": event.tenant,
             "fleetgate.priority": event.priority, "fleetgate.stream": request.stream,
         })  # fmt: skip
         if request.max_tokens is not None:
-            span.set_attribute("gen_ai.request.max_tokens", request.max_tokens)
-        wait = self._tracer.start_span(
-            "admission", context=self._within(span),
-            start_time=self._ns(event.at - event.queued_s),
-            attributes={"fleetgate.queued_s": event.queued_s},
-        )  # fmt: skip
-        wait.end(end_time=self._ns(event.at))
+            span.attributes["gen_ai.request.max_tokens"] = request.max_tokens
+        wait = self._child(known, "admission", event.at - event.queued_s,
+                           attributes={"fleetgate.queued_s": event.queued_s})  # fmt: skip
+        wait.end = event.at
 
     def on_routed(self, event: Routed) -> None:
         known = self._open.get(event.request_id)
@@ -151,11 +198,8 @@ class Tracing:
         }
         if event.backend is not None:
             attributes["fleetgate.backend"] = event.backend.backend.id
-        span = self._tracer.start_span(
-            f"route {event.kind}", context=self._within(known.request),
-            start_time=self._ns(event.at), attributes=attributes,
-        )  # fmt: skip
-        span.end(end_time=self._ns(event.at))
+        span = self._child(known, f"route {event.kind}", event.at, attributes=attributes)
+        span.end = event.at
 
     def on_attempt_started(self, event: AttemptStarted) -> None:
         known = self._open.get(event.request_id)
@@ -163,15 +207,13 @@ class Tracing:
             return
         backend = event.backend.backend
         host, _, port = backend.id.rpartition(":")
-        span = self._tracer.start_span(
-            f"attempt {event.kind}", context=self._within(known.request),
-            kind=self._kinds.CLIENT, start_time=self._ns(event.at),
+        known.attempts[backend.id] = self._child(
+            known, f"attempt {event.kind}", event.at, kind=2,
             attributes={"server.address": host, "server.port": int(port) if port.isdigit() else 0,
                         "fleetgate.backend": backend.id, "fleetgate.attempt.kind": event.kind,
                         "fleetgate.prompt_tokens_estimated": event.prompt_tokens,
                         "fleetgate.queued_prefill_tokens": event.queued_prefill},
         )  # fmt: skip
-        known.attempts[backend.id] = span
 
     def on_first_token(self, event: FirstToken) -> None:
         known = self._open.get(event.request_id)
@@ -181,71 +223,86 @@ class Tracing:
         attempt = known.attempts.get(backend)
         if attempt is None:
             return
-        attempt.set_attribute("fleetgate.attempt.time_to_first_token_s", event.at - event.sent_at)
-        known.streams[backend] = self._tracer.start_span(
-            "stream", context=self._within(attempt), start_time=self._ns(event.at)
-        )
+        attempt.attributes["fleetgate.attempt.time_to_first_token_s"] = event.at - event.sent_at
+        known.streams[backend] = self._child(known, "stream", event.at, attempt)
         if event.ttft_s is not None:
-            known.request.set_attribute("gen_ai.server.time_to_first_token", event.ttft_s)
+            known.request.attributes["gen_ai.server.time_to_first_token"] = event.ttft_s
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         known = self._open.get(event.request_id)
         if known is None:
             return
         backend = event.backend.backend.id
-        end = self._ns(event.at)
         stream = known.streams.pop(backend, None)
         if stream is not None:
-            stream.set_attribute("fleetgate.stream.events", event.events)
-            stream.end(end_time=end)
+            stream.attributes["fleetgate.stream.events"] = event.events
+            stream.end = event.at
         attempt = known.attempts.pop(backend, None)
         if attempt is None:
             return
         if event.status:
-            attempt.set_attribute("http.response.status_code", event.status)
+            attempt.attributes["http.response.status_code"] = event.status
         if event.error is not None:
-            attempt.set_attribute("error.type", event.error)
-            attempt.set_status(self._error)
+            attempt.attributes["error.type"] = event.error
+            attempt.error = True
         elif event.status >= 500:
-            attempt.set_attribute("error.type", str(event.status))
-            attempt.set_status(self._error)
-        attempt.end(end_time=end)
+            attempt.attributes["error.type"] = str(event.status)
+            attempt.error = True
+        attempt.end = event.at
 
     def on_finished(self, event: Finished) -> None:
         known = self._open.get(event.request_id)
         if known is None:
             return
         span = known.request
-        span.set_attributes({"http.response.status_code": event.status,
-                             "fleetgate.outcome": event.outcome})  # fmt: skip
+        span.attributes["http.response.status_code"] = event.status
+        span.attributes["fleetgate.outcome"] = event.outcome
         if event.model:
-            span.set_attribute("gen_ai.request.model", event.model)
+            span.attributes["gen_ai.request.model"] = event.model
         if event.backend != "none":
-            span.set_attribute("fleetgate.backend", event.backend)
+            span.attributes["fleetgate.backend"] = event.backend
         if event.status >= 500:
-            span.set_attribute("error.type", str(event.status))
-            span.set_status(self._error)
-        known.finished = True
-        end = self._ns(event.at)
+            span.attributes["error.type"] = str(event.status)
+            span.error = True
+        span.end = event.at
         # Charged, when the request's use is counted, comes right after in the same step.
-        self._schedule(lambda: self._end(event.request_id, end))
+        self._schedule(lambda: self._export(event.request_id))
 
     def on_charged(self, event: Charged) -> None:
         known = self._open.get(event.request_id)
         if known is not None:
-            known.request.set_attributes({
+            known.request.attributes.update({
                 "gen_ai.usage.input_tokens": event.prompt_tokens,
                 "gen_ai.usage.output_tokens": event.completion_tokens,
                 "fleetgate.cost_usd": event.cost_usd,
             })  # fmt: skip
 
-    def _end(self, request_id: bytes, end: int) -> None:
+    def _export(self, request_id: bytes) -> None:
         known = self._open.pop(request_id, None)
         if known is None:
             return
-        for span in (*known.streams.values(), *known.attempts.values()):
-            span.end(end_time=end)  # an attempt the client's leaving cut short
-        known.request.end(end_time=end)
+        end = known.request.end
+        assert end is not None
+        on_end = self._processor.on_end
+        for span in known.spans:
+            on_end(self._made(known, span, end))
+
+    def _made(self, known: _Open, span: _Recorded, request_end: float) -> ReadableSpan:
+        """The SDK's finished span; one still open (an attempt the client's leaving cut
+        short) ends with its request."""
+        trace_id, context = known.trace_id, self._context
+        parent = (
+            known.remote if span.parent_id == 0
+            else context(trace_id, span.parent_id, False, self._sampled)
+        )  # fmt: skip
+        end = span.end if span.end is not None else request_end
+        return self._readable(
+            span.name, context(trace_id, span.span_id, False, self._sampled), parent,
+            self._resource, span.attributes, kind=self._kinds[span.kind],
+            status=self._error if span.error else self._unset,
+            start_time=int((span.start + self._offset) * 1e9),
+            end_time=int((end + self._offset) * 1e9), instrumentation_scope=self._scope,
+        )  # fmt: skip
 
     def headers_for(self, request_id: bytes, backend_id: str) -> bytes | None:
         """The `traceparent` for an attempt's request to `backend_id` (None: not traced)."""
@@ -255,15 +312,12 @@ class Tracing:
         span = known.attempts.get(backend_id)
         if span is None:
             return None
-        context = span.get_span_context()
-        return b"00-%032x-%016x-%02x" % (context.trace_id, context.span_id, context.trace_flags)
+        return b"00-%032x-%016x-01" % (known.trace_id, span.span_id)
 
     def trace_id(self, request_id: bytes) -> str | None:
         """The request's trace id, while it is open and sampled (for the request log)."""
         known = self._open.get(request_id)
-        if known is None:
-            return None
-        return f"{known.request.get_span_context().trace_id:032x}"
+        return None if known is None else f"{known.trace_id:032x}"
 
     @property
     def open_requests(self) -> int:
@@ -271,30 +325,24 @@ class Tracing:
 
     async def close(self) -> None:
         """Export what is left (the SDK's shutdown blocks: in a thread)."""
-        await asyncio.to_thread(self._provider.shutdown)
+        await asyncio.to_thread(self._processor.shutdown)
 
 
-def span_operation(span: Any) -> str:
-    """The operation a request span was named after."""
-    name: str = getattr(span, "name", "request")
-    return name.split(" ", 1)[0]
-
-
-def _remote_parent(traceparent: bytes | None) -> Any:
-    """The client's trace as the request span's parent context (None: a new trace)."""
+def _remote_parent(traceparent: bytes | None) -> SpanContext | None:
+    """The client's span from its `traceparent` (None: none, or malformed: a new trace; W3C
+    asks never to fail a request over it)."""
     if traceparent is None:
         return None
     match = _TRACEPARENT.match(traceparent.strip().lower())
     if match is None:
-        return None  # malformed: start a new trace (W3C: never fail the request over it)
+        return None
     trace_id, span_id = int(match.group(1), 16), int(match.group(2), 16)
     if trace_id == 0 or span_id == 0:
         return None
-    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, set_span_in_context
+    from opentelemetry.trace import SpanContext, TraceFlags
 
-    context = SpanContext(trace_id, span_id, is_remote=True,
-                          trace_flags=TraceFlags(int(match.group(3), 16) & 1))  # fmt: skip
-    return set_span_in_context(NonRecordingSpan(context))
+    flags = TraceFlags(int(match.group(3), 16) & 1)
+    return SpanContext(trace_id, span_id, is_remote=True, trace_flags=flags)
 
 
 def _call_soon(callback: Callable[[], None]) -> object:
@@ -302,23 +350,21 @@ def _call_soon(callback: Callable[[], None]) -> object:
 
 
 def start_tracing(
-    settings: TracingSettings, wall_offset: float, extra: Mapping[str, str] | None = None
+    settings: TracingSettings,
+    wall_offset: float,
+    rng: random.Random,
+    extra: Mapping[str, str] | None = None,
 ) -> Tracing:
     """Tracing that exports to `settings.endpoint` over OTLP/HTTP (protobuf), sampling new
     traces at `settings.sample` and following a client's decision."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     resource = Resource.create({"service.name": settings.service_name, **(extra or {})})
-    provider = TracerProvider(
-        resource=resource, sampler=ParentBased(TraceIdRatioBased(settings.sample))
-    )
     exporter = OTLPSpanExporter(
         endpoint=settings.endpoint, headers=dict(settings.headers),
         timeout=settings.export_timeout_s,
     )  # fmt: skip
-    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=1000))
-    return Tracing(provider, wall_offset)
+    processor = BatchSpanProcessor(exporter, schedule_delay_millis=1000)
+    return Tracing(processor, resource, wall_offset, settings.sample, rng)
