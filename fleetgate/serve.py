@@ -26,7 +26,7 @@ from fleetgate.config import (
     PoolConfig,
     check_config,
 )
-from fleetgate.fleet.backend import Backend, BackendState, backend_origin
+from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
@@ -37,6 +37,7 @@ from fleetgate.gateway.dashboard import Dashboard
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.outlier import OutlierDetector
+from fleetgate.health.probes import BackendProbes
 from fleetgate.http.client import HttpClient
 from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import HttpServer, start_server
@@ -105,11 +106,6 @@ async def config_from_backends(
         raise ConfigError("none of the --backend servers lists a model at GET /v1/models")
     pools = [PoolConfig(model=m, policy=policy, backends=b) for m, b in sorted(by_model.items())]
     return msgspec.structs.replace(base, pools=pools)
-
-
-def _backend_id(url: str) -> str:
-    origin = backend_origin(url)
-    return f"{origin.host}:{origin.port}{origin.base_path.decode()}"
 
 
 def _pipeline(
@@ -406,12 +402,10 @@ def compose(
             raise ConfigError(f"server.audit_log: cannot append to it: {exc.strerror}") from None
     admin = Admin(pools, clock, audit, slo) if config.server.admin else None
     heartbeats = None
+    probes = BackendProbes(checker, scraper)
     for pool_config in config.pools:
         for part in _parts(clusters[pool_config.model]):
-            if checker is not None:
-                checker.start(part.model, part.states, pool_config.health_check, part.refresh)
-            if scraper is not None:
-                scraper.start(part.states, pool_config.engine_metrics)
+            probes.start(part, pool_config.health_check, pool_config.engine_metrics)
     if checker is not None and checker.expects_heartbeats:
         heartbeats = HeartbeatEndpoint(checker)
     edge = Hooks()
@@ -472,7 +466,7 @@ async def start_gateway(
             name = f"{pool.model}#{i}" if i < n else f"{pool.model}#prefill{i - n}"
             backends.append(
                 Backend(
-                    _backend_id(url), url, (pool.model,), b.weight, dict(b.labels),
+                    backend_id(url), url, (pool.model,), b.weight, dict(b.labels),
                     b.max_in_flight, b.api_key, name,
                 )
             )  # fmt: skip
