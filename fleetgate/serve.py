@@ -50,6 +50,7 @@ from fleetgate.observe.live import LiveView
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.observe.request_log import RequestLog, open_request_log
 from fleetgate.observe.slo import SloBook
+from fleetgate.observe.usage import TenantUsage
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
@@ -373,6 +374,9 @@ def compose(
     if config.server.dashboard:
         live = LiveView(clock, wall_clock, random.Random(rng.getrandbits(64)))
         exporters.append(live.subscribe)
+    usage = TenantUsage(t.name for t in config.tenants)  # the dashboard's and admin's
+    if config.server.dashboard or config.server.admin:
+        exporters.append(usage.subscribe)
     if request_log is not None:
         exporters.append(request_log.subscribe)
 
@@ -419,7 +423,7 @@ def compose(
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
         RequestHeaders(config.server.deny_request_headers), door, operators,
         config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,
-        None if live is None else Dashboard(clusters, slo, live, clock, wall_clock),
+        None if live is None else Dashboard(clusters, slo, live, usage, clock, wall_clock),
     )  # fmt: skip
     return gateway, clusters
 
