@@ -28,6 +28,7 @@ from fleetgate.config import (
 )
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
+from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
 from fleetgate.fleet.scraper import MetricsScraper
@@ -48,6 +49,7 @@ from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
 from fleetgate.observe.live import LiveView
 from fleetgate.observe.metrics import GatewayMetrics
+from fleetgate.observe.picks import LastPicks
 from fleetgate.observe.request_log import RequestLog, open_request_log
 from fleetgate.observe.slo import SloBook
 from fleetgate.observe.usage import TenantUsage
@@ -377,6 +379,9 @@ def compose(
     usage = TenantUsage(t.name for t in config.tenants)  # the dashboard's and admin's
     if config.server.dashboard or config.server.admin:
         exporters.append(usage.subscribe)
+    picks = LastPicks()  # each backend's last scores, for the admin API
+    if config.server.admin:  # hearing Routed makes every pick note its scores: only then
+        exporters.append(picks.subscribe)
     if request_log is not None:
         exporters.append(request_log.subscribe)
 
@@ -404,12 +409,15 @@ def compose(
             audit = AuditLog(config.server.audit_log, wall_clock)
         except OSError as exc:
             raise ConfigError(f"server.audit_log: cannot append to it: {exc.strerror}") from None
-    admin = Admin(pools, clock, audit, slo) if config.server.admin else None
     heartbeats = None
     probes = BackendProbes(checker, scraper)
     for pool_config in config.pools:
         for part in _parts(clusters[pool_config.model]):
             probes.start(part, pool_config.health_check, pool_config.engine_metrics)
+    admin = None
+    if config.server.admin:
+        members = Membership(pools, clock, probes)
+        admin = Admin(pools, clock, members, picks, usage, config, audit, slo)
     if checker is not None and checker.expects_heartbeats:
         heartbeats = HeartbeatEndpoint(checker)
     edge = Hooks()

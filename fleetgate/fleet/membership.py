@@ -26,7 +26,11 @@ class NotMember(LookupError):
 
 
 class AlreadyMember(ValueError):
-    """The pool has a backend of that id already."""
+    """The pool has a backend of that id already (`leaving`: removed, requests in flight)."""
+
+    def __init__(self, message: str, leaving: bool) -> None:
+        super().__init__(message)
+        self.leaving = leaving
 
 
 class Watcher(Protocol):
@@ -84,8 +88,12 @@ class Membership:
             known = ", ".join(sorted(self._pools))
             raise NotMember(f"no pool serves {model!r}; pools: {known}")
         identity = backend_id(joining.url)
-        if any(s.backend.id == identity for s in pool.states):
-            raise AlreadyMember(f"the pool {model!r} has the backend {identity!r} already")
+        for state in pool.states:
+            if state.backend.id == identity:
+                leaving = pool.retiring(state)
+                why = " (leaving: its last requests are in flight)" if leaving else ""
+                message = f"the pool {model!r} has the backend {identity!r} already{why}"
+                raise AlreadyMember(message, leaving)
         place = self._places[model]
         self._places[model] = place + 1
         state = BackendState(
