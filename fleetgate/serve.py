@@ -26,8 +26,9 @@ from fleetgate.config import (
     PoolConfig,
     check_config,
 )
-from fleetgate.fleet.backend import Backend, BackendState, backend_origin
+from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
+from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
 from fleetgate.fleet.scraper import MetricsScraper
@@ -37,6 +38,7 @@ from fleetgate.gateway.dashboard import Dashboard
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.outlier import OutlierDetector
+from fleetgate.health.probes import BackendProbes
 from fleetgate.http.client import HttpClient
 from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import HttpServer, start_server
@@ -47,9 +49,11 @@ from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
 from fleetgate.observe.live import LiveView
 from fleetgate.observe.metrics import GatewayMetrics
+from fleetgate.observe.picks import LastPicks
 from fleetgate.observe.request_log import RequestLog, open_request_log
 from fleetgate.observe.slo import SloBook
 from fleetgate.observe.tracing import Tracing, start_tracing
+from fleetgate.observe.usage import TenantUsage
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
@@ -106,11 +110,6 @@ async def config_from_backends(
         raise ConfigError("none of the --backend servers lists a model at GET /v1/models")
     pools = [PoolConfig(model=m, policy=policy, backends=b) for m, b in sorted(by_model.items())]
     return msgspec.structs.replace(base, pools=pools)
-
-
-def _backend_id(url: str) -> str:
-    origin = backend_origin(url)
-    return f"{origin.host}:{origin.port}{origin.base_path.decode()}"
 
 
 def _pipeline(
@@ -385,6 +384,12 @@ def compose(
         exporters.append(live.subscribe)
     if tracing is not None:
         exporters.append(tracing.subscribe)
+    usage = TenantUsage(t.name for t in config.tenants)  # the dashboard's and admin's
+    if config.server.dashboard or config.server.admin:
+        exporters.append(usage.subscribe)
+    picks = LastPicks()  # each backend's last scores, for the admin API
+    if config.server.admin:  # hearing Routed makes every pick note its scores: only then
+        exporters.append(picks.subscribe)
     if request_log is not None:
         exporters.append(request_log.subscribe)
         if tracing is not None:
@@ -414,14 +419,15 @@ def compose(
             audit = AuditLog(config.server.audit_log, wall_clock)
         except OSError as exc:
             raise ConfigError(f"server.audit_log: cannot append to it: {exc.strerror}") from None
-    admin = Admin(pools, clock, audit, slo) if config.server.admin else None
     heartbeats = None
+    probes = BackendProbes(checker, scraper)
     for pool_config in config.pools:
         for part in _parts(clusters[pool_config.model]):
-            if checker is not None:
-                checker.start(part.model, part.states, pool_config.health_check, part.refresh)
-            if scraper is not None:
-                scraper.start(part.states, pool_config.engine_metrics)
+            probes.start(part, pool_config.health_check, pool_config.engine_metrics)
+    admin = None
+    if config.server.admin:
+        members = Membership(pools, clock, probes)
+        admin = Admin(pools, clock, members, picks, usage, config, audit, slo)
     if checker is not None and checker.expects_heartbeats:
         heartbeats = HeartbeatEndpoint(checker)
     edge = Hooks()
@@ -435,7 +441,7 @@ def compose(
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
         RequestHeaders(config.server.deny_request_headers), door, operators,
         config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,
-        None if live is None else Dashboard(clusters, slo, live, clock, wall_clock),
+        None if live is None else Dashboard(clusters, slo, live, usage, clock, wall_clock),
     )  # fmt: skip
     return gateway, clusters
 
@@ -486,7 +492,7 @@ async def start_gateway(
             name = f"{pool.model}#{i}" if i < n else f"{pool.model}#prefill{i - n}"
             backends.append(
                 Backend(
-                    _backend_id(url), url, (pool.model,), b.weight, dict(b.labels),
+                    backend_id(url), url, (pool.model,), b.weight, dict(b.labels),
                     b.max_in_flight, b.api_key, name,
                 )
             )  # fmt: skip

@@ -22,9 +22,16 @@ def backend_origin(url: str) -> Origin:
     return origin
 
 
+def backend_id(url: str) -> str:
+    """A backend's id in the gateway, from its URL: host:port and any base path."""
+    origin = backend_origin(url)
+    return f"{origin.host}:{origin.port}{origin.base_path.decode()}"
+
+
 @dataclass(frozen=True, slots=True)
 class Backend:
-    """Who a backend is: fixed for its lifetime."""
+    """Who a backend is: fixed for its lifetime (an operator's new weight replaces it with a
+    copy: fleet/pool.py `set_weight`)."""
 
     id: str  # unique in the gateway, e.g. "127.0.0.1:8101"
     url: str

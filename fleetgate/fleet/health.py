@@ -2,8 +2,9 @@
 
 Each detector owns one flag and never touches another's: the active checker sets
 ACTIVE_CHECK_FAILED, the outlier detector EJECTED, an admin call or SIGTERM DRAINING, discovery
-GONE. Backpressure (an engine's 429/503 with Retry-After) is not a flag: the backend is healthy
-but busy, so it is skipped until the advertised time and counts as DEGRADED.
+or an operator's removal (fleet/membership.py) GONE. Backpressure (an engine's 429/503 with
+Retry-After) is not a flag: the backend is healthy but busy, so it is skipped until the
+advertised time and counts as DEGRADED.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ class HealthFlag(enum.IntFlag):
     ACTIVE_CHECK_FAILED = 1  # the active health checker's probes fail
     EJECTED = 2  # the outlier detector ejected it after consecutive failures
     DRAINING = 4  # finishing what it has; takes nothing new
-    GONE = 8  # discovery no longer lists it
+    GONE = 8  # no longer a member: leaves its pool when its last request ends
 
 
 # A pool in panic still never routes to these: they are leaving on purpose.

@@ -14,7 +14,7 @@ class PeriodicTasks:
     ) -> None:
         self._rng = rng
         self._sleep = sleep
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def every(
         self,
@@ -23,8 +23,9 @@ class PeriodicTasks:
         action: Callable[[], Awaitable[None]],
         *,
         wait_first: bool,
-    ) -> None:
-        """Run `action` every interval_s * U(1 - jitter, 1 + jitter) until `stop()`."""
+    ) -> Callable[[], None]:
+        """Run `action` every interval_s * U(1 - jitter, 1 + jitter) until `stop()`, or until
+        the function returned is called (it stops this one alone)."""
 
         async def loop() -> None:
             if not wait_first:
@@ -33,7 +34,14 @@ class PeriodicTasks:
                 await self._sleep(interval_s * self._rng.uniform(1 - jitter, 1 + jitter))
                 await action()
 
-        self._tasks.append(asyncio.get_running_loop().create_task(loop()))
+        task = asyncio.get_running_loop().create_task(loop())
+        self._tasks.add(task)
+
+        def cancel() -> None:
+            task.cancel()
+            self._tasks.discard(task)
+
+        return cancel
 
     def stop(self) -> None:
         for task in self._tasks:

@@ -2,13 +2,15 @@
 
 What routes over it is routing/router.py's; what is counted on it comes from the request
 lifecycle's events (lifecycle/accounting.py); the detectors (health/) set its backends' flags
-and eject them through it.
+and eject them through it. Its members change while it runs only through `add` and `retire`
+(fleet/membership.py: the operator's admin API).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.calibration import WeightSettings, speed_factors
@@ -32,8 +34,8 @@ class Pool:
     """
 
     __slots__ = (
-        "_ejected", "_full", "_health", "_next_calibration", "_weights", "candidates",
-        "in_flight", "load_changed", "model", "next_check", "states",
+        "_ejected", "_full", "_health", "_next_calibration", "_retiring", "_weights",
+        "candidates", "in_flight", "left", "load_changed", "model", "next_check", "states",
     )  # fmt: skip
 
     def __init__(
@@ -49,6 +51,9 @@ class Pool:
         # Told whenever a backend's in-flight count or effective weight changed (a picker
         # that keeps an index over them sets it: routing/router.py).
         self.load_changed: Callable[[BackendState], None] = _ignore
+        # Told when a retired backend has left the pool (its probes stop: fleet/membership.py).
+        self.left: Callable[[BackendState], None] = _ignore
+        self._retiring: set[BackendState] = set()  # GONE, waiting for their last requests
         self._health = health or HealthSettings()
         self._weights = weights or WeightSettings()
         self._next_calibration = self._weights.interval_s if self._weights.calibrate else math.inf
@@ -142,6 +147,48 @@ class Pool:
         state.backoff_until = max(state.backoff_until, now + retry_after_s)
         self.refresh(now)
 
+    # -- who is in the pool (fleet/membership.py) -----------------------------------------------
+
+    def add(self, state: BackendState, now: float) -> None:
+        """A new backend, routable at once (its checks may take it out later, as at start)."""
+        self.states = (*self.states, state)
+        self.refresh(now)
+
+    def retire(self, state: BackendState, now: float) -> bool:
+        """Take `state` out for good: GONE at once (nothing new is routed to it, panic or
+        not), dropped from `states` when its last request in flight ends (`end`), which
+        `left` is told. True when it had nothing in flight and has left already."""
+        state.flags |= HealthFlag.GONE
+        self._retiring.add(state)
+        self.refresh(now)
+        if state.in_flight == 0:
+            self._leave(state, now)
+            return True
+        return False
+
+    def retiring(self, state: BackendState) -> bool:
+        """Retired, with requests still in flight."""
+        return state in self._retiring
+
+    def _leave(self, state: BackendState, now: float) -> None:
+        self._retiring.discard(state)
+        self._ejected.pop(state, None)
+        self._full.discard(state)
+        self.states = tuple(s for s in self.states if s is not state)
+        self.refresh(now)
+        self.left(state)
+
+    def set_weight(self, state: BackendState, weight: float, now: float) -> None:
+        """The operator's new configured weight for `state` (> 0): its effective weight keeps
+        its measured speed and slow-start share, x weight / the old configured weight."""
+        old = state.backend.weight
+        state.backend = replace(state.backend, weight=weight)
+        effective = state.weight * weight / old
+        if effective != state.weight:
+            state.weight = effective
+            self.load_changed(state)
+        self.refresh(now)
+
     # -- what the lifecycle counts (lifecycle/accounting.py) ----------------------------------
 
     def begin(self, state: BackendState, now: float, prompt_tokens: int = 0) -> None:
@@ -173,3 +220,5 @@ class Pool:
         if state in self._full and state.in_flight < (state.backend.max_in_flight or 0):
             self._full.discard(state)
             self.refresh(now)
+        if self._retiring and state.in_flight == 0 and state in self._retiring:
+            self._leave(state, now)

@@ -47,6 +47,7 @@ class MetricsScraper:
         self._client = client
         self._clock = clock
         self._tasks = PeriodicTasks(rng, sleep)
+        self._scraping: dict[BackendState, Callable[[], None]] = {}
 
     def start(self, states: Iterable[BackendState], settings: ScrapeSettings) -> None:
         """Scrape each of `states` on its own jittered interval until `stop()`."""
@@ -57,10 +58,19 @@ class MetricsScraper:
             async def scrape(state: BackendState = state) -> None:
                 await self.scrape(state, settings)
 
-            self._tasks.every(settings.interval_s, settings.jitter, scrape, wait_first=False)
+            self._scraping[state] = self._tasks.every(
+                settings.interval_s, settings.jitter, scrape, wait_first=False
+            )
+
+    def forget(self, state: BackendState) -> None:
+        """Stop scraping `state` (it left its pool)."""
+        stop = self._scraping.pop(state, None)
+        if stop is not None:
+            stop()
 
     def stop(self) -> None:
         self._tasks.stop()
+        self._scraping.clear()
 
     async def scrape(self, state: BackendState, s: ScrapeSettings) -> bool:
         """One scrape into `state.engine`; True when it gave a reading."""

@@ -1,27 +1,56 @@
-"""Operator endpoints (only with `server.admin: true`): see backends, drain and undrain them.
+"""Operator endpoints (only with `server.admin: true`; behind the admin key when auth is on):
 
-    GET  /admin/backends                  every backend: model, health flags, in flight
-    GET  /admin/slo                       each pool's objectives: figure, burn rates, alerts
-    POST /admin/drain {"backend": ID, "draining": true|false}
-A draining backend takes no new requests; those in flight finish.
+    GET    /admin/backends                 every backend: model, health flags, in flight,
+                                           weights (configured and effective), last pick's
+                                           scores by plugin
+    POST   /admin/backends {"model": M, "url": URL, "weight": W?, "labels": {...}?,
+                            "max_in_flight": N?, "api_key": KEY?}
+                                           a backend joins the pool of M (201, the backend)
+    DELETE /admin/backends?backend=ID      it leaves: GONE at once, it takes no new request
+                                           and leaves its pool when those in flight end (200
+                                           when none was, 202 while some still are)
+    POST   /admin/weight {"backend": ID, "weight": W}        its configured weight (> 0)
+    POST   /admin/drain {"backend": ID, "draining": true|false}
+    GET    /admin/slo                      each pool's objectives: figure, burn rates, alerts
+    GET    /admin/config                   the config in effect, every secret redacted
+    GET    /admin/tenants                  each tenant's requests admitted, tokens and spend
+
+A backend is named by its id (host:port, as GET /admin/backends lists it), in every pool it
+serves. A draining backend takes no new requests; those in flight finish. Every change (add,
+remove, weight, drain) is written to the audit log (`server.audit_log`) with the id of the key
+that made it; reads are not. Changes last until the gateway stops: the config file is not
+rewritten.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 
+from fleetgate.config import BackendConfig, Config
+from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import HealthFlag
+from fleetgate.fleet.membership import AlreadyMember, Joining, Membership, NotMember
 from fleetgate.fleet.pool import Pool
+from fleetgate.gateway.redact import redacted, without_credentials
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.audit import AuditLog, key_id
+from fleetgate.observe.picks import LastPicks
 from fleetgate.observe.slo import SloBook
+from fleetgate.observe.usage import TenantUsage
 from fleetgate.openai_api import error_body
+from fleetgate.settings import Settings, positive
 from fleetgate.traffic.keys import bearer
 
 _JSON = b"application/json"
+T = TypeVar("T")
+_AT, _NAMED = re.compile(r"- at `\$\.(\w+)"), re.compile(r"`(\w+)`")
+Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
 
 
 class _Drain(msgspec.Struct, forbid_unknown_fields=True):
@@ -29,77 +58,244 @@ class _Drain(msgspec.Struct, forbid_unknown_fields=True):
     draining: bool = True
 
 
+class _Weight(Settings, frozen=True):
+    backend: str
+    weight: float
+
+    def __post_init__(self) -> None:
+        positive("weight", self.weight)
+
+
+class _Joining(BackendConfig, frozen=True, kw_only=True):
+    """A backend to add: a config's backend entry (its checks) and the pool's model."""
+
+    model: str
+
+
+class _Refusal(Exception):
+    """An admin request that cannot be done: its status and OpenAI-shaped error."""
+
+    def __init__(self, status: int, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param = status, message, param
+
+
 class Admin:
     def __init__(
         self,
         pools: Mapping[str, Pool],
         clock: Callable[[], float],
+        members: Membership,
+        picks: LastPicks,
+        usage: TenantUsage,
+        config: Config,
         audit: AuditLog | None = None,
         slo: SloBook | None = None,
     ) -> None:
         self._pools = pools
         self._clock = clock
+        self._members = members
+        self._picks = picks  # each backend's last pick, for its scores
+        self._usage = usage
+        self._config = msgspec.json.encode(redacted(config))  # frozen: encoded once
         self._audit = audit  # every change is written there, with the key that made it
         self._slo = slo
+
+    def routes(self) -> dict[tuple[bytes, bytes], Handler]:
+        """(method, path) and the handler of each endpoint."""
+        return {
+            (b"GET", b"/admin/backends"): self.backends,
+            (b"POST", b"/admin/backends"): self.add,
+            (b"DELETE", b"/admin/backends"): self.remove,
+            (b"POST", b"/admin/weight"): self.weight,
+            (b"POST", b"/admin/drain"): self.drain,
+            (b"GET", b"/admin/slo"): self.slo,
+            (b"GET", b"/admin/config"): self.config,
+            (b"GET", b"/admin/tenants"): self.tenants,
+        }
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    def _view(self, model: str, pool: Pool, s: BackendState, now: float) -> dict[str, Any]:
+        pick = self._picks.of(s)
+        last = None if pick is None else {"age_s": now - pick.at, "kind": pick.kind,
+                                          "scores": pick.scores}  # fmt: skip
+        return {
+            "model": model,
+            "backend": s.backend.id,
+            "name": s.backend.name,
+            "url": without_credentials(s.backend.url),
+            "labels": dict(s.backend.labels),
+            "verdict": s.verdict(now).value,
+            "flags": [f.name for f in HealthFlag if f in s.flags],
+            "leaving": pool.retiring(s),  # removed, its last requests still in flight
+            "in_flight": s.in_flight,
+            "engine": s.engine,
+            "ewma_ttft_s": s.latency.ttft_s,
+            "ewma_tpot_s": s.latency.tpot_s,
+            "ewma_e2e_s": s.latency.e2e_s,
+            "weight": s.weight,  # effective: configured x speed x slow-start share
+            "configured_weight": s.backend.weight,
+            "speed": s.speed,
+            "last_pick": last,  # when it was last picked, and each scorer's score then
+        }
 
     def _listing(self) -> bytes:
         now = self._clock()
         return msgspec.json.encode(
             [
-                {
-                    "model": model,
-                    "backend": s.backend.id,
-                    "url": s.backend.url,
-                    "verdict": s.verdict(now).value,
-                    "flags": [f.name for f in HealthFlag if f in s.flags],
-                    "in_flight": s.in_flight,
-                    "engine": s.engine,
-                    "ewma_ttft_s": s.latency.ttft_s,
-                    "ewma_tpot_s": s.latency.tpot_s,
-                    "ewma_e2e_s": s.latency.e2e_s,
-                    "weight": s.weight,
-                    "speed": s.speed,
-                }
+                self._view(model, pool, s, now)
                 for model, pool in self._pools.items()
                 for s in pool.states
             ]
         )
 
     async def backends(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
-        writer.send(200, [(b"content-type", _JSON), (b"x-request-id", request_id)], self._listing())
+        writer.send(200, _headers(request_id), self._listing())
 
     async def slo(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         status = self._slo.status() if self._slo is not None else {}
-        writer.send(
-            200, [(b"content-type", _JSON), (b"x-request-id", request_id)],
-            msgspec.json.encode(status),
+        writer.send(200, _headers(request_id), msgspec.json.encode(status))
+
+    async def config(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        writer.send(200, _headers(request_id), self._config)
+
+    async def tenants(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        writer.send(200, _headers(request_id), msgspec.json.encode(self._usage.tenants()))
+
+    # -- changes --------------------------------------------------------------------------------
+
+    async def add(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        try:
+            order = _decode(request.body, _Joining, "{'model': M, 'url': URL, 'weight': W?, "
+                            "'labels': {...}?}")  # fmt: skip
+            if order.url is None:  # the config's other kind, `sim`, starts with the gateway
+                raise _Refusal(400, "Give the backend's `url`: sim workers start with the "
+                               "gateway, from its config.", "url")  # fmt: skip
+            _check_url(order.url)
+            joining = Joining(order.url, order.weight, order.labels, order.max_in_flight,
+                              order.api_key)  # fmt: skip
+            try:
+                state = self._members.add(order.model, joining)
+            except NotMember as exc:
+                raise _Refusal(404, f"{exc}.", "model") from None
+            except AlreadyMember as exc:
+                then = "add it again once it has left" if exc.leaving else "DELETE it first"
+                raise _Refusal(409, f"{exc}; {then}.", "url") from None
+        except _Refusal as exc:
+            writer.send(exc.status, _headers(request_id), error_body(exc.status, exc.message,
+                                                                     exc.param))  # fmt: skip
+            return
+        self._record(
+            "admin_backend_added", request, request_id, backend=state.backend.id,
+            model=order.model, url=order.url, weight=order.weight, labels=order.labels,
         )  # fmt: skip
+        view = self._view(order.model, self._pools[order.model], state, self._clock())
+        writer.send(201, _headers(request_id), msgspec.json.encode(view))
+
+    async def remove(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        query = parse_qs(request.query.decode("latin-1"))
+        backend = query.get("backend", [""])[0]
+        headers = _headers(request_id)
+        if not backend:
+            message = "Name the backend: DELETE /admin/backends?backend=ID."
+            writer.send(400, headers, error_body(400, message, "backend"))
+            return
+        try:
+            removed = self._members.remove(backend)
+        except NotMember:
+            writer.send(404, headers, _no_backend(backend))
+            return
+        in_flight = sum(s.in_flight for _, s in removed)
+        self._record(
+            "admin_backend_removed", request, request_id, backend=backend,
+            models=[pool.model for pool, _ in removed], in_flight=in_flight,
+        )  # fmt: skip
+        body = {"backend": backend, "models": [p.model for p, _ in removed], "in_flight": in_flight}
+        writer.send(202 if in_flight else 200, headers, msgspec.json.encode(body))
+
+    async def weight(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        headers = _headers(request_id)
+        try:
+            order = _decode(request.body, _Weight, "{'backend': ID, 'weight': W}")
+        except _Refusal as exc:
+            writer.send(exc.status, headers, error_body(exc.status, exc.message, exc.param))
+            return
+        try:
+            changed = self._members.set_weight(order.backend, order.weight)
+        except NotMember:
+            writer.send(404, headers, _no_backend(order.backend))
+            return
+        self._record(
+            "admin_weight", request, request_id, backend=order.backend, weight=order.weight,
+            models=[pool.model for pool, _ in changed],
+        )  # fmt: skip
+        writer.send(200, headers, self._listing())
 
     async def drain(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
-        headers = [(b"content-type", _JSON), (b"x-request-id", request_id)]
+        headers = _headers(request_id)
         try:
-            order = msgspec.json.decode(request.body, type=_Drain)
-        except msgspec.DecodeError as exc:
-            message = f"Send {{'backend': ID, 'draining': true|false}}: {exc}"
-            writer.send(400, headers, error_body(400, message))
+            order = _decode(request.body, _Drain, "{'backend': ID, 'draining': true|false}")
+        except _Refusal as exc:
+            writer.send(exc.status, headers, error_body(exc.status, exc.message, exc.param))
             return
-        now, found = self._clock(), False
-        for pool in self._pools.values():
-            for state in pool.states:
-                if state.backend.id == order.backend:
-                    found = True
-                    if order.draining:
-                        state.flags |= HealthFlag.DRAINING
-                    else:
-                        state.flags &= ~HealthFlag.DRAINING
-                    pool.refresh(now)
+        found = self._members.find(order.backend)
         if not found:
-            message = f"No backend {order.backend!r}; GET /admin/backends lists them."
-            writer.send(404, headers, error_body(404, message, "backend"))
+            writer.send(404, headers, _no_backend(order.backend))
             return
+        now = self._clock()
+        for pool, state in found:
+            if order.draining:
+                state.flags |= HealthFlag.DRAINING
+            else:
+                state.flags &= ~HealthFlag.DRAINING
+            pool.refresh(now)
+        self._record("admin_drain", request, request_id, backend=order.backend,
+                     draining=order.draining)  # fmt: skip
+        writer.send(200, headers, self._listing())
+
+    def _record(self, event: str, request: Request, request_id: bytes, **fields: Any) -> None:
+        """A change, in the audit log (when there is one), with the key that made it."""
         if self._audit is not None:
             self._audit.record(
-                "admin_drain", key=key_id(bearer(request.headers)), backend=order.backend,
-                draining=order.draining, request_id=request_id.decode("latin-1"),
+                event, key=key_id(bearer(request.headers)), **fields,
+                request_id=request_id.decode("latin-1"),
             )  # fmt: skip
-        writer.send(200, headers, self._listing())
+
+
+def _headers(request_id: bytes) -> list[tuple[bytes, bytes]]:
+    return [(b"content-type", _JSON), (b"x-request-id", request_id)]
+
+
+def _decode(body: bytes, kind: type[T], shape: str) -> T:
+    """The request's JSON as `kind`; a 400 that shows the shape to send when it is not."""
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.DecodeError as exc:  # a ValidationError too: a field's check failed
+        # The field at fault: msgspec's "... - at `$.weight`", else the first one named
+        # ("unknown field `colour`", "missing required field `model`", "`weight` must ...").
+        found = _AT.search(str(exc)) or _NAMED.search(str(exc))
+        param = found.group(1) if found else None
+        raise _Refusal(400, f"Send {shape}: {exc}", param) from None
+
+
+def _check_url(url: str) -> None:
+    """A backend added at run time names its scheme, host and port, and no credentials."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        shown = without_credentials(url)
+        raise _Refusal(400, f"`url` must be http(s)://HOST:PORT[/PATH], got {shown!r}", "url")
+    if parts.username is not None or parts.password is not None:
+        raise _Refusal(400, "`url` must not hold a user or password: give the backend's key "
+                       "as `api_key`.", "url")  # fmt: skip
+    if parts.query or parts.fragment:
+        raise _Refusal(400, f"`url` must have no query or fragment, got {url!r}", "url")
+
+
+def _no_backend(backend: str) -> bytes:
+    message = f"No backend {backend!r}; GET /admin/backends lists them."
+    return error_body(404, message, "backend")

@@ -136,10 +136,10 @@ class Gateway:
         }
         if metrics is not None:
             get[b"/metrics"] = self._scrape
+        tables = {b"POST": post, b"GET": get}
         if admin is not None:
-            post[b"/admin/drain"] = self._operator("admin", admin.drain)
-            get[b"/admin/backends"] = self._operator("admin", admin.backends)
-            get[b"/admin/slo"] = self._operator("admin", admin.slo)
+            for (method, path), handler in admin.routes().items():
+                tables.setdefault(method, {})[path] = self._operator("admin", handler)
         if heartbeats is not None:
             post[b"/fleet/heartbeat"] = self._operator("heartbeat", heartbeats.beat)
         self._dashboard = dashboard
@@ -147,7 +147,7 @@ class Gateway:
             for path, page in dashboard.routes().items():
                 get[path] = self._operator("admin", page, browser=True)
         self._routes: dict[bytes, dict[bytes, _Handler]] = {}
-        for method, table in ((b"POST", post), (b"GET", get)):
+        for method, table in tables.items():
             for path, handler in table.items():
                 self._routes.setdefault(path, {})[method] = handler
 

@@ -28,8 +28,9 @@ from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
-from fleetgate.observe.live import LiveView, Notice, Point, TenantUse
+from fleetgate.observe.live import LiveView, Notice, Point
 from fleetgate.observe.slo import ObjectiveStatus, SloBook
+from fleetgate.observe.usage import TenantUsage, TenantUse
 from fleetgate.resilience.cluster import Cluster
 
 _ASSETS = {
@@ -98,13 +99,15 @@ class Snapshot(msgspec.Struct):
 
 
 class Dashboard:
-    """The dashboard's endpoints over the gateway's clusters, objectives and live view."""
+    """The dashboard's endpoints over the gateway's clusters, objectives, live view and
+    tenants' use."""
 
     def __init__(
         self,
         clusters: Mapping[str, Cluster],
         slo: SloBook,
         live: LiveView,
+        usage: TenantUsage,
         clock: Callable[[], float],
         wall_clock: Callable[[], float] = time.time,
         interval_s: float = 1.0,
@@ -113,6 +116,7 @@ class Dashboard:
         self._clusters = clusters
         self._slo = slo
         self._live = live
+        self._usage = usage
         self._clock = clock
         self._wall = wall_clock
         self._interval_s = interval_s
@@ -164,7 +168,7 @@ class Dashboard:
             pools.append(PoolView(model, queue, backends, slo.get(model, [])))
         live = self._live
         return Snapshot(
-            self._wall(), now - self._started, pools, live.tenants(), list(live.notices),
+            self._wall(), now - self._started, pools, self._usage.tenants(), list(live.notices),
             live.points(after),
         )  # fmt: skip
 

@@ -87,6 +87,7 @@ class ActiveChecker:
         self._clock = clock
         self._tasks = PeriodicTasks(rng, sleep)
         self._beats: dict[str, int] = {}  # heartbeats received per backend id, for kind heartbeat
+        self._probing: dict[BackendState, Callable[[], None]] = {}
 
     def start(
         self,
@@ -104,7 +105,18 @@ class ActiveChecker:
                 self._beats.setdefault(state.backend.id, 0)
             tracker = ProbeTracker(settings, state)
             check = self._check(model, state, tracker, settings, changed)
-            self._tasks.every(settings.interval_s, settings.jitter, check, wait_first=True)
+            self._probing[state] = self._tasks.every(
+                settings.interval_s, settings.jitter, check, wait_first=True
+            )
+
+    def forget(self, state: BackendState) -> None:
+        """Stop probing `state` (it left its pool)."""
+        stop = self._probing.pop(state, None)
+        if stop is not None:
+            stop()
+            backend = state.backend.id  # its heartbeats, unless another pool's backend shares it
+            if all(s.backend.id != backend for s in self._probing):
+                self._beats.pop(backend, None)
 
     def beat(self, backend_id: str) -> bool:
         """A worker's heartbeat; False if no pool expects heartbeats from that backend."""
@@ -119,6 +131,7 @@ class ActiveChecker:
 
     def stop(self) -> None:
         self._tasks.stop()
+        self._probing.clear()
 
     def _check(
         self,

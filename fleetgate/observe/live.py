@@ -1,8 +1,8 @@
 """The last five minutes, second by second, for the live dashboard and `fleetgate top`: how many
 requests finished and how (answered, failed, shed, refused), retries, hedges, continuations
-and ejections, output tokens, and TTFT, inter-token latency and E2E percentiles; each tenant's
-use since start; the last ejections. Kept from the lifecycle's events, only while the
-dashboard is on.
+and ejections, output tokens, and TTFT, inter-token latency and E2E percentiles; the last
+ejections. Kept from the lifecycle's events, only while the dashboard is on (each tenant's use
+is observe/usage.py's).
 
 A second's latencies are a uniform sample of at most `_SAMPLES` of its requests (reservoir
 sampling, the injected random source); a point's percentiles are over its second and the four
@@ -18,15 +18,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from fleetgate.lifecycle.events import (
-    Admitted,
-    Charged,
-    Continued,
-    Ejected,
-    Finished,
-    Hedged,
-    Retried,
-)
+from fleetgate.lifecycle.events import Continued, Ejected, Finished, Hedged, Retried
 from fleetgate.lifecycle.hooks import Hooks
 
 HISTORY_S = 300
@@ -55,14 +47,6 @@ class Point(msgspec.Struct):
     itl_p99: float | None = None
     e2e_p50: float | None = None
     e2e_p99: float | None = None
-
-
-class TenantUse(msgspec.Struct):
-    tenant: str
-    requests: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    spend_usd: float = 0.0
 
 
 class Notice(msgspec.Struct):
@@ -105,7 +89,6 @@ class LiveView:
         self._started = int(clock())
         self._seconds: deque[_Second] = deque(maxlen=HISTORY_S + _SMOOTH_S)
         self._points: dict[int, Point] = {}  # made, by second index
-        self._tenants: dict[str, TenantUse] = {}
         self.notices: deque[Notice] = deque(maxlen=_EVENTS)
 
     def wall(self, at: float) -> float:
@@ -114,8 +97,6 @@ class LiveView:
 
     def subscribe(self, hooks: Hooks) -> None:
         hooks.subscribe(Finished, self.on_finished)
-        hooks.subscribe(Admitted, self.on_admitted)
-        hooks.subscribe(Charged, self.on_charged)
         hooks.subscribe(Retried, self.on_retried)
         hooks.subscribe(Hedged, self.on_hedged)
         hooks.subscribe(Continued, self.on_continued)
@@ -166,21 +147,6 @@ class LiveView:
                 point.tokens += tokens
                 if tokens > 1:
                     self._sample(second, 1, second.itl, (e2e - ttft) / (tokens - 1))
-
-    def on_admitted(self, event: Admitted) -> None:
-        self._tenant(event.tenant).requests += 1
-
-    def on_charged(self, event: Charged) -> None:
-        use = self._tenant(event.tenant)
-        use.prompt_tokens += event.prompt_tokens
-        use.completion_tokens += event.completion_tokens
-        use.spend_usd += event.cost_usd
-
-    def _tenant(self, name: str) -> TenantUse:
-        use = self._tenants.get(name)  # names come from the config: bounded
-        if use is None:
-            use = self._tenants[name] = TenantUse(name)
-        return use
 
     def on_retried(self, event: Retried) -> None:
         self._second(event.at).point.retried += 1
@@ -233,9 +199,6 @@ class LiveView:
             itl_p50=_quantile(itl, 0.5), itl_p99=_quantile(itl, 0.99),
             e2e_p50=_quantile(e2e, 0.5), e2e_p99=_quantile(e2e, 0.99),
         )  # fmt: skip
-
-    def tenants(self) -> list[TenantUse]:
-        return sorted(self._tenants.values(), key=lambda use: use.tenant)
 
 
 def _quantile(ordered: list[float], q: float) -> float | None:

@@ -1,4 +1,5 @@
-"""Graceful drain: of one backend through the admin API, and of the whole gateway on SIGTERM."""
+"""Graceful drain: of one backend through the admin API, and of the whole gateway on SIGTERM;
+a backend added to and removed from a running gateway."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ def fleet(tmp_path: Path) -> Iterator[tuple[str, list[str], Proc]]:
             yield url, workers, proc
 
 
-def post(url: str, body: object) -> tuple[int, object]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+def post(url: str, body: object, method: str = "POST") -> tuple[int, object]:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return response.status, json.loads(response.read())
@@ -60,6 +62,27 @@ def test_a_drained_backend_gets_no_new_requests_until_undrained(
     with urllib.request.urlopen(url + "/admin/backends", timeout=5) as response:
         listing = json.loads(response.read())
     assert all(b["ewma_e2e_s"] is not None and b["verdict"] == "healthy" for b in listing)
+
+
+def test_a_backend_added_at_run_time_takes_requests_until_it_is_removed(
+    fleet: tuple[str, list[str], Proc],
+) -> None:
+    url, workers, _ = fleet
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+    with sim_workers(MODEL, 1) as (extra,):
+        status, added = post(url + "/admin/backends", {"model": MODEL, "url": extra})
+        assert status == 201 and added["name"] == f"{MODEL}#2"  # type: ignore[index]
+        for _ in range(6):  # round robin over three
+            client.completions.create(model=MODEL, prompt="x", max_tokens=1)
+        assert metric(extra, "vllm:request_success_total") == 2
+        backend = extra[7:]
+        status, gone = post(url + "/admin/backends?backend=" + backend, None, "DELETE")
+        assert (status, gone) == (200, {"backend": backend, "models": [MODEL], "in_flight": 0})
+        for _ in range(6):
+            client.completions.create(model=MODEL, prompt="x", max_tokens=1)
+        assert metric(extra, "vllm:request_success_total") == 2
+    _, _, body = get(url + "/admin/backends")
+    assert [b["backend"] for b in json.loads(body)] == [w[7:] for w in workers]
 
 
 def test_sigterm_lets_streams_in_progress_finish_then_exits(

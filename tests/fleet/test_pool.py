@@ -111,3 +111,51 @@ def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(
     pool.end(state, 1.0)  # ...and it ended: nothing more to release
     pool.end(state, 1.0, unprefilled=300)  # the second failed before its first token
     assert (state.pending_prefill, state.in_flight) == (0, 0)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_policy_routes_to_a_backend_added_and_not_to_one_retired(
+    policy: str, make_router: MakeRouter
+) -> None:
+    router = make_router(policy, [1, 1])
+    pool = router.pool
+    left: list[BackendState] = []
+    pool.left = left.append
+    added = BackendState(Backend("b2", "http://127.0.0.1:8102", ("m",), 1.0))
+    pool.add(added, 0.0)
+    picks: Counter[BackendState] = Counter()
+    for t in range(300):
+        chosen = router.pick(REQUEST, float(t))
+        assert chosen is not None
+        pool.begin(chosen, 0.0)  # loads change as they do in traffic
+        picks[chosen] += 1
+    for state, count in picks.items():
+        for _ in range(count):
+            pool.end(state, 0.0)
+    assert set(picks) == set(pool.states) and added in picks
+    busy = pool.states[0]
+    pool.begin(busy, 0.0)  # a request in flight there: it finishes before the backend leaves
+    assert not pool.retire(busy, 1.0)
+    assert pool.retiring(busy) and busy in pool.states and busy.flags == HealthFlag.GONE
+    for state in pool.states:  # panic (all unhealthy) still never routes to it
+        if state is not busy:
+            state.flags = HealthFlag.ACTIVE_CHECK_FAILED
+    pool.refresh(1.0)
+    assert busy not in {router.pick(REQUEST, 2.0 + t) for t in range(50)}
+    assert left == []
+    pool.end(busy, 3.0)
+    assert left == [busy] and busy not in pool.states and not pool.retiring(busy)
+    idle = pool.states[0]
+    assert pool.retire(idle, 4.0)  # nothing in flight: it leaves at once
+    assert left == [busy, idle] and pool.states == (added,)
+
+
+def test_a_new_weight_keeps_the_measured_speed_and_the_slow_start_share() -> None:
+    state = BackendState(Backend("b0", "http://127.0.0.1:8100", ("m",), 2.0))
+    pool = Pool("m", [state])
+    changed: list[BackendState] = []
+    pool.load_changed = changed.append
+    state.speed, state.weight = 0.5, 0.5  # 2.0 x speed 0.5 x half way up its slow start
+    pool.set_weight(state, 4.0, 0.0)
+    assert (state.backend.weight, state.weight, changed) == (4.0, 1.0, [state])
+    assert state.backend.url == "http://127.0.0.1:8100" and state.backend.origin.port == 8100

@@ -5,17 +5,8 @@ from __future__ import annotations
 import random
 
 from fleetgate.fleet.backend import Backend, BackendState
-from fleetgate.lifecycle.events import (
-    Admitted,
-    Charged,
-    Continued,
-    Ejected,
-    Finished,
-    Outcome,
-    Retried,
-)
+from fleetgate.lifecycle.events import Continued, Ejected, Finished, Outcome, Retried
 from fleetgate.observe.live import HISTORY_S, LiveView
-from fleetgate.routing.base import RoutingRequest
 
 WALL_OFFSET = 1_700_000_000.0
 STATE = BackendState(Backend("b1", "http://127.0.0.1:9", ("m",)))
@@ -101,16 +92,10 @@ def test_history_is_bounded_and_points_start_when_the_view_began() -> None:
     assert len(live.points()) == HISTORY_S
 
 
-def test_tenants_use_and_the_last_ejections() -> None:
+def test_the_last_ejections() -> None:
     clock = Clock()
     live = view(clock)
-    live.on_admitted(
-        Admitted(b"r", 100.0, "m", RoutingRequest("m", "chat", False), "gold", "critical")
-    )
-    live.on_charged(Charged(b"r", 100.5, "m", "gold", 10, 5, 0.25))
     live.on_ejected(Ejected(b"r", 100.5, "m", STATE, 110.5, "consecutive_failures"))
-    (gold,) = live.tenants()
-    assert (gold.tenant, gold.requests, gold.prompt_tokens, gold.spend_usd) == ("gold", 1, 10, 0.25)
     (notice,) = live.notices
     assert (notice.backend, notice.reason, notice.for_s) == ("b1", "consecutive_failures", 10.0)
     assert notice.time == 100.5 + WALL_OFFSET

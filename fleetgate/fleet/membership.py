@@ -1,0 +1,131 @@
+"""Who is in each pool while the gateway runs: the operator's changes (gateway/admin.py).
+
+    add       a backend joins a pool, routable at once, probed and scraped on the pool's
+              `health_check` and `engine_metrics` like the backends configured at start
+              (health/probes.py)
+    remove    it is GONE at once (nothing new is routed to it, panic or not); it leaves the
+              pool when its last request in flight ends, and its probes stop then
+    weight    its configured weight is replaced; its effective weight follows (fleet/pool.py)
+
+A backend is found by its id (host:port and base path, fleet/backend.py `backend_id`), in every
+pool it serves, as a drain finds it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from fleetgate.fleet.backend import Backend, BackendState, backend_id
+from fleetgate.fleet.pool import Pool
+
+
+class NotMember(LookupError):
+    """No pool of that model, or no backend of that id."""
+
+
+class AlreadyMember(ValueError):
+    """The pool has a backend of that id already (`leaving`: removed, requests in flight)."""
+
+    def __init__(self, message: str, leaving: bool) -> None:
+        super().__init__(message)
+        self.leaving = leaving
+
+
+class Watcher(Protocol):
+    """What watches backends from outside (health/probes.py: health checks, scrapes)."""
+
+    def watch(self, pool: Pool, state: BackendState) -> None: ...
+
+    def forget(self, state: BackendState) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Joining:
+    """A backend to add to a pool (what the admin API's request says of it)."""
+
+    url: str
+    weight: float = 1.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    max_in_flight: int | None = None
+    api_key: str | None = None
+
+
+class Membership:
+    """Adds and removes the backends of `pools` (by model); `watcher` (None: nothing watches,
+    as in a benchmark) starts watching each that joins and stops for each that leaves."""
+
+    def __init__(
+        self,
+        pools: Mapping[str, Pool],
+        clock: Callable[[], float],
+        watcher: Watcher | None = None,
+    ) -> None:
+        self._pools = pools
+        self._clock = clock
+        self._watcher = watcher
+        # A new backend's place in its pool's names ("model#3"): never one used before.
+        self._places = {model: len(pool.states) for model, pool in pools.items()}
+        if watcher is not None:
+            for pool in pools.values():
+                pool.left = watcher.forget
+
+    def find(self, backend: str) -> list[tuple[Pool, BackendState]]:
+        """Every pool's member of id `backend` (empty when none has one)."""
+        return [
+            (pool, state)
+            for pool in self._pools.values()
+            for state in pool.states
+            if state.backend.id == backend
+        ]
+
+    def add(self, model: str, joining: Joining) -> BackendState:
+        """`joining` as a new member of the pool of `model`; NotMember when there is no such
+        pool, AlreadyMember when it has a backend of that id (ValueError for a bad URL)."""
+        pool = self._pools.get(model)
+        if pool is None:
+            known = ", ".join(sorted(self._pools))
+            raise NotMember(f"no pool serves {model!r}; pools: {known}")
+        identity = backend_id(joining.url)
+        for state in pool.states:
+            if state.backend.id == identity:
+                leaving = pool.retiring(state)
+                why = " (leaving: its last requests are in flight)" if leaving else ""
+                message = f"the pool {model!r} has the backend {identity!r} already{why}"
+                raise AlreadyMember(message, leaving)
+        place = self._places[model]
+        self._places[model] = place + 1
+        state = BackendState(
+            Backend(
+                identity, joining.url, (model,), joining.weight, dict(joining.labels),
+                joining.max_in_flight, joining.api_key, f"{model}#{place}",
+            )
+        )  # fmt: skip
+        pool.add(state, self._clock())
+        if self._watcher is not None:
+            self._watcher.watch(pool, state)
+        return state
+
+    def remove(self, backend: str) -> list[tuple[Pool, BackendState]]:
+        """Retire every member of id `backend` (fleet/pool.py `retire`); those that still
+        have requests in flight stay in their pool until the last ends. NotMember when none
+        is a member."""
+        found = self.find(backend)
+        if not found:
+            raise NotMember(f"no backend {backend!r}")
+        now = self._clock()
+        for pool, state in found:
+            pool.retire(state, now)
+        return found
+
+    def set_weight(self, backend: str, weight: float) -> list[tuple[Pool, BackendState]]:
+        """Give every member of id `backend` this configured weight (> 0); NotMember when none
+        is a member."""
+        found = self.find(backend)
+        if not found:
+            raise NotMember(f"no backend {backend!r}")
+        now = self._clock()
+        for pool, state in found:
+            pool.set_weight(state, weight, now)
+        return found

@@ -1,0 +1,43 @@
+"""Who watches each backend from outside: its pool's active health checks (health/active.py)
+and engine-metrics scrapes (fleet/scraper.py), for the backends configured at start and for
+those that join later (fleet/membership.py), stopped for those that leave."""
+
+from __future__ import annotations
+
+from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.pool import Pool
+from fleetgate.fleet.scraper import MetricsScraper, ScrapeSettings
+from fleetgate.health.active import ActiveChecker, ActiveCheckSettings
+
+
+class BackendProbes:
+    """Probes and scrapes with `checker` and `scraper` (None: not at all, as in a benchmark),
+    on each pool's settings."""
+
+    def __init__(self, checker: ActiveChecker | None, scraper: MetricsScraper | None) -> None:
+        self._checker = checker
+        self._scraper = scraper
+        self._settings: dict[Pool, tuple[ActiveCheckSettings, ScrapeSettings]] = {}
+
+    def start(
+        self, pool: Pool, health_check: ActiveCheckSettings, engine_metrics: ScrapeSettings
+    ) -> None:
+        """Watch every backend of `pool` on these settings, and those that join it later."""
+        self._settings[pool] = (health_check, engine_metrics)
+        for state in pool.states:
+            self.watch(pool, state)
+
+    def watch(self, pool: Pool, state: BackendState) -> None:
+        """Watch `state`, a member of `pool` (started), until `forget` or the end."""
+        health_check, engine_metrics = self._settings[pool]
+        if self._checker is not None:
+            self._checker.start(pool.model, [state], health_check, pool.refresh)
+        if self._scraper is not None:
+            self._scraper.start([state], engine_metrics)
+
+    def forget(self, state: BackendState) -> None:
+        """Stop watching `state` (it left its pool)."""
+        if self._checker is not None:
+            self._checker.forget(state)
+        if self._scraper is not None:
+            self._scraper.forget(state)

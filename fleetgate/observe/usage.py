@@ -1,0 +1,53 @@
+"""Each tenant's use since the gateway started: requests let through to routing (Admitted), and
+the tokens and spend of those answered (Charged: the engine's usage at the pool's prices). One
+account for the dashboard and GET /admin/tenants; kept while either is on. Counted in this
+gateway alone (with several gateways, Prometheus's fleetgate_tokens and fleetgate_spend_usd
+sum them)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from fleetgate.lifecycle.events import Admitted, Charged
+from fleetgate.lifecycle.hooks import Hooks
+
+
+class TenantUse(msgspec.Struct):
+    tenant: str
+    requests: int = 0  # admitted (let through to routing)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    spend_usd: float = 0.0
+
+
+class TenantUsage:
+    """The use of the tenants `known` from the start (at zero until they call), and of any
+    other that calls (the anonymous caller when auth is off)."""
+
+    def __init__(self, known: Iterable[str] = ()) -> None:
+        self._tenants = {name: TenantUse(name) for name in known}
+
+    def subscribe(self, hooks: Hooks) -> None:
+        hooks.subscribe(Admitted, self.on_admitted)
+        hooks.subscribe(Charged, self.on_charged)
+
+    def on_admitted(self, event: Admitted) -> None:
+        self._tenant(event.tenant).requests += 1
+
+    def on_charged(self, event: Charged) -> None:
+        use = self._tenant(event.tenant)
+        use.prompt_tokens += event.prompt_tokens
+        use.completion_tokens += event.completion_tokens
+        use.spend_usd += event.cost_usd
+
+    def _tenant(self, name: str) -> TenantUse:
+        use = self._tenants.get(name)  # names come from the config: bounded
+        if use is None:
+            use = self._tenants[name] = TenantUse(name)
+        return use
+
+    def tenants(self) -> list[TenantUse]:
+        """Each tenant's use, by name."""
+        return sorted(self._tenants.values(), key=lambda use: use.tenant)

@@ -1,0 +1,29 @@
+"""Tenants' use (observe/usage.py), fed the events a request's way makes."""
+
+from __future__ import annotations
+
+from fleetgate.lifecycle.events import Admitted, Charged
+from fleetgate.lifecycle.hooks import Emitters, Hooks
+from fleetgate.observe.usage import TenantUsage, TenantUse
+from fleetgate.routing.base import RoutingRequest
+
+
+def admitted(tenant: str) -> Admitted:
+    return Admitted(b"r", 100.0, "m", RoutingRequest("m", "chat", False), tenant, "critical")
+
+
+def test_each_tenant_counts_its_admitted_requests_tokens_and_spend() -> None:
+    usage = TenantUsage(["gold", "idle"])
+    hooks = Hooks()
+    usage.subscribe(hooks)
+    emit = Emitters(hooks)
+    assert emit.admitted is not None and emit.charged is not None
+    for tenant in ("gold", "gold", "anonymous"):
+        emit.admitted(admitted(tenant))
+    emit.charged(Charged(b"r", 100.5, "m", "gold", 10, 5, 0.25))
+    emit.charged(Charged(b"r", 101.0, "m2", "gold", 3, 2, 0.5))
+    assert usage.tenants() == [
+        TenantUse("anonymous", 1),
+        TenantUse("gold", 2, 13, 7, 0.75),
+        TenantUse("idle"),  # known from the config, at zero until it calls
+    ]
