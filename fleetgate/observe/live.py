@@ -12,6 +12,7 @@ an event is counted in the second it happened in, or the latest one begun.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Callable
@@ -60,16 +61,46 @@ class Notice(msgspec.Struct):
     for_s: float
 
 
+class Reservoir:
+    """A uniform sample of at most `_SAMPLES` of the values offered (Li's Algorithm L: after
+    the first `_SAMPLES`, a value is only looked at when a precomputed skip lands on it, so
+    offering one costs a count and a comparison: `offer` is called only then)."""
+
+    __slots__ = ("due", "seen", "values", "weight")
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self.seen = 0  # values offered so far, the caller counting
+        self.due = 1  # the next value (by `seen`) that `offer` must be given
+        self.weight = 1.0
+
+    def offer(self, value: float, rng: random.Random) -> None:
+        """The `seen`-th value, when it is `due` (the caller has counted it)."""
+        if self.seen <= _SAMPLES:
+            self.values.append(value)
+            if self.seen < _SAMPLES:
+                self.due = self.seen + 1
+                return
+        else:
+            self.values[rng.randrange(_SAMPLES)] = value
+        self.weight *= math.exp(math.log(rng.random() or 1e-300) / _SAMPLES)
+        skip = math.log(rng.random() or 1e-300) / math.log(1.0 - self.weight)
+        self.due = self.seen + int(skip) + 1 if skip < _FAR else _NEVER
+
+
+_FAR = 2.0**62
+_NEVER = 2**62
+
+
 class _Second:
-    __slots__ = ("e2e", "index", "itl", "point", "seen", "ttft")
+    __slots__ = ("e2e", "index", "itl", "point", "ttft")
 
     def __init__(self, index: int, wall: int) -> None:
         self.index = index  # the clock's whole second
         self.point = Point(wall)
-        self.seen = [0, 0, 0]  # latencies offered, per kind (reservoir sampling)
-        self.ttft: list[float] = []
-        self.itl: list[float] = []
-        self.e2e: list[float] = []
+        self.ttft = Reservoir()
+        self.itl = Reservoir()
+        self.e2e = Reservoir()
 
 
 class LiveView:
@@ -88,6 +119,8 @@ class LiveView:
         self._offset = wall_clock() - clock()
         self._started = int(clock())
         self._seconds: deque[_Second] = deque(maxlen=HISTORY_S + _SMOOTH_S)
+        self._last = self._second(clock())  # the second begun last, and when it ends
+        self._ends = self._last.index + 1.0
         self._points: dict[int, Point] = {}  # made, by second index
         self.notices: deque[Notice] = deque(maxlen=_EVENTS)
 
@@ -113,40 +146,45 @@ class LiveView:
         seconds.append(second)
         return second
 
-    def _sample(self, second: _Second, kind: int, into: list[float], value: float) -> None:
-        seen = second.seen[kind] = second.seen[kind] + 1
-        if len(into) < _SAMPLES:
-            into.append(value)
-        else:
-            slot = self._rng.randrange(seen)
-            if slot < _SAMPLES:
-                into[slot] = value
-
     def on_finished(self, event: Finished) -> None:
-        second = self._second(event.at)
+        at = event.at
+        second = self._last
+        if at >= self._ends:  # a new second (the common case is the same one: no call)
+            second = self._second(at)
+            self._last, self._ends = second, second.index + 1.0
         point = second.point
         point.requests += 1
         status = event.status
-        if event.outcome == "rejected":
-            point.rejected += 1
-            if status == 503:
-                point.shed += 1
-        if status >= 500:
-            point.errors += 1
-        elif 200 <= status < 300:
-            point.ok += 1
-        if event.outcome != "answered" or status >= 300:
+        if event.outcome != "answered" or not 200 <= status < 300:
+            if event.outcome == "rejected":
+                point.rejected += 1
+                if status == 503:
+                    point.shed += 1
+            if status >= 500:
+                point.errors += 1
+            elif 200 <= status < 300:
+                point.ok += 1
             return
-        e2e = event.at - event.started
-        self._sample(second, 2, second.e2e, e2e)
+        point.ok += 1
+        e2e = at - event.started
+        sample = second.e2e
+        sample.seen += 1
+        if sample.seen == sample.due:
+            sample.offer(e2e, self._rng)
         ttft = event.ttft_s
         if ttft is not None:
-            self._sample(second, 0, second.ttft, ttft)
+            sample = second.ttft
+            sample.seen += 1
+            if sample.seen == sample.due:
+                sample.offer(ttft, self._rng)
             tokens = event.output_tokens
             if tokens:
                 point.tokens += tokens
                 if tokens > 1:
-                    self._sample(second, 1, second.itl, (e2e - ttft) / (tokens - 1))
+                    sample = second.itl
+                    sample.seen += 1
+                    if sample.seen == sample.due:
+                        sample.offer((e2e - ttft) / (tokens - 1), self._rng)
 
     def on_retried(self, event: Retried) -> None:
         self._second(event.at).point.retried += 1
@@ -190,9 +228,9 @@ class LiveView:
     @staticmethod
     def _made(point: Point, window: list[_Second]) -> Point:
         """`point` with its percentiles over the seconds of `window`."""
-        ttft = sorted(x for s in window for x in s.ttft)
-        itl = sorted(x for s in window for x in s.itl)
-        e2e = sorted(x for s in window for x in s.e2e)
+        ttft = sorted(x for s in window for x in s.ttft.values)
+        itl = sorted(x for s in window for x in s.itl.values)
+        e2e = sorted(x for s in window for x in s.e2e.values)
         return msgspec.structs.replace(
             point,
             ttft_p50=_quantile(ttft, 0.5), ttft_p99=_quantile(ttft, 0.99),

@@ -34,7 +34,10 @@ class TenantUsage:
         hooks.subscribe(Charged, self.on_charged)
 
     def on_admitted(self, event: Admitted) -> None:
-        self._tenant(event.tenant).requests += 1
+        use = self._tenants.get(event.tenant)
+        if use is None:
+            use = self._tenant(event.tenant)
+        use.requests += 1
 
     def on_charged(self, event: Charged) -> None:
         use = self._tenant(event.tenant)
