@@ -369,24 +369,25 @@ def compose(
     tenants[ANONYMOUS.name] = ANONYMOUS
     clusters: dict[str, Cluster] = {}
     slo = SloBook({p.model: p.slo for p in config.pools}, clock)
+    usage = TenantUsage(t.name for t in config.tenants)  # the metrics', dashboard's, admin's
     metrics = GatewayMetrics(
         lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
         lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
         slo.status,
         clock,
+        lambda: usage.by_pool,
     )
     exporters = [slo.subscribe]
     if config.server.metrics:
         exporters.append(metrics.subscribe)
+    if config.server.metrics or config.server.dashboard or config.server.admin:
+        exporters.append(usage.subscribe)
     live = None
     if config.server.dashboard:
         live = LiveView(clock, wall_clock, random.Random(rng.getrandbits(64)))
         exporters.append(live.subscribe)
     if tracing is not None:
         exporters.append(tracing.subscribe)
-    usage = TenantUsage(t.name for t in config.tenants)  # the dashboard's and admin's
-    if config.server.dashboard or config.server.admin:
-        exporters.append(usage.subscribe)
     picks = LastPicks()  # each backend's last scores, for the admin API
     if config.server.admin:  # hearing Routed makes every pick note its scores: only then
         exporters.append(picks.subscribe)

@@ -20,7 +20,6 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,
-    Charged,
     Continued,
     Ejected,
     ErrorKind,
@@ -59,8 +58,10 @@ class GatewayMetrics(Collector):
         admissions: Callable[[], Iterable[tuple[str, Admission]]] = lambda: (),
         slo: Callable[[], Mapping[str, list[ObjectiveStatus]]] = dict,
         clock: Callable[[], float] = time.monotonic,
+        usage: Callable[[], Mapping[tuple[str, str], list[float]]] = dict,
     ) -> None:
         self._states = states  # read when scraped (observe/fleet_metrics.py)
+        self._usage = usage  # tokens and spend per (pool, tenant): observe/usage.py's
         self._admissions = admissions
         self._slo = slo
         self._clock = clock
@@ -69,9 +70,6 @@ class GatewayMetrics(Collector):
             "Requests let through to routing, by pool, tenant and priority class.",
             ["model", "tenant", "priority"],
         )
-        # What answered requests used, per (pool, tenant): [prompt, completion, spend]. One
-        # cell per Charged event, not three series' increments (a request's 0.4 us).
-        self._usage: dict[tuple[str, str], list[float]] = {}
         self._rejected = CounterSeries(
             "fleetgate_rejected",
             "Requests refused before routing, by tenant, priority class and reason (the "
@@ -167,7 +165,6 @@ class GatewayMetrics(Collector):
     def subscribe(self, hooks: Hooks) -> None:
         hooks.subscribe(Admitted, self.on_admitted)
         hooks.subscribe(Rejected, self.on_rejected)
-        hooks.subscribe(Charged, self.on_charged)
         hooks.subscribe(Finished, self.on_finished)
         hooks.subscribe(FirstToken, self.on_first_token)
         hooks.subscribe(AttemptEnded, self.on_attempt_ended)
@@ -180,15 +177,6 @@ class GatewayMetrics(Collector):
     def on_admitted(self, event: Admitted) -> None:
         self._admitted.inc((event.model, event.tenant, event.priority))
         self._queued.observe((event.model, event.priority), event.queued_s)
-
-    def on_charged(self, event: Charged) -> None:
-        key = (event.model, event.tenant)
-        cell = self._usage.get(key)
-        if cell is None:
-            cell = self._usage[key] = [0.0, 0.0, 0.0]
-        cell[0] += event.prompt_tokens
-        cell[1] += event.completion_tokens
-        cell[2] += event.cost_usd
 
     def on_rejected(self, event: Rejected) -> None:
         self._rejected.inc((event.tenant or "unknown", event.priority or "unknown", event.reason))
@@ -254,7 +242,7 @@ class GatewayMetrics(Collector):
             "tenant.",
             labels=["model", "tenant"],
         )
-        for (model, tenant), (prompt, completion, usd) in self._usage.items():
+        for (model, tenant), (prompt, completion, usd) in self._usage().items():
             tokens.add_metric([model, tenant, "prompt"], prompt)
             tokens.add_metric([model, tenant, "completion"], completion)
             if usd:

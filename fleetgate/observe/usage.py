@@ -1,8 +1,8 @@
 """Each tenant's use since the gateway started: requests let through to routing (Admitted), and
-the tokens and spend of those answered (Charged: the engine's usage at the pool's prices). One
-account for the dashboard and GET /admin/tenants; kept while either is on. Counted in this
-gateway alone (with several gateways, Prometheus's fleetgate_tokens and fleetgate_spend_usd
-sum them)."""
+the tokens and spend of those answered (Charged: the engine's usage at the pool's prices), per
+pool. One account for the metrics (fleetgate_tokens, fleetgate_spend_usd), the dashboard and
+GET /admin/tenants, kept while any of them is on: the only subscriber to Charged among them.
+Counted in this gateway alone (with several gateways, Prometheus sums the series)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ class TenantUsage:
 
     def __init__(self, known: Iterable[str] = ()) -> None:
         self._tenants = {name: TenantUse(name) for name in known}
+        # Per (pool, tenant): [prompt tokens, completion tokens, spend], for the metrics.
+        self.by_pool: dict[tuple[str, str], list[float]] = {}
 
     def subscribe(self, hooks: Hooks) -> None:
         hooks.subscribe(Admitted, self.on_admitted)
@@ -40,15 +42,24 @@ class TenantUsage:
         use.requests += 1
 
     def on_charged(self, event: Charged) -> None:
-        use = self._tenant(event.tenant)
-        use.prompt_tokens += event.prompt_tokens
-        use.completion_tokens += event.completion_tokens
-        use.spend_usd += event.cost_usd
+        tenant = event.tenant
+        use = self._tenants.get(tenant)
+        if use is None:
+            use = self._tenant(tenant)
+        prompt, completion, usd = event.prompt_tokens, event.completion_tokens, event.cost_usd
+        use.prompt_tokens += prompt
+        use.completion_tokens += completion
+        use.spend_usd += usd
+        key = (event.model, tenant)
+        cell = self.by_pool.get(key)
+        if cell is None:
+            cell = self.by_pool[key] = [0.0, 0.0, 0.0]
+        cell[0] += prompt
+        cell[1] += completion
+        cell[2] += usd
 
     def _tenant(self, name: str) -> TenantUse:
-        use = self._tenants.get(name)  # names come from the config: bounded
-        if use is None:
-            use = self._tenants[name] = TenantUse(name)
+        use = self._tenants[name] = TenantUse(name)  # names come from the config: bounded
         return use
 
     def tenants(self) -> list[TenantUse]:
