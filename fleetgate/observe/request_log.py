@@ -89,19 +89,14 @@ class Line(msgspec.Struct, omit_defaults=True):
     skipped_before: int | None = None
 
 
-class _Open:
-    """What the log knows of a request in progress."""
+class _Open(msgspec.Struct, gc=False):
+    """What the log knows of a request in progress (a struct: made in C, one a request)."""
 
-    __slots__ = ("admitted", "attempts", "priority", "reason", "tenant")
-
-    def __init__(
-        self, tenant: str, priority: str | None, reason: str | None = None, admitted: float = 0.0
-    ) -> None:
-        self.tenant = tenant
-        self.priority = priority
-        self.reason = reason
-        self.admitted = admitted  # when it was admitted to its pool (0: it was not)
-        self.attempts = 0
+    tenant: str
+    priority: str | None
+    reason: str | None = None
+    admitted: float = 0.0  # when it was admitted to its pool (0: it was not)
+    attempts: int = 0
 
 
 _encode = msgspec.json.Encoder().encode
@@ -130,6 +125,8 @@ class RequestLog:
         self._second = -1  # the wall clock's whole second lines are counted in
         self._lines = 0  # lines taken in it
         self._skipped = 0  # left out since the last line taken
+        self._stamped = -1  # the wall clock's second `_stamp_head` is of
+        self._stamp_head = ""
         # With tracing on: a request's trace id while it is open (None: not sampled).
         self.trace_ids: Callable[[bytes], str | None] | None = None
 
@@ -156,7 +153,8 @@ class RequestLog:
 
     def on_finished(self, event: Finished) -> None:
         known = self._open.pop(event.request_id, None)
-        if not self._taken(event.status):
+        now = self._wall()
+        if not self._taken(event.status, now):
             return
         tenant, priority, reason, attempts, queued = "", None, None, 0, None
         if known is not None:
@@ -167,7 +165,7 @@ class RequestLog:
                 queued = round((known.admitted - event.started) * 1000, 1)
         ttft = event.ttft_s
         line = Line(
-            _stamp(self._wall()), event.request_id.decode("latin-1"), tenant, event.status,
+            self._stamp(now), event.request_id.decode("latin-1"), tenant, event.status,
             event.outcome, priority, event.model or None,
             None if event.backend == NO_BACKEND else event.backend, reason, attempts, queued,
             None if ttft is None else round(ttft * 1000, 1),
@@ -192,13 +190,21 @@ class RequestLog:
             line.completion_tokens = event.completion_tokens
             line.cost_usd = round(event.cost_usd, 9)
 
-    def _taken(self, status: int) -> bool:
+    def _stamp(self, now: float) -> str:
+        """`now` in ISO 8601 (UTC, milliseconds); the second's part made once a second."""
+        second = int(now)
+        if second != self._stamped:
+            self._stamped = second
+            self._stamp_head = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return f"{self._stamp_head}.{int(now % 1 * 1000):03d}Z"
+
+    def _taken(self, status: int, now: float) -> bool:
         """Whether a request's line is written: sampling, then the rate cap."""
         settings = self._settings
         if status < 500 and settings.sample < 1 and self._rng.random() >= settings.sample:
             self._skipped += 1
             return False
-        second = int(self._wall())
+        second = int(now)
         if second != self._second:
             self._second, self._lines = second, 0
         if self._lines >= settings.max_lines_per_s:
@@ -251,10 +257,6 @@ def open_request_log(
 
 def _call_later(delay: float, callback: Callable[[], None]) -> object:
     return asyncio.get_running_loop().call_later(delay, callback)
-
-
-def _stamp(now: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1000):03d}Z"
 
 
 def _json(line: Line) -> bytes:

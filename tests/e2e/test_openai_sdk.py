@@ -91,18 +91,18 @@ def test_requests_spread_over_the_pool_and_show_in_metrics(
     client: openai.OpenAI, fleet: tuple[str, list[str]]
 ) -> None:
     url, workers = fleet
-    for _ in range(6):
+    for _ in range(32):
         client.chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=1
         )
     per_backend = [metric(url, "fleetgate_requests_total", backend=w[7:]) for w in workers]
     assert all(n >= 3 for n in per_backend), per_backend  # round robin: at least 3 each
-    assert metric(url, "fleetgate_request_duration_seconds_count", model=MODEL) >= 6
+    assert metric(url, "fleetgate_request_duration_seconds_count", model=MODEL) >= 32
     assert metric(url, "fleetgate_backend_in_flight_requests") == 0
     assert metric(url, "fleetgate_backend_pending_prefill_tokens") == 0
     assert metric(url, "fleetgate_backend_in_flight_tokens") == 0
     timed = metric(url, "fleetgate_routing_plugin_seconds_count", plugin="round_robin")
-    assert timed >= 6  # every pick's plugins are timed
+    assert timed >= 2  # one pick in 16 is timed
 
 
 def test_health_and_readiness(fleet: tuple[str, list[str]]) -> None:

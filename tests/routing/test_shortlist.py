@@ -140,7 +140,7 @@ def test_a_filter_that_keeps_none_of_the_shortlist_is_given_the_whole_pool() -> 
         rng=random.Random(5),
     )
     calls: list[tuple[str, float]] = []
-    pipeline.set_timer(lambda plugin, seconds: calls.append((plugin, seconds)))
+    pipeline.set_timer(lambda plugin, seconds: calls.append((plugin, seconds)), every=1)
     assert all(pipeline.pick(asking(str(t)), pool, float(t)) is pool[777] for t in range(20))
     assert 1024 in rare.shown  # the fallback scanned the pool
     # two passes of the filter in a pick, yet one timing of it per pick
@@ -161,7 +161,7 @@ PROFILE_PLUGINS = ("prefix_cache", "queue", "kv_cache", "max_score", "shortlist"
 def timed_prefix_pipeline(calls: list[tuple[str, float]]) -> RoutingPipeline:
     ctx = PluginContext(random.Random(3))
     pipeline = default_registry().build_pipeline("prefix_cache", {}, ctx)
-    pipeline.set_timer(lambda plugin, seconds: calls.append((plugin, seconds)))
+    pipeline.set_timer(lambda plugin, seconds: calls.append((plugin, seconds)), every=1)
     return pipeline
 
 
@@ -181,6 +181,17 @@ def test_the_timer_hears_once_from_every_plugin_on_every_pick() -> None:
     pipeline.set_timer(None)
     pipeline.pick(asking("untimed"), pool, 21.0)
     assert len(calls) == len(PROFILE_PLUGINS) - 1
+
+
+def test_by_default_one_pick_in_sixteen_is_timed() -> None:
+    pool = large_pool()
+    calls: list[tuple[str, float]] = []
+    ctx = PluginContext(random.Random(3))
+    pipeline = default_registry().build_pipeline("prefix_cache", {}, ctx)
+    pipeline.set_timer(lambda plugin, seconds: calls.append((plugin, seconds)))
+    for t in range(64):
+        pipeline.pick(asking(f"q{t}"), pool, float(t))
+    assert Counter(plugin for plugin, _ in calls) == dict.fromkeys(PROFILE_PLUGINS, 4)
 
 
 def test_the_timer_names_each_plugin_as_the_config_does() -> None:
