@@ -84,8 +84,11 @@ class BackendConfig(Settings, frozen=True):
     labels: dict[str, str] = {}  # free-form: region, zone, accelerator, tier
     max_in_flight: int | None = None  # at this many requests in flight routing skips it
     api_key: str | None = None  # sent to this backend as `Authorization: Bearer` (not logged)
+    cost_per_hour_usd: float = 0.0  # what its GPUs cost an hour (fleetgate_backend_cost_*)
 
     def __post_init__(self) -> None:
+        if not 0 <= self.cost_per_hour_usd < math.inf:
+            raise ValueError(f"`cost_per_hour_usd` must be >= 0, got {self.cost_per_hour_usd}")
         if self.api_key is not None and (not self.api_key.isprintable() or not self.api_key):
             raise ValueError("`api_key` must be printable text")
         if (self.url is None) == (self.sim is None):

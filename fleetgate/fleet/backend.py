@@ -45,6 +45,7 @@ class Backend:
     # What clients may be told of it, never its address: its pool's model and its place
     # there, e.g. "llama-3.1-8b-instruct#1" (serve.py); its first model when not given.
     name: str = ""
+    cost_per_hour_usd: float = 0.0  # what it costs to run an hour (its GPUs), for metrics
     origin: Origin = field(init=False, compare=False)
     # What every request to it carries besides the client's headers: its api key.
     credentials: tuple[tuple[bytes, bytes], ...] = field(init=False, compare=False, repr=False)

@@ -50,6 +50,7 @@ class Joining:
     labels: Mapping[str, str] = field(default_factory=dict)
     max_in_flight: int | None = None
     api_key: str | None = None
+    cost_per_hour_usd: float = 0.0
 
 
 class Membership:
@@ -100,6 +101,7 @@ class Membership:
             Backend(
                 identity, joining.url, (model,), joining.weight, dict(joining.labels),
                 joining.max_in_flight, joining.api_key, f"{model}#{place}",
+                joining.cost_per_hour_usd,
             )
         )  # fmt: skip
         pool.add(state, self._clock())

@@ -174,7 +174,7 @@ class Admin:
                                "gateway, from its config.", "url")  # fmt: skip
             _check_url(order.url)
             joining = Joining(order.url, order.weight, order.labels, order.max_in_flight,
-                              order.api_key)  # fmt: skip
+                              order.api_key, order.cost_per_hour_usd)  # fmt: skip
             try:
                 state = self._members.add(order.model, joining)
             except NotMember as exc:

@@ -36,6 +36,10 @@ _BACKEND_GAUGES: tuple[tuple[str, str, Callable[[BackendState], float]], ...] = 
     ("fleetgate_backend_speed",
      "A backend's measured speed relative to its pool's fastest (1: the fastest).",
      lambda s: s.speed),
+    ("fleetgate_backend_cost_per_hour_usd",
+     "What a backend costs to run an hour (backends[].cost_per_hour_usd): summed, the fleet's "
+     "burn rate; over the tokens served, the cost of a token.",
+     lambda s: s.backend.cost_per_hour_usd),
 )  # fmt: skip
 
 # The engine's own figures, as last scraped (pools[].engine_metrics): present once scraped.

@@ -89,7 +89,8 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
         config.write_text(json.dumps({
             "server": {"admin": True},
             "pools": [{
-                "model": MODEL, "policy": "round_robin", "backends": [{"url": w} for w in workers],
+                "model": MODEL, "policy": "round_robin",
+                "backends": [{"url": w, "cost_per_hour_usd": 2.5} for w in workers],
                 "hedge": {"enabled": True, "min_delay_s": 0.05, "percentile": 0.5},
                 "outlier": {"consecutive_failures": 3, "base_ejection_s": 2.0},
                 "pricing": {"input_per_1m_usd": 1.0, "output_per_1m_usd": 2.0},
