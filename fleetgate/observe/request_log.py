@@ -139,6 +139,10 @@ class RequestLog:
         hooks.subscribe(Charged, self.on_charged)
 
     def on_admitted(self, event: Admitted) -> None:
+        if self._lines >= self._settings.max_lines_per_s and int(self._wall()) == self._second:
+            # This second's lines are spent: its answer, if it ends in this second, is only
+            # counted (one ending later is written without its tenant and class).
+            return
         self._open[event.request_id] = _Open(event.tenant, event.priority, None, event.at)
 
     def on_rejected(self, event: Rejected) -> None:

@@ -123,6 +123,18 @@ def test_past_its_rate_lines_are_counted_in_the_next_one_written() -> None:
     assert log.log.open_requests == 0
 
 
+def test_a_request_admitted_once_the_seconds_lines_are_spent_is_not_kept_meanwhile() -> None:
+    log = Log(max_lines_per_s=1)
+    log.answered(b"r0")
+    e = log.emit
+    assert e.admitted is not None and e.finished is not None
+    e.admitted(Admitted(b"r1", 10.05, MODEL, RoutingRequest(MODEL, "chat", stream=True), "gold"))
+    assert log.log.open_requests == 0  # nothing to remember: its line cannot be written
+    log.wall += 1.0  # it ends in the next second: written, without what was not kept
+    e.finished(Finished(b"r1", 12.4, MODEL, 10.0, 200, "h100-0", "answered", 0.1, 8))
+    assert [(x["request_id"], x["tenant"]) for x in log.lines()] == [("r0", "gold"), ("r1", "")]
+
+
 def test_sampling_keeps_every_failure() -> None:
     log = Log(sample=0.25)
     for i in range(400):
