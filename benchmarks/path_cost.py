@@ -1,7 +1,9 @@
 """What the gateway's own request path costs per request, in-process, without sockets: with
-API keys and rate limits off and on, measured alternately in one run, printed as a ratio.
+API keys and rate limits off and on (or observability off and on), measured alternately in one
+run, printed as a ratio.
 
     .venv/bin/python benchmarks/path_cost.py [--requests 50000] [--rounds 5]
+                                             [--pair keys|observability]
 
 Each request runs the whole path the gateway runs (parse, the front door, admission, routing,
 one attempt through the transport, the answer written, the events and their subscribers:
@@ -27,6 +29,7 @@ from fleetgate.gateway.app import Gateway
 from fleetgate.http.mock import MockTransport, Script, Sent
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.observe.request_log import RequestLog, RequestLogSettings
 from fleetgate.runtime import settle_heap
 from fleetgate.serve import ResolvedPool, compose
 
@@ -65,7 +68,7 @@ class _Sink:
         pass
 
 
-def build(extra: dict[str, Any]) -> Gateway:
+def build(extra: dict[str, Any], request_log: RequestLog | None = None) -> Gateway:
     url = "http://127.0.0.1:9"
     config = parse_config({
         "pools": [{"model": "fast", "backends": [{"url": url}],
@@ -80,7 +83,7 @@ def build(extra: dict[str, Any]) -> Gateway:
     backend = Backend("127.0.0.1:9", url, ("fast",))
     gateway, _ = compose(
         config, [ResolvedPool(config.pools[0], (backend,))], transport=MockTransport(answer),
-        clock=time.monotonic, rng=random.Random(0),
+        clock=time.monotonic, rng=random.Random(0), request_log=request_log,
     )  # fmt: skip
     return gateway
 
@@ -96,26 +99,46 @@ async def per_request_us(gateway: Gateway, headers: dict[bytes, bytes], n: int) 
     return (time.perf_counter() - started) / n * 1e6
 
 
+def null_request_log() -> RequestLog:
+    """The request log as the gateway runs it, its lines written nowhere."""
+
+    def later(delay: float, callback: Callable[[], None]) -> object:
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+    return RequestLog(RequestLogSettings(), lambda lines: None, False, schedule=later)
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--pair", choices=("keys", "observability"), default="keys",
+        help="keys: API keys and rate limits off / on; observability: metrics, the dashboard's "
+        "live view and the request log (writing nowhere) all off / all on",
+    )  # fmt: skip
     args = parser.parse_args()
-    plain = build({})
-    limited = build(LIMITED)
-    settle_heap()  # as the server does once it has started
     base = {b"content-type": b"application/json", b"host": b"gw"}
-    keyed = {**base, b"authorization": f"Bearer {KEY}".encode()}
-    await per_request_us(plain, base, 2000)  # warm up
-    await per_request_us(limited, keyed, 2000)
+    if args.pair == "keys":
+        what = "keys and limits"
+        off_side, on_side = build({}), build(LIMITED)
+        off_headers, on_headers = base, {**base, b"authorization": f"Bearer {KEY}".encode()}
+    else:
+        what = "observability"
+        off_side = build({"server": {"metrics": False, "dashboard": False}})
+        on_side = build({}, null_request_log())
+        off_headers = on_headers = base
+    settle_heap()  # as the server does once it has started
+    await per_request_us(off_side, off_headers, 2000)  # warm up
+    await per_request_us(on_side, on_headers, 2000)
     off, on = [], []
     for _ in range(args.rounds):
-        off.append(await per_request_us(plain, base, args.requests))
-        on.append(await per_request_us(limited, keyed, args.requests))
+        off.append(await per_request_us(off_side, off_headers, args.requests))
+        on.append(await per_request_us(on_side, on_headers, args.requests))
     a, b = statistics.median(off), statistics.median(on)
     for label, median, rounds in (("off", a, off), ("on ", b, on)):
         each = ", ".join(f"{x:.2f}" for x in rounds)
-        print(f"keys and limits {label}: {median:.2f} us/request   (rounds: {each})")
+        print(f"{what} {label}: {median:.2f} us/request   (rounds: {each})")
     print(f"on / off: {b / a:.2f}x the time per request (+{b - a:.2f} us)")
 
 
