@@ -96,6 +96,12 @@ PAIRS = {
                           "request_log: {enabled: false}\n",
                           "fleetgate", "", None,
                           "metrics, request log and dashboard on / all off"),
+    # The figure: metrics and the request log on (tracing and the dashboard off).
+    "metrics-log": Pair("fleetgate-obs-off",
+                        "server: {metrics: false, dashboard: false}\n"
+                        "request_log: {enabled: false}\n",
+                        "fleetgate-metrics-log", "server: {dashboard: false}\n", None,
+                        "metrics and request log on / all off (dashboard off in both)"),
     "request-log": Pair("fleetgate-log-off", "request_log: {enabled: false}\n",
                         "fleetgate", "", None, "the request log on / off (metrics on)"),
     # {otlp}: a local receiver that drops what it gets (otlp_sink.py), started for this pair.
@@ -260,7 +266,8 @@ def main() -> int:
     parser.add_argument("--auth", action="store_true", help="also with keys and rate limits on")
     parser.add_argument("--pair", choices=sorted(PAIRS), help="the gateway beside another, "
                         "measured in turn: auth (= --auth), observability (metrics, the "
-                        "request log and the dashboard off), request-log (it alone off), "
+                        "request log and the dashboard off), metrics-log (metrics and the "
+                        "request log on, the rest off), request-log (it alone off), "
                         "tracing (on at 10%% sampling, to a local OTLP receiver)")  # fmt: skip
     args = parser.parse_args()
     if not shutil.which("wrk"):
@@ -325,8 +332,8 @@ def main() -> int:
 
 def report(results: dict[str, dict[str, float]]) -> None:
     direct = results["direct"]
-    order = ("fleetgate-obs-off", "fleetgate-log-off", "fleetgate", "fleetgate+auth",
-             "fleetgate+tracing", "nginx", "sglang-router")  # fmt: skip
+    order = ("fleetgate-obs-off", "fleetgate-log-off", "fleetgate-metrics-log", "fleetgate",
+             "fleetgate+auth", "fleetgate+tracing", "nginx", "sglang-router")  # fmt: skip
     names = [n for n in order if n in results]
     print()
     print(f"{'':34}{'direct':>10}" + "".join(f"{n:>15}" for n in names))
@@ -348,7 +355,7 @@ def report(results: dict[str, dict[str, float]]) -> None:
     for n in names:
         line += f"{results[n]['cpu']:>15.0%}"
     print(line + "   target < 50% of a core")
-    if "nginx" in results:
+    if "nginx" in results and "fleetgate" in results:
         gw, ng = results["fleetgate"], results["nginx"]
         print(f"\nfleetgate / nginx: {gw['rps'] / ng['rps']:.2f}x the req/s, "
               f"{gw['cpu'] / ng['cpu']:.2f}x the CPU per streamed answer")  # fmt: skip

@@ -380,8 +380,10 @@ def compose(
     exporters = [slo.subscribe]
     if config.server.metrics:
         exporters.append(metrics.subscribe)
-    if config.server.metrics or config.server.dashboard or config.server.admin:
+    if config.server.dashboard or config.server.admin:
         exporters.append(usage.subscribe)
+    elif config.server.metrics:
+        exporters.append(lambda hooks: usage.subscribe(hooks, requests=False))
     live = None
     if config.server.dashboard:
         live = LiveView(clock, wall_clock, random.Random(rng.getrandbits(64)))

@@ -31,8 +31,11 @@ class TenantUsage:
         # Per (pool, tenant): [prompt tokens, completion tokens, spend], for the metrics.
         self.by_pool: dict[tuple[str, str], list[float]] = {}
 
-    def subscribe(self, hooks: Hooks) -> None:
-        hooks.subscribe(Admitted, self.on_admitted)
+    def subscribe(self, hooks: Hooks, requests: bool = True) -> None:
+        """Hear what tenants use; their requests too unless `requests` is False (the metrics
+        alone read only the tokens and spend: they count requests themselves)."""
+        if requests:
+            hooks.subscribe(Admitted, self.on_admitted)
         hooks.subscribe(Charged, self.on_charged)
 
     def on_admitted(self, event: Admitted) -> None:
