@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from fleetgate.bench.backends import NEEDS_GATEWAY, BackendLoad, BackendSampler
 from fleetgate.bench.compare import SavedRunError, compare_table, load_run
 from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
 from fleetgate.bench.generated import LENGTH_KINDS, LengthDist, SharedPrefixShape
@@ -203,8 +204,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 async def first_model(client: HttpClient, origin: Origin, api_key: str | None) -> str:
     """The first model in the server's /v1/models."""
-    headers = [(b"authorization", b"Bearer " + api_key.encode())] if api_key else []
-    models = await list_models(client, origin, headers)
+    models = await list_models(client, origin, list(_auth(api_key)))
     if not models:
         raise DiscoveryError("the server lists no models")
     return models[0]
@@ -256,8 +256,17 @@ async def run(args: argparse.Namespace) -> int:
         specs = build_workload(config, random.Random(config.seed))
         bar = None if args.quiet else ProgressBar(config.duration_s, errors)
         generator = LoadGenerator(client, origin, settings, clock=time.perf_counter, observer=bar)
+        # Load per backend only goes into the report, so it is read only for one.
+        sampler = None
+        if args.out is not None:
+            sampler = BackendSampler(
+                client, origin, clock=time.perf_counter, headers=_auth(args.api_key)
+            )
+        sampling = sampler.running() if sampler is not None else contextlib.nullcontext()
         with bar or contextlib.nullcontext(), _stop_on_ctrl_c(errors) as stop:
-            result = await generator.run(specs, stop)
+            async with sampling:
+                result = await generator.run(specs, stop)
+        backends = None if sampler is None else sampler.load()
     finally:
         await client.close()
 
@@ -279,11 +288,21 @@ async def run(args: argparse.Namespace) -> int:
     if args.out is not None:
         records = result.records if args.save_requests else None
         doc = config.to_json()
-        written = write_results(args.out, summary, doc, records)
-        written += write_report(args.out, summary, doc, result.records, title)
+        written = write_results(args.out, summary, doc, records, backends)
+        written += write_report(args.out, summary, doc, result.records, title, backends)
         for path in written:
             console.print(f"wrote {path}")
+        _say_why_no_backends(backends, console)
     return 0 if summary.completed > 0 else 1
+
+
+def _auth(api_key: str | None) -> tuple[tuple[bytes, bytes], ...]:
+    return ((b"authorization", b"Bearer " + api_key.encode()),) if api_key else ()
+
+
+def _say_why_no_backends(backends: BackendLoad | None, console: Console) -> None:
+    if backends is not None and not backends.backends:
+        console.print(f"no backends.png: {NEEDS_GATEWAY} ({backends.unavailable})")
 
 
 @contextlib.contextmanager

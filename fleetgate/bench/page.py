@@ -13,8 +13,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from fleetgate.bench.plots import PLOTS, write_plots
+from fleetgate.bench.backends import BackendLoad, needs_gateway
+from fleetgate.bench.plots import BACKENDS, PLOTS, Plot, write_backend_plot, write_plots
 from fleetgate.bench.report import (
+    BACKENDS_FILE,
     LATENCY_COLUMNS,
     SUMMARY_FILE,
     latency_rows,
@@ -34,11 +36,6 @@ figure { margin: 1.5em 0; }
 img { max-width: 100%; }
 code { font-size: 0.9em; }
 """
-# Why there is no plot per backend: say it where the reader looks for one.
-_NO_BACKEND = (
-    "Load per backend is not shown: a response does not say which backend served it, so the "
-    "load generator cannot tell."
-)
 
 
 def write_report(
@@ -47,16 +44,25 @@ def write_report(
     config: Mapping[str, Any],
     records: Sequence[RequestRecord],
     title: str,
+    backends: BackendLoad | None = None,
 ) -> list[Path]:
-    """Draw the plots and write index.html into `out_dir`; returns the files written."""
+    """Draw the plots and write index.html into `out_dir`; returns the files written.
+    `backends`: what the gateway's /metrics said of each backend (None: not sampled)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = write_plots(out_dir, timeline(records))
+    if backends is not None and backends.backends:
+        written.append(write_backend_plot(out_dir, backends, summary.duration_s))
     index = out_dir / INDEX_FILE
-    index.write_text(page_html(summary, config, title), encoding="utf-8")
+    index.write_text(page_html(summary, config, title, backends), encoding="utf-8")
     return [*written, index]
 
 
-def page_html(summary: Summary, config: Mapping[str, Any], title: str) -> str:
+def page_html(
+    summary: Summary,
+    config: Mapping[str, Any],
+    title: str,
+    backends: BackendLoad | None = None,
+) -> str:
     """The whole index.html."""
     totals = "".join(
         _row([row.label, row.value], "error" if row.is_error else None)
@@ -64,11 +70,14 @@ def page_html(summary: Summary, config: Mapping[str, Any], title: str) -> str:
     )
     head = "".join(f"<th>{name}</th>" for name in LATENCY_COLUMNS)
     latencies = "".join(_row([label, *cells]) for label, cells in latency_rows(summary))
-    figures = "".join(
-        f'<figure><img src="{escape(p.file)}" alt="{escape(p.caption)}">'
-        f"<figcaption>{escape(p.caption)}</figcaption></figure>"
-        for p in PLOTS
-    )
+    figures = "".join(_figure(p) for p in PLOTS)
+    # Where the reader looks for load per backend: its plot, or why there is none.
+    data = f'<a href="{SUMMARY_FILE}">{SUMMARY_FILE}</a>'
+    if backends is not None and backends.backends:
+        per_backend = _figure(BACKENDS)
+        data += f', each backend\'s samples <a href="{BACKENDS_FILE}">{BACKENDS_FILE}</a>'
+    else:
+        per_backend = f"<p>{escape(needs_gateway(backends))}</p>"
     settings = "".join(
         f"<tr><td>{escape(key)}</td><td><code>{escape(_value(value))}</code></td></tr>"
         for key, value in config.items()
@@ -87,13 +96,20 @@ def page_html(summary: Summary, config: Mapping[str, Any], title: str) -> str:
 <table><tr><th>latency (ms)</th>{head}</tr>{latencies}</table>
 <h2>Over time</h2>
 {figures}
-<p>{_NO_BACKEND}</p>
+{per_backend}
 <h2>Settings</h2>
 <table>{settings}</table>
-<p>The numbers as data: <a href="{SUMMARY_FILE}">{SUMMARY_FILE}</a>.</p>
+<p>The numbers as data: {data}.</p>
 </body>
 </html>
 """
+
+
+def _figure(plot: Plot) -> str:
+    return (
+        f'<figure><img src="{escape(plot.file)}" alt="{escape(plot.caption)}">'
+        f"<figcaption>{escape(plot.caption)}</figcaption></figure>"
+    )
 
 
 def _row(cells: Sequence[str], css_class: str | None = None) -> str:

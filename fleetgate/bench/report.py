@@ -1,8 +1,10 @@
 """A finished run, shown: the table printed at the end and the files written to --out.
 
 --out DIR gets `summary.json` ({"config": ..., "summary": ...}, the summary as
-`fleetgate.bench.stats.Summary` names its fields) and, when asked, `requests.jsonl` with one
-`RequestRecord` per line.
+`fleetgate.bench.stats.Summary` names its fields), when asked `requests.jsonl` with one
+`RequestRecord` per line, and, when the target was a fleetgate gateway, `backends.json` with
+its backends' samples (`fleetgate.bench.backends.backends_json`). --compare reads only
+summary.json, so runs saved before backends.json existed compare as they are.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from typing import Any
 from rich.console import Group
 from rich.table import Table
 
+from fleetgate.bench.backends import BackendLoad, backends_json
 from fleetgate.bench.stats import Distribution, RequestRecord, Summary
 
 SUMMARY_FILE = "summary.json"
 RECORDS_FILE = "requests.jsonl"
+BACKENDS_FILE = "backends.json"
 
 
 LATENCY_COLUMNS = ("mean", "p50", "p90", "p99", "max")
@@ -129,8 +133,10 @@ def write_results(
     summary: Summary,
     config: Mapping[str, Any],
     records: Iterable[RequestRecord] | None = None,
+    backends: BackendLoad | None = None,
 ) -> list[Path]:
-    """Write summary.json (and requests.jsonl when `records` is given) into `out_dir`."""
+    """Write summary.json into `out_dir`, requests.jsonl when `records` is given, and
+    backends.json when `backends` holds samples."""
     out_dir.mkdir(parents=True, exist_ok=True)
     summary_path = out_dir / SUMMARY_FILE
     summary_path.write_text(json.dumps(summary_json(summary, config), indent=2) + "\n")
@@ -141,4 +147,8 @@ def write_results(
             for record in records:
                 f.write(json.dumps(record_json(record), separators=(",", ":")) + "\n")
         written.append(records_path)
+    if backends is not None and backends.backends:
+        backends_path = out_dir / BACKENDS_FILE
+        backends_path.write_text(json.dumps(backends_json(backends), allow_nan=False) + "\n")
+        written.append(backends_path)
     return written

@@ -5,8 +5,9 @@ request sent at t met, so a burst of arrivals lines up with the latency it cause
 one it ended in, for throughput and errors (events counted when they happen). Percentiles are
 `stats.percentile`'s. A window with no sample has NaN, which a plot draws as a gap.
 
-Load on each backend cannot be drawn: a response does not say which backend served it (the
-gateway names none in its headers), so the report shows requests in flight and errors by kind.
+These are the load generator's own view of the whole target. Load on each backend is not in
+the records (a response does not say which backend served it); `backends` reads it from a
+fleetgate gateway's /metrics instead.
 """
 
 from __future__ import annotations

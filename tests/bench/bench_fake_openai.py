@@ -1,7 +1,8 @@
 """A small OpenAI-compatible server on a real socket, for the runner's and command's tests.
 
 It streams `max_tokens` filler tokens as chunked SSE, then a usage chunk and [DONE]; its
-`mode` makes it fail in the ways the load generator must record.
+`mode` makes it fail in the ways the load generator must record. Any other path is a 404 (it
+has no /metrics: it is no fleetgate gateway).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ class FakeOpenAI:
         self.mode: Mode = "ok"
         self.port = 0
         self.requests: list[dict[str, Any]] = []
+        self.not_found: list[str] = []  # paths asked for that it does not serve
         self.release = asyncio.Event()
         self.got_request = asyncio.Event()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -44,6 +46,10 @@ class FakeOpenAI:
     async def respond(self, path: str, body: bytes, writer: asyncio.StreamWriter) -> None:
         if path == "/v1/models":
             send_json(writer, 200, {"object": "list", "data": [{"id": "sim-model"}]})
+            return
+        if path not in ("/v1/chat/completions", "/v1/completions"):
+            self.not_found.append(path)
+            send_json(writer, 404, {"error": {"message": f"no {path}"}})
             return
         request = json.loads(body)
         self.requests.append(request)

@@ -1,4 +1,5 @@
-"""`fleetgate bench` from flags to summary.json, and the config the flags make."""
+"""`fleetgate bench` from flags to summary.json, and the config the flags make; against a
+real gateway over sim workers, its load per backend."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from pathlib import Path
 
 import pytest
 from bench_fake_openai import FakeOpenAI
+from test_plots import assert_png
 
 from fleetgate.bench.command import add_arguments, config_from_args, run
 from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
 from fleetgate.bench.report import write_results
 from fleetgate.bench.stats import RequestRecord, Slo, summarize
 from fleetgate.bench.workloads import PoissonArrivals, TraceTimes
+from fleetgate.config import parse_config
+from fleetgate.serve import start_gateway
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -132,6 +136,69 @@ async def test_a_trace_file_replays_and_out_writes_plots_and_a_page(
     printed = capsys.readouterr().out
     assert "mooncake, 6 requests over 0.2 s" in printed
     assert "index.html" in printed
+
+
+async def test_a_target_without_metrics_runs_and_says_per_backend_plots_need_a_gateway(
+    fake_openai: FakeOpenAI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = parse(
+        *("--workload", "synthetic", "--rate", "inf", "--max-requests", "3"),
+        *("--input-len", "8", "--output-len", "4", "--out", str(tmp_path), "--quiet"),
+    )
+    args.target = fake_openai.url
+    assert await run(args) == 0
+    assert fake_openai.not_found == ["/metrics"]  # asked once, then left alone
+    assert not (tmp_path / "backends.png").exists()
+    assert not (tmp_path / "backends.json").exists()
+    need = "per-backend plots need a fleetgate gateway as the target"
+    page = (tmp_path / "index.html").read_text()
+    assert f"{need} (GET /metrics answered 404)" in page
+    assert "backends.png" not in page
+    assert need in capsys.readouterr().out.replace("\n", "")
+
+
+async def test_a_run_against_a_gateway_plots_the_load_on_each_backend(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sims = [{"sim": "h100-llama3-8b"}, {"sim": "h100-llama3-8b"}]
+    config = parse_config({"server": {"port": 0}, "pools": [{"model": "m", "backends": sims}]})
+    running = await start_gateway(config)
+    try:
+        args = parse(
+            *("--workload", "synthetic", "--rate", "20", "--duration", "3.5", "--seed", "1"),
+            *("--input-len", "16", "--output-len", "32", "--out", str(tmp_path), "--quiet"),
+        )
+        args.target = f"http://127.0.0.1:{running.port}"
+        assert await run(args) == 0
+        backends = {state.backend.id for state in running.pools["m"].states}
+    finally:
+        await running.close()
+    doc = json.loads((tmp_path / "backends.json").read_text())
+    assert doc["interval_s"] == 1.0
+    assert set(doc["backends"]) == backends
+    answered = 0.0
+    for samples in doc["backends"].values():
+        at_s, rates = samples["at_s"], samples["answers_per_s"]
+        assert len(at_s) >= 5  # a scrape a second for the run's 3.5 s and more, and its end
+        assert samples["healthy"] == [True] * len(at_s)
+        assert rates[0] is None  # the first scrape has nothing before it
+        assert set(samples["errors_per_s"][1:]) == {0.0}
+        assert max(samples["in_flight"]) > 0
+        answered += sum(r * (b - a) for r, a, b in zip(rates[1:], at_s[:-1], at_s[1:], strict=True))
+    # Every answer was counted by one backend: the rates add up to the run's requests (the
+    # first scrape came before any answer could, and the last after the run).
+    completed = json.loads((tmp_path / "summary.json").read_text())["summary"]["completed"]
+    assert completed > 40
+    assert answered == pytest.approx(completed, abs=1.5)
+    assert_png(tmp_path / "backends.png")
+    page = (tmp_path / "index.html").read_text()
+    assert '<img src="backends.png"' in page
+    assert "need a fleetgate gateway" not in page
+    assert "backends.json" in capsys.readouterr().out
+    # A run with backends.json compares beside one saved before it existed.
+    summary = summarize([RequestRecord(0, 0.0, 0.0, 8, 2, ttft_s=0.1, e2e_s=0.2)], 1.0, Slo())
+    write_results(tmp_path / "old", summary, {"workload": "synthetic"})
+    assert await run(parse_without_target("--compare", str(tmp_path / "old"), str(tmp_path))) == 0
 
 
 async def test_a_bad_trace_file_stops_the_run_before_a_request(

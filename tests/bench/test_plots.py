@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fleetgate.bench.plots import PLOTS, write_plots
+from fleetgate.bench.backends import BackendLoad, BackendSeries
+from fleetgate.bench.plots import BACKENDS, PLOTS, write_backend_plot, write_plots
 from fleetgate.bench.stats import RequestRecord
 from fleetgate.bench.timeline import timeline
 
@@ -44,6 +45,26 @@ def test_each_plot_is_a_real_png(tmp_path: Path) -> None:
     assert [p.name for p in written] == [plot.file for plot in PLOTS]
     for path in written:
         assert_png(path)
+
+
+def backend_load() -> BackendLoad:
+    """Two backends over 10 s: b is flagged from 4 s to 7 s and fails while it is, c appears
+    at 6 s (added mid-run)."""
+    t = [float(i) for i in range(11)]
+    a = BackendSeries(t, [3.0] * 11, [True] * 11, [None, *[10.0] * 10], [None, *[0.0] * 10])
+    b_healthy = [not 4 <= i < 7 for i in range(11)]
+    b = BackendSeries(
+        t, [2.0, 2, 2, 2, 0, 0, 0, 1, 2, 2, 2], list(b_healthy),
+        [None, 8, 8, 8, 4, 1, 0, 5, 8, 8, 8], [None, 0, 0, 0, 3, 1, 0, 0, 0, 0, 0],
+    )  # fmt: skip
+    c = BackendSeries(t[6:], [1.0] * 5, [True] * 5, [0.0, 4, 6, 6, 6], [0.0] * 5)
+    return BackendLoad({"10.0.0.1:8000": a, "10.0.0.2:8000": b, "10.0.0.3:8000": c}, 1.0)
+
+
+def test_the_backend_plot_is_a_real_png(tmp_path: Path) -> None:
+    path = write_backend_plot(tmp_path, backend_load(), end_s=10.5)
+    assert path == tmp_path / BACKENDS.file
+    assert_png(path)
 
 
 def test_a_run_with_no_requests_still_draws(tmp_path: Path) -> None:
