@@ -585,6 +585,8 @@ def banner(running: RunningGateway, host: str) -> str:
         "",
         f"metrics: {base}/metrics    stop: Ctrl-C",
     ]
+    if running.gateway.has_dashboard:
+        lines.insert(-1, f"dashboard: {base}/dashboard    in a terminal: fleetgate top")
     return "\n".join(lines)
 
 

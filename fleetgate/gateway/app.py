@@ -151,6 +151,10 @@ class Gateway:
             for path, handler in table.items():
                 self._routes.setdefault(path, {})[method] = handler
 
+    @property
+    def has_dashboard(self) -> bool:
+        return self._dashboard is not None
+
     def end_streams(self) -> None:
         """End the dashboard's event streams: they would hold a drain until its timeout."""
         if self._dashboard is not None:

@@ -63,8 +63,9 @@ def chat(c: openai.OpenAI, model: str = MODEL) -> str:
     return reply.choices[0].message.content or ""
 
 
-def test_the_banner_says_auth_is_on(fleet: tuple[str, Proc]) -> None:
+def test_the_banner_says_auth_is_on_and_where_the_dashboard_is(fleet: tuple[str, Proc]) -> None:
     assert fleet[1].wait_for(r"(auth: on)")
+    assert fleet[1].wait_for(r"dashboard: (http://127\.0\.0\.1:\d+/dashboard)")
 
 
 def test_a_missing_or_wrong_key_is_an_authentication_error(fleet: tuple[str, Proc]) -> None:
