@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 import re
@@ -271,6 +272,9 @@ class Gateway:
                 return
             except Exception:
                 self._finished_here(request_id, started, 500, "failed", model)  # server sends it
+                raise
+            except asyncio.CancelledError:  # the client left while the request waited its turn
+                self._finished_here(request_id, started, 499, "client_closed", model)
                 raise
             try:
                 await self._failover.forward(cluster, exchange)

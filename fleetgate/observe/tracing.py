@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import SpanContext
 
 _TRACEPARENT = re.compile(rb"^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
+_MAX_OPEN = 65_536  # sampled requests in flight traced at most
 _OPERATIONS = {
     b"/v1/chat/completions": "chat",
     b"/v1/completions": "text_completion",
@@ -61,7 +62,11 @@ class TracingSettings(Settings, frozen=True):
 
     enabled: bool = False
     endpoint: str = "http://127.0.0.1:4318/v1/traces"  # an OTLP/HTTP collector's traces URL
-    sample: float = 0.1  # share of new traces kept (a client's sampled traceparent is kept)
+    sample: float = 0.1  # share of new traces kept
+    # A client's sampled traceparent is traced whatever `sample` says; false: `sample` decides
+    # for every request (the client's trace is still continued when it is drawn), so no
+    # client can make the gateway trace all its requests.
+    follow_client_sampling: bool = True
     service_name: str = "fleetgate"
     headers: dict[str, str] = {}  # sent to the collector with each export (e.g. its auth)
     export_timeout_s: float = 10.0
@@ -115,6 +120,7 @@ class Tracing:
         sample: float,
         rng: random.Random,
         schedule: Callable[[Callable[[], None]], object] | None = None,
+        follow_client_sampling: bool = True,
     ) -> None:
         from opentelemetry.sdk.trace import ReadableSpan
         from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -124,6 +130,7 @@ class Tracing:
         self._resource = resource
         self._offset = wall_offset
         self._sample = sample
+        self._follow = follow_client_sampling
         self._rng = rng
         self._schedule = schedule or _call_soon
         self._open: dict[bytes, _Open] = {}
@@ -156,11 +163,14 @@ class Tracing:
     def on_received(self, event: Received) -> None:
         # Head sampling before anything else: an unsampled request (most of them) costs one
         # random draw.
+        if len(self._open) >= _MAX_OPEN:
+            return  # bounded, whatever happens to requests in flight
         remote = _remote_parent(event.traceparent)
-        if remote is None:
+        if remote is None or not self._follow:
             if self._rng.random() >= self._sample:
                 return
-            trace_id = self._rng.getrandbits(128) or 1
+            new = self._rng.getrandbits(128) or 1
+            trace_id = new if remote is None else remote.trace_id
         elif remote.trace_flags & 1:
             trace_id = remote.trace_id
         else:
@@ -367,4 +377,5 @@ def start_tracing(
         timeout=settings.export_timeout_s,
     )  # fmt: skip
     processor = BatchSpanProcessor(exporter, schedule_delay_millis=1000)
-    return Tracing(processor, resource, wall_offset, settings.sample, rng)
+    return Tracing(processor, resource, wall_offset, settings.sample, rng,
+                   follow_client_sampling=settings.follow_client_sampling)  # fmt: skip

@@ -18,6 +18,9 @@ SECRETS = {
     "redis": "redis-password-6",
     "url": "url-password-7",
     "plugin": "sk-plugin-secret-8",
+    "collector": "Bearer collector-secret-9",
+    "query": "query-secret-10",
+    "token": "plugin-token-secret-11",
 }
 HASHED = "sha256:" + hashlib.sha256(b"sk-hashed-tenant-key").hexdigest()
 
@@ -28,6 +31,10 @@ def config_with_secrets() -> dict[str, object]:
         "auth": {"admin_keys": [s["admin"]], "heartbeat_keys": [s["heartbeat"]]},
         "tenants": [{"name": "t", "keys": [s["tenant"], HASHED]}],
         "limits": {"redis_url": f"redis://user:{s['redis']}@127.0.0.1:6379/0"},
+        "tracing": {
+            "headers": {"authorization": s["collector"]},
+            "endpoint": f"https://collector.example:4318/v1/traces?key={s['query']}",
+        },
         "pools": [
             {
                 "model": "m",
@@ -37,7 +44,7 @@ def config_with_secrets() -> dict[str, object]:
                 ],
                 "prefill": {"backends": [{"sim": "h100-llama3-8b", "api_key": s["prefill"]}]},
                 "policy": "balanced",
-                "policy_params": {"api_key": s["plugin"]},
+                "policy_params": {"api_key": s["plugin"], "auth_token": s["token"]},
             }
         ],
     }
@@ -57,6 +64,11 @@ def test_no_secret_of_the_config_is_shown_and_everything_else_is() -> None:
     assert backends[0]["url"] == "http://127.0.0.1:8000"
     assert shown["pools"][0]["health_check"]["interval_s"] == 5.0  # defaults filled in
     assert shown["server"]["port"] == 8080
+    assert shown["tracing"]["headers"] == {"authorization": REDACTED}
+    assert shown["tracing"]["endpoint"] == f"https://collector.example:4318/v1/traces?{REDACTED}"
+    # Limits named after tokens are not secrets, nor a file's path or the Redis keys' prefix.
+    assert shown["limits"]["assumed_output_tokens"] == 256
+    assert shown["limits"]["key_prefix"] == "fleetgate"
 
 
 def test_a_url_without_credentials_is_left_as_it_is() -> None:
