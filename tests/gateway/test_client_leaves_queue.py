@@ -35,7 +35,7 @@ async def test_leaving_the_admission_queue_finishes_the_request_for_every_subscr
         )  # fmt: skip
         leavers = []
         for _ in range(5):  # queued behind the holder, each with a sampled trace, then gone
-            reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
+            _, writer = await asyncio.open_connection("127.0.0.1", running.port)
             writer.write(
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: gw\r\ncontent-type: "
                 b"application/json\r\ntraceparent: %b\r\ncontent-length: %d\r\n\r\n%b"
