@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.lifecycle.events import NOT_UPSTREAM, AttemptEnded, Ejected, EjectReason
 from fleetgate.lifecycle.hooks import Hooks
@@ -133,6 +134,8 @@ class OutlierDetector:
 
     def failure(self, state: BackendState, now: float, request_id: bytes = b"") -> bool:
         """Count a failure (of the attempt of `request_id`); True when it ejected the backend."""
+        if state.flags & HealthFlag.GONE:  # leaving (or left): never counted as ejected, which
+            return False  # would hold a place in max_ejected_share a member may need
         record = self._record(state)
         record.failures += 1
         self._count(record, now, True)

@@ -27,7 +27,7 @@ async def test_leaving_the_admission_queue_finishes_the_request_for_every_subscr
     client = openai.AsyncOpenAI(
         base_url=f"http://127.0.0.1:{running.port}/v1", api_key="x", max_retries=0
     )
-    body = (b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":4}')
+    body = b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":4}'
     try:
         holder = await client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "hold"}],  # type: ignore[list-item]

@@ -245,3 +245,13 @@ def test_each_ejection_is_told_with_the_rule_that_fired_and_the_failing_request(
         (b, "failure_rate", b"r-3", 30.3),
     ]
     assert {e.model for e in told} == {"m"}
+
+
+def test_a_backend_leaving_its_pool_is_never_ejected_and_holds_no_ejected_place() -> None:
+    a, b, c, d, e = states(5)
+    detector, pool = detector_over([a, b, c, d, e])
+    a.in_flight = 5
+    pool.retire(a, 0.0)  # the operator removed it; its last requests fail as it goes
+    assert not eject(detector, a, 1.0)
+    assert pool.ejected == 0
+    assert eject(detector, b, 2.0) and eject(detector, c, 2.0)  # two of five: both may go
