@@ -10,6 +10,7 @@ in docs/configuration.md. An unknown key, a value of the wrong type or out of ra
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from pathlib import Path
 from typing import Any
@@ -334,6 +335,23 @@ def _check_tenants(config: Config) -> None:
             keys.add(digest)
     if config.auth.enabled and not config.tenants and config.auth.key_file is None:
         raise ConfigError("$.auth.enabled: no tenant has keys; add `tenants:` or a `key_file`")
+    if config.server.admin and not config.auth_enabled and not _loopback(config.server.host):
+        # Anyone who reached the port could add their own server as a backend and read what
+        # tenants send it.
+        raise ConfigError(
+            "$.server.admin: with auth off the admin API listens only on a loopback address "
+            f"(not {config.server.host!r}); give tenants keys and `auth.admin_keys`, or "
+            "`server.host: 127.0.0.1`"
+        )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _check_models(config: Config, pools: set[str]) -> None:

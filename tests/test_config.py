@@ -169,11 +169,23 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
                 ("unix://", "$.limits.redis_url: a unix:// URL needs the socket's path"),
             )
         ),
+        (
+            {**one_pool(), "server": {"admin": True, "host": "0.0.0.0"}},
+            "$.server.admin: with auth off the admin API listens only on a loopback address",
+        ),
     ],
 )
 def test_values_that_cannot_work_are_rejected_with_what_to_do(data: Any, expected: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(expected)):
         parse_config(data)
+
+
+def test_the_admin_api_without_auth_is_allowed_on_loopback_only() -> None:
+    for host in ("127.0.0.1", "::1", "localhost"):
+        assert parse_config({**one_pool(), "server": {"admin": True, "host": host}})
+    keyed = {**one_pool(), "server": {"admin": True, "host": "0.0.0.0"},
+             "tenants": [{"name": "t", "keys": ["sk-config-test-key"]}]}  # fmt: skip
+    assert parse_config(keyed).auth_enabled
 
 
 @pytest.mark.parametrize(

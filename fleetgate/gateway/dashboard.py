@@ -10,7 +10,9 @@
 The page, its assets and the data are served with a strict Content-Security-Policy (scripts
 and styles from the page's own origin only, no framing) and read nothing from the network but
 these paths. A stream ends when the client leaves, when the gateway drains (`close`), and
-after `max_stream_s` (the browser's EventSource reconnects by itself).
+after `max_stream_s` (the browser's EventSource reconnects by itself); at most `max_streams`
+are open at once (beyond: 503 with Retry-After), and the fleet's part of a snapshot is made
+once a second for all of them.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.live import LiveView, Notice, Point
 from fleetgate.observe.slo import ObjectiveStatus, SloBook
 from fleetgate.observe.usage import TenantUsage, TenantUse
+from fleetgate.openai_api import error_body
 from fleetgate.resilience.cluster import Cluster
 
 _ASSETS = {
@@ -112,6 +115,7 @@ class Dashboard:
         wall_clock: Callable[[], float] = time.time,
         interval_s: float = 1.0,
         max_stream_s: float = 600.0,
+        max_streams: int = 32,
     ) -> None:
         self._clusters = clusters
         self._slo = slo
@@ -123,6 +127,10 @@ class Dashboard:
         self._max_stream_s = max_stream_s
         self._started = clock()
         self._closed = asyncio.Event()
+        self._max_streams = max_streams
+        self._streams = 0  # live views open now
+        self._made_at = -1  # the clock's second `_pools_now` was made in
+        self._pools_now: list[PoolView] = []
         folder = resources.files("fleetgate.observe") / "dashboard"
         self._assets = {name: folder.joinpath(name).read_bytes() for name in _ASSETS}
 
@@ -152,8 +160,18 @@ class Dashboard:
         return serve
 
     def view(self, after: int = 0) -> Snapshot:
-        """The fleet now, with the seconds labelled after `after`."""
+        """The fleet now, with the seconds labelled after `after`; the fleet's part is made
+        once per second of the clock, however many streams ask."""
         now = self._clock()
+        if int(now) != self._made_at:
+            self._made_at, self._pools_now = int(now), self._pools_view(now)
+        live = self._live
+        return Snapshot(
+            self._wall(), now - self._started, self._pools_now, self._usage.tenants(),
+            list(live.notices), live.points(after),
+        )  # fmt: skip
+
+    def _pools_view(self, now: float) -> list[PoolView]:
         slo = self._slo.status()
         pools = []
         for model, cluster in self._clusters.items():
@@ -166,11 +184,7 @@ class Dashboard:
             if admission is not None:
                 queue = AdmissionView(admission.in_flight, admission.waiting, admission.limit)
             pools.append(PoolView(model, queue, backends, slo.get(model, [])))
-        live = self._live
-        return Snapshot(
-            self._wall(), now - self._started, pools, self._usage.tenants(), list(live.notices),
-            live.points(after),
-        )  # fmt: skip
+        return pools
 
     async def snapshot(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         headers = [(b"content-type", b"application/json"), (b"x-request-id", request_id),
@@ -178,10 +192,17 @@ class Dashboard:
         writer.send(200, headers, msgspec.json.encode(self.view()))
 
     async def events(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        if self._streams >= self._max_streams:
+            busy = [(b"content-type", b"application/json"), (b"x-request-id", request_id),
+                    (b"retry-after", b"5")]  # fmt: skip
+            message = f"The dashboard serves at most {self._max_streams} live views at once."
+            writer.send(503, busy, error_body(503, message))
+            return
         headers = [(b"content-type", b"text/event-stream"), (b"x-request-id", request_id),
                    *SECURITY_HEADERS]  # fmt: skip
         writer.start(200, headers)
         after, ends = 0, self._clock() + self._max_stream_s
+        self._streams += 1
         try:
             while not (self._closed.is_set() or writer.disconnected) and self._clock() < ends:
                 view = self.view(after)
@@ -192,6 +213,7 @@ class Dashboard:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closed.wait(), self._interval_s)
         finally:
+            self._streams -= 1
             writer.end()
 
 

@@ -24,7 +24,7 @@ its "burn" the ratio of that mean to the bound (over 1: not met).
 
 Counts are kept per time slot (`period_days` / 30 * 10 s wide), in a ring as long as the
 longest window: a request costs one slot's update per objective; windows are summed when
-read (metrics, the admin API, the dashboard), once per slot at most.
+read (metrics, the admin API, the dashboard), once a second at most.
 """
 
 from __future__ import annotations
@@ -294,6 +294,8 @@ class SloBook:
     def __init__(self, settings: Mapping[str, SloSettings], clock: Callable[[], float]) -> None:
         self._pools = {model: PoolSlo(s) for model, s in settings.items() if s.any}
         self._clock = clock
+        self._second = -1  # the clock's second `_status` was worked out in
+        self._status: dict[str, list[ObjectiveStatus]] = {}
 
     def subscribe(self, hooks: Hooks) -> None:
         if self._pools:
@@ -309,6 +311,12 @@ class SloBook:
         return self._pools
 
     def status(self) -> dict[str, list[ObjectiveStatus]]:
-        """Each pool's objectives as they stand now."""
+        """Each pool's objectives as they stand now, worked out at most once a second of the
+        clock (summing a day's slots takes milliseconds; scrapes and every dashboard stream
+        ask)."""
         now = self._clock()
-        return {model: pool.status(now) for model, pool in self._pools.items()}
+        second = int(now)
+        if second != self._second:
+            self._second = second
+            self._status = {model: pool.status(now) for model, pool in self._pools.items()}
+        return self._status

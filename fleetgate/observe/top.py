@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -111,7 +112,7 @@ def _headline(snapshot: dict[str, Any]) -> Text:
 
 def _backends(pool: dict[str, Any]) -> Table:
     queue = pool["admission"]
-    title = pool["model"]
+    title = escape(pool["model"])
     if queue is not None:
         title += f"  (admitted {queue['in_flight']} / limit {queue['limit']:.0f}, "
         title += f"waiting {queue['waiting']})"
@@ -127,16 +128,16 @@ def _backends(pool: dict[str, Any]) -> Table:
             state.append(f" back in {b['ejected_for_s']:.0f} s")
         engine = b["engine"]
         table.add_row(
-            f"{b['name']} {b['id']}", b["role"], state, str(b["in_flight"]),
+            Text(f"{b['name']} {b['id']}"), b["role"], state, str(b["in_flight"]),
             "-" if engine is None else f"{engine['running']:.0f}/{engine['waiting']:.0f}",
             "-" if engine is None else f"{engine['kv_usage']:.0%}", _ms(b["ttft_s"]),
-            " ".join(f"{k}={v}" for k, v in sorted(b["labels"].items())),
+            Text(" ".join(f"{k}={v}" for k, v in sorted(b["labels"].items()))),
         )  # fmt: skip
     return table
 
 
 def _objectives(pool: dict[str, Any]) -> Table:
-    table = Table(title=f"{pool['model']} objectives", title_justify="left", expand=True)
+    table = Table(title=f"{escape(pool['model'])} objectives", title_justify="left", expand=True)
     for column in ("objective", "target", "now", "burn 5m", "burn 1h", "alerts"):
         table.add_column(column)
     for o in pool["slo"]:
@@ -158,7 +159,7 @@ def _tenants(tenants: Sequence[dict[str, Any]]) -> Table:
     for column in ("tenant", "requests", "prompt tokens", "completion tokens", "spend"):
         table.add_column(column)
     for t in tenants:
-        table.add_row(t["tenant"], str(t["requests"]), str(t["prompt_tokens"]),
+        table.add_row(Text(t["tenant"]), str(t["requests"]), str(t["prompt_tokens"]),
                       str(t["completion_tokens"]), f"${t['spend_usd']:.4f}")  # fmt: skip
     return table
 
@@ -169,7 +170,9 @@ def _events(events: Sequence[dict[str, Any]]) -> Table:
         table.add_column(column)
     for e in reversed(events[-5:]):
         stamp = time.strftime("%H:%M:%S", time.localtime(e["time"]))
-        table.add_row(stamp, f"{e['model']} {e['backend']}", e["reason"], f"{e['for_s']:.0f} s")
+        table.add_row(
+            stamp, Text(f"{e['model']} {e['backend']}"), e["reason"], f"{e['for_s']:.0f} s"
+        )
     return table
 
 

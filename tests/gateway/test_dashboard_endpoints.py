@@ -134,3 +134,28 @@ async def test_the_dashboard_off_is_not_served() -> None:
         assert (await get(running.port, b"/dashboard", basic(ADMIN)))[0] == 404
     finally:
         await running.close()
+
+
+async def test_at_most_32_live_views_are_open_at_once() -> None:
+    running = await started()
+    writers = []
+    try:
+        for _ in range(33):
+            reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
+            writer.write(b"GET /dashboard/events HTTP/1.1\r\nHost: gw\r\nAuthorization: "
+                         + basic(ADMIN).encode() + b"\r\n\r\n")  # fmt: skip
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+            writers.append(writer)
+        assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 5" in head.lower()
+        writers[0].close()  # one leaves: a place for the next
+        await asyncio.sleep(1.2)  # its stream notices at its next snapshot
+        reader, writer = await asyncio.open_connection("127.0.0.1", running.port)
+        writer.write(b"GET /dashboard/events HTTP/1.1\r\nHost: gw\r\nAuthorization: "
+                     + basic(ADMIN).encode() + b"\r\n\r\n")  # fmt: skip
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        writers.append(writer)
+        assert head.startswith(b"HTTP/1.1 200")
+    finally:
+        for writer in writers:
+            writer.close()
+        await running.close()

@@ -49,3 +49,23 @@ async def test_top_shows_every_backend_and_objective_and_says_what_it_lacks() ->
         await running.close()
     code, out = await top("--target", target, "--key", ADMIN)
     assert (code, "cannot reach the gateway" in out) == (1, True)
+
+
+def test_names_from_the_config_are_shown_as_text_never_read_as_markup() -> None:
+    from rich.console import Console
+
+    from fleetgate.observe.top import render
+
+    backend = {"name": "n[/b]", "id": "127.0.0.1:1", "role": "decode", "verdict": "healthy",
+               "flags": [], "ejected_for_s": None, "engine": None, "in_flight": 0,
+               "ttft_s": None, "labels": {"zone": "[/x]"}}  # fmt: skip
+    snapshot = {
+        "time": 0, "uptime_s": 1, "points": [], "events": [],
+        "tenants": [{"tenant": "[red]t[/x]", "requests": 1, "prompt_tokens": 0,
+                     "completion_tokens": 0, "spend_usd": 0.0}],
+        "pools": [{"model": "m[/x]", "admission": None, "slo": [], "backends": [backend]}],
+    }  # fmt: skip
+    console = Console(record=True, width=160)
+    console.print(render(snapshot))  # rich raised MarkupError on "[/x]"
+    text = console.export_text()
+    assert "[red]t[/x]" in text and "zone=[/x]" in text and "m[/x]" in text
