@@ -18,8 +18,10 @@ string a client sent (a request refused before routing has none).
 
 At high rates lines are sampled: `sample` of the answered requests under 500 (every failure
 is kept), and at most `max_lines_per_s` lines a second; what is left out is counted in the
-next line written (`skipped_before`). Lines are written in batches, `flush_s` apart, with one
-write each: the request path only appends to a list.
+next line written (`skipped_before`); a request admitted while its second's lines are spent is
+not kept meanwhile, so if it ends in a later second, even failed, its line lacks its tenant,
+class, attempts and queue time. Lines are written in batches, `flush_s` apart, with one write
+each: the request path only appends to a list.
 """
 
 from __future__ import annotations

@@ -78,6 +78,8 @@ def test_a_busy_second_keeps_a_bounded_uniform_sample() -> None:
     (point,) = live.points()
     assert point.requests == 10_000
     assert point.ttft_p50 is not None and 0.4 < point.ttft_p50 < 0.6  # not the first 256 only
+    kept = live._seconds[-1].ttft.values  # the second's sample: bounded
+    assert len(kept) == 256
 
 
 def test_history_is_bounded_and_points_start_when_the_view_began() -> None:

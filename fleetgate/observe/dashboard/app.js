@@ -108,8 +108,11 @@
   }
 
   function onSnapshot(snap) {
-    // The fetched snapshot and the stream race at start; never go back in time.
-    if (state.snapshot && snap.time < state.snapshot.time) return;
+    // The fetched snapshot and the stream race at start: never go back to an older one. Older
+    // means earlier by both clocks: the gateway's wall clock may be stepped back, and its
+    // uptime starts again when it restarts.
+    const prev = state.snapshot;
+    if (prev && snap.time < prev.time && snap.uptime_s < prev.uptime_s) return;
     state.snapshot = snap;
     mergePoints(snap.points || []);
     render();
