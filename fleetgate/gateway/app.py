@@ -262,11 +262,13 @@ class Gateway:
                 if cluster.engine_priority:  # the engines order their queues by it
                     level = BATCH_ENGINE_PRIORITY if exchange.batch else exchange.priority
                     exchange.body = with_fields(exchange.body, priority=level)
+                now = self._clock()
+                exchange.tenant, exchange.priority_label = caller.tenant.name, entry.priority.label
+                exchange.queued_s = now - started
                 if emit.admitted is not None:
-                    now = self._clock()
                     emit.admitted(Admitted(request_id, now, exchange.model, exchange.routing,
-                                           caller.tenant.name, entry.priority.label,
-                                           now - started))  # fmt: skip
+                                           exchange.tenant, exchange.priority_label,
+                                           exchange.queued_s))  # fmt: skip
             except Refused as exc:  # a BadRequest too
                 self._refuse(writer, request_id, started, exc, caller, model)
                 return

@@ -207,7 +207,9 @@ class Finished(Event, frozen=True, gc=False):
     the pool's ("" when refused before routing), `backend` the id of the backend whose
     answer the client got ("none" when the gateway answered itself). `output_tokens`: a
     stream's data events relayed (one per token from a streaming engine); None for a whole
-    answer, whose body the gateway does not decode."""
+    answer, whose body the gateway does not decode. A routed request also says whose it was
+    (`tenant`, its class `priority`), how long it waited for admission (`queued_s`) and how
+    many attempts it took, so that a subscriber needs to keep nothing of it meanwhile."""
 
     model: str
     started: float
@@ -216,3 +218,7 @@ class Finished(Event, frozen=True, gc=False):
     outcome: Outcome
     ttft_s: float | None
     output_tokens: int | None
+    tenant: str = ""
+    priority: str = ""
+    queued_s: float | None = None
+    attempts: int = 0

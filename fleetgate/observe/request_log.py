@@ -18,10 +18,9 @@ string a client sent (a request refused before routing has none).
 
 At high rates lines are sampled: `sample` of the answered requests under 500 (every failure
 is kept), and at most `max_lines_per_s` lines a second; what is left out is counted in the
-next line written (`skipped_before`); a request admitted while its second's lines are spent is
-not kept meanwhile, so if it ends in a later second, even failed, its line lacks its tenant,
-class, attempts and queue time. Lines are written in batches, `flush_s` apart, with one write
-each: the request path only appends to a list.
+next line written (`skipped_before`). Nothing is kept of a request while it runs (its
+Finished says whose it was, its class, its queue time and attempts). Lines are written in
+batches, `flush_s` apart, with one write each: the request path only appends to a list.
 """
 
 from __future__ import annotations
@@ -38,8 +37,6 @@ import msgspec
 
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
-    Admitted,
-    AttemptStarted,
     Charged,
     Finished,
     Rejected,
@@ -91,16 +88,6 @@ class Line(msgspec.Struct, omit_defaults=True):
     skipped_before: int | None = None
 
 
-class _Open(msgspec.Struct, gc=False):
-    """What the log knows of a request in progress (a struct: made in C, one a request)."""
-
-    tenant: str
-    priority: str | None
-    reason: str | None = None
-    admitted: float = 0.0  # when it was admitted to its pool (0: it was not)
-    attempts: int = 0
-
-
 _encode = msgspec.json.Encoder().encode
 
 
@@ -120,7 +107,8 @@ class RequestLog:
         self._wall = wall_clock
         self._rng = rng or random.Random()
         self._schedule = schedule or _call_later
-        self._open: dict[bytes, _Open] = {}
+        # A refused request's tenant, class and reason, until its Finished (in the same step).
+        self._refused: dict[bytes, tuple[str, str, str]] = {}
         self._pending: list[Line] = []
         self._last: bytes = b""  # the request id of the last line in `_pending`
         self._armed = False
@@ -133,47 +121,31 @@ class RequestLog:
         self.trace_ids: Callable[[bytes], str | None] | None = None
 
     def subscribe(self, hooks: Hooks) -> None:
-        """Hear a request's events: the edge's and each pool's (a pool's Finished too)."""
-        hooks.subscribe(Admitted, self.on_admitted)
+        """Hear a request's end (the edge's Finished and each pool's), a refusal's reason, and
+        what an answer used: a routed request's Finished says all the rest, so nothing is
+        kept of a request while it runs."""
         hooks.subscribe(Rejected, self.on_rejected)
-        hooks.subscribe(AttemptStarted, self.on_attempt_started)
         hooks.subscribe(Finished, self.on_finished)
         hooks.subscribe(Charged, self.on_charged)
 
-    def on_admitted(self, event: Admitted) -> None:
-        if self._lines >= self._settings.max_lines_per_s and int(self._wall()) == self._second:
-            # This second's lines are spent: its answer, if it ends in this second, is only
-            # counted (one ending later is written without its tenant and class).
-            return
-        self._open[event.request_id] = _Open(event.tenant, event.priority, None, event.at)
-
     def on_rejected(self, event: Rejected) -> None:
-        self._open[event.request_id] = _Open(
-            event.tenant or "", event.priority or None, event.reason
-        )
-
-    def on_attempt_started(self, event: AttemptStarted) -> None:
-        known = self._open.get(event.request_id)
-        if known is not None:
-            known.attempts += 1
+        self._refused[event.request_id] = (event.tenant, event.priority, event.reason)
 
     def on_finished(self, event: Finished) -> None:
-        known = self._open.pop(event.request_id, None)
+        refused = self._refused.pop(event.request_id, None) if self._refused else None
         now = self._wall()
         if not self._taken(event.status, now):
             return
-        tenant, priority, reason, attempts, queued = "", None, None, 0, None
-        if known is not None:
-            tenant, priority, reason, attempts = (
-                known.tenant, known.priority, known.reason, known.attempts
-            )  # fmt: skip
-            if known.admitted:
-                queued = round((known.admitted - event.started) * 1000, 1)
+        tenant, priority, reason = event.tenant, event.priority, None
+        if refused is not None:
+            tenant, priority, reason = refused
+        queued = event.queued_s
         ttft = event.ttft_s
         line = Line(
             self._stamp(now), event.request_id.decode("latin-1"), tenant, event.status,
-            event.outcome, priority, event.model or None,
-            None if event.backend == NO_BACKEND else event.backend, reason, attempts, queued,
+            event.outcome, priority or None, event.model or None,
+            None if event.backend == NO_BACKEND else event.backend, reason, event.attempts,
+            None if queued is None else round(queued * 1000, 1),
             None if ttft is None else round(ttft * 1000, 1),
             round((event.at - event.started) * 1000, 1),
         )  # fmt: skip
@@ -230,7 +202,7 @@ class RequestLog:
     @property
     def open_requests(self) -> int:
         """Requests begun and not yet over (for tests: nothing is kept after a request)."""
-        return len(self._open)
+        return len(self._refused)
 
 
 def open_request_log(

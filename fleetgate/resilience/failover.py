@@ -120,6 +120,7 @@ class Failover:
                     Finished(
                         ex.request_id, self._clock(), ex.model, ex.started, status, ex.backend,
                         outcome, ex.ttft_s, progress.events if progress is not None else None,
+                        ex.tenant, ex.priority_label, ex.queued_s, ex.attempts,
                     )
                 )  # fmt: skip
 

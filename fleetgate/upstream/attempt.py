@@ -72,6 +72,10 @@ class Exchange:
     count_usage: bool = False  # read the answer's `usage` (its tenant's tokens are counted)
     batch: bool = False  # in the batch lane
     priority: int = 1  # its class (traffic/priority.py)
+    tenant: str = ""  # whose request, and its class's name, once admitted
+    priority_label: str = ""
+    queued_s: float | None = None  # its wait for admission (None: not admitted)
+    attempts: int = 0  # tries sent (first, retries, hedges, continuations, prefill)
     usage: Usage | None = None  # what the engine said the answer used, when read
     deadline: float = field(init=False)  # when the total timeout ends the whole exchange
 
@@ -200,6 +204,7 @@ class Attempts:
         sent = clock()
         prompt = routing.prompt_tokens
         queued = state.pending_prefill  # prompt tokens sent before this one, not yet prefilled
+        ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
                 AttemptStarted(ex.request_id, sent, ex.model, state, kind, prompt, queued)
@@ -314,6 +319,7 @@ class Attempts:
         sent = clock()
         queued = state.pending_prefill
         kind: AttemptKind = "continuation"
+        ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
                 AttemptStarted(ex.request_id, sent, ex.model, state, kind, 0, queued)

@@ -85,6 +85,7 @@ class Prefill:
             return ex.body
         prompt = routing.prompt_tokens
         queued = state.pending_prefill
+        ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
                 AttemptStarted(ex.request_id, now, model, state, kind, prompt, queued)

@@ -12,15 +12,12 @@ import pytest
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
-    Admitted,
-    AttemptStarted,
     Charged,
     Finished,
     Rejected,
 )
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.request_log import RequestLog, RequestLogSettings, open_request_log
-from fleetgate.routing.base import RoutingRequest
 
 MODEL = "llama-3.1-8b-instruct"
 WALL = 1_764_122_400.25  # 2025-11-26T02:00:00.250Z
@@ -45,15 +42,9 @@ class Log:
     def answered(self, rid: bytes, tenant: str = "gold", status: int = 200, tokens: bool = True,
                  attempts: int = 1) -> None:  # fmt: skip
         e = self.emit
-        assert e.admitted and e.attempt_started and e.finished and e.charged
-        e.admitted(
-            Admitted(
-                rid, 10.05, MODEL, RoutingRequest(MODEL, "chat", stream=True), tenant, "critical"
-            )
-        )
-        for _ in range(attempts):
-            e.attempt_started(AttemptStarted(rid, 10.1, MODEL, STATE, "first", 1024, 0))
-        e.finished(Finished(rid, 12.4, MODEL, 10.0, status, "h100-0", "answered", 0.1205, 128))
+        assert e.finished and e.charged
+        e.finished(Finished(rid, 12.4, MODEL, 10.0, status, "h100-0", "answered", 0.1205, 128,
+                            tenant, "critical", 0.05, attempts))  # fmt: skip
         if tokens:
             e.charged(Charged(rid, 12.4, MODEL, tenant, 1024, 128, 0.000138))
 
@@ -123,16 +114,13 @@ def test_past_its_rate_lines_are_counted_in_the_next_one_written() -> None:
     assert log.log.open_requests == 0
 
 
-def test_a_request_admitted_once_the_seconds_lines_are_spent_is_not_kept_meanwhile() -> None:
-    log = Log(max_lines_per_s=1)
-    log.answered(b"r0")
-    e = log.emit
-    assert e.admitted is not None and e.finished is not None
-    e.admitted(Admitted(b"r1", 10.05, MODEL, RoutingRequest(MODEL, "chat", stream=True), "gold"))
-    assert log.log.open_requests == 0  # nothing to remember: its line cannot be written
-    log.wall += 1.0  # it ends in the next second: written, without what was not kept
-    e.finished(Finished(b"r1", 12.4, MODEL, 10.0, 200, "h100-0", "answered", 0.1, 8))
-    assert [(x["request_id"], x["tenant"]) for x in log.lines()] == [("r0", "gold"), ("r1", "")]
+def test_nothing_is_kept_of_a_request_while_it_runs() -> None:
+    log = Log()
+    hooks = Hooks()
+    log.log.subscribe(hooks)
+    assert Emitters(hooks).admitted is None and Emitters(hooks).attempt_started is None
+    log.refused(b"r1")
+    assert log.log.open_requests == 0  # a refusal's reason is kept only until its Finished
 
 
 def test_sampling_keeps_every_failure() -> None:
