@@ -201,7 +201,8 @@ class RequestLog:
 
     @property
     def open_requests(self) -> int:
-        """Requests begun and not yet over (for tests: nothing is kept after a request)."""
+        """Refusals whose Finished has not come yet: all the log keeps of requests in
+        progress (for tests: nothing is kept after a request)."""
         return len(self._refused)
 
 
