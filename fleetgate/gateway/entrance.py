@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from fleetgate.lifecycle.events import Charged
 from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.traffic.admission import Admission, Shed, Ticket
-from fleetgate.traffic.door import Caller, FrontDoor, Refused, retry_after
-from fleetgate.traffic.limits import FREE, PricingSettings, Reservation
+from fleetgate.traffic.door import Caller, FrontDoor, Refused, refused, retry_after
+from fleetgate.traffic.limits import FREE, PricingSettings, Refusal, Reservation
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import Tenant
 from fleetgate.upstream.attempt import Exchange
@@ -52,7 +52,7 @@ class Entrance:
         pricing: Mapping[str, PricingSettings] | None = None,
         assumed_output_tokens: int = 256,
     ) -> None:
-        self._door = door
+        self._limits = None if door is None else door.limits  # reserved and settled here
         self._clock = clock
         self._emit = emit  # for Charged
         self._pricing = {m: p for m, p in (pricing or {}).items() if p != FREE}
@@ -71,15 +71,19 @@ class Entrance:
         tenant = caller.tenant
         priority = self._priority(tenant, headers)
         held = None
-        if self._door is not None and tenant.limited:
+        if tenant.limited and self._limits is not None:
             routing = ex.routing
             pricing = self._pricing.get(ex.model, FREE)
-            held = self._door.enter_now(
-                caller, priority, routing.prompt_tokens, routing.max_tokens, pricing
+            answer = self._limits.reserve_now(
+                tenant, caller.key_id, routing.prompt_tokens, routing.max_tokens, pricing
             )
-            if held is None:
+            if answer is None:
                 return None
-            self._hold(ex, held)
+            if isinstance(answer, Refusal):
+                raise refused(answer, priority)
+            held = answer
+            ex.count_usage = held.plan.counts_tokens
+            ex.reply_head = held.head
         return self._entry(tenant, priority, held, ex, headers, admission)
 
     async def enter(
@@ -93,22 +97,20 @@ class Entrance:
         request's holds, or `Refused` (429 over a limit, 503 shed, 400 bad header)."""
         tenant = caller.tenant
         priority = self._priority(tenant, headers)
-        assert self._door is not None and tenant.limited
+        assert self._limits is not None and tenant.limited
         routing = ex.routing
         pricing = self._pricing.get(ex.model, FREE)
-        held = await self._door.enter(
-            caller, priority, routing.prompt_tokens, routing.max_tokens, pricing
+        held = await self._limits.reserve(
+            tenant, caller.key_id, routing.prompt_tokens, routing.max_tokens, pricing
         )
-        self._hold(ex, held)
+        if isinstance(held, Refusal):
+            raise refused(held, priority)
+        ex.count_usage = held.plan.counts_tokens
+        ex.reply_head = held.head
         entry = self._entry(tenant, priority, held, ex, headers, admission)
         if entry.waiting:
             await self.wait(entry)
         return entry
-
-    @staticmethod
-    def _hold(ex: Exchange, held: Reservation) -> None:
-        ex.count_usage = held.counts_tokens
-        ex.reply_head = held.head
 
     async def wait(self, entry: Entry) -> None:
         """Wait for the entry's place in its pool; `Refused` (503, or 429 at its tenant's
@@ -118,7 +120,8 @@ class Entrance:
             await entry.admission.wait(entry.ticket)
         except BaseException as exc:  # shed, or the client left: nothing was used
             if entry.held is not None:
-                refund = self._release_limits(entry.held, 0, 0)
+                assert self._limits is not None
+                refund = self._limits.settle(entry.held, 0, 0)
                 if refund is not None:
                     await refund
             if isinstance(exc, Shed):
@@ -183,15 +186,9 @@ class Entrance:
             charged(
                 Charged(ex.request_id, self._clock(), ex.model, entry.tenant, prompt, output, cost)
             )
-        if entry.held is None:
+        if entry.held is None or self._limits is None:
             return None
-        return self._release_limits(entry.held, prompt, output)
-
-    def _release_limits(
-        self, held: Reservation, prompt: int, output: int
-    ) -> Awaitable[None] | None:
-        assert self._door is not None
-        return self._door.leave(held, prompt, output)
+        return self._limits.settle(entry.held, prompt, output)
 
 
 def _queue_timeout(headers: dict[bytes, bytes], tenants: float) -> float:

@@ -2,9 +2,10 @@
 
     identify   the API key -> the caller's tenant             401 without a valid key
     allow      the model the request names                    403 if the tenant may not use it
-    enter      rate limits and budget (traffic/limits.py)     429 with Retry-After
-    ... the request is routed and answered ...
-    leave      the reservation reconciled with what it used
+    refused    a limit's refusal (traffic/limits.py)          429 with Retry-After
+
+The entrance (gateway/entrance.py) reserves and settles the request's limits with `limits`
+itself: one call each way on the request path.
 
 With auth off every request is the anonymous tenant's, which has no limits.
 """
@@ -12,11 +13,10 @@ With auth off every request is the anonymous tenant's, which has no limits.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from fleetgate.traffic.keys import KeyRing, bearer
-from fleetgate.traffic.limits import Limits, PricingSettings, Refusal, Reservation
+from fleetgate.traffic.limits import Limits, Refusal
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import ANONYMOUS, Tenant
 
@@ -107,39 +107,12 @@ class FrontDoor:
                 param="model",
             )  # fmt: skip
 
-    def enter_now(
-        self,
-        caller: Caller,
-        priority: Priority,
-        prompt: int,
-        max_tokens: int | None,
-        pricing: PricingSettings,
-    ) -> Reservation | None:
-        """`enter` without a coroutine (the in-process store); None when the store is remote:
-        await `enter`."""
-        held = self._limits.reserve_now(caller.tenant, caller.key_id, prompt, max_tokens, pricing)
-        return None if held is None else _held(held, priority)
-
-    async def enter(
-        self,
-        caller: Caller,
-        priority: Priority,
-        prompt: int,
-        max_tokens: int | None,
-        pricing: PricingSettings,
-    ) -> Reservation:
-        """What the request reserved of its tenant's limits (a budget in money at `pricing`),
-        or `Refused` (429) when a limit or the budget says no. Only for a `limited` tenant."""
-        held = await self._limits.reserve(caller.tenant, caller.key_id, prompt, max_tokens, pricing)
-        return _held(held, priority)
-
-    def leave(self, held: Reservation, prompt: int, output: int) -> Awaitable[None] | None:
-        """Reconcile a reservation with the tokens the request used (None: nothing to do)."""
-        return self._limits.settle(held, prompt, output)
+    @property
+    def limits(self) -> Limits:
+        return self._limits
 
 
-def _held(held: Reservation | Refusal, priority: Priority) -> Reservation:
-    if isinstance(held, Refusal):
-        headers = [retry_after(held.retry_after_s), *held.headers]
-        raise Refused(429, held.message, held.code, headers, priority=priority)
-    return held
+def refused(held: Refusal, priority: Priority) -> Refused:
+    """A limit's refusal as the 429 the client gets."""
+    headers = [retry_after(held.retry_after_s), *held.headers]
+    return Refused(429, held.message, held.code, headers, priority=priority)

@@ -68,7 +68,8 @@ class MemoryStore:
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
-        # A bucket's key -> [level, when it was that, the bucket]: a list, changed in place.
+        # A bucket's key -> [level, when it was that, capacity, rate, the bucket] (`_cell`): a
+        # list, changed in place.
         self._cells: dict[str, list[Any]] = {}
         self._calls = 0
 
@@ -82,25 +83,27 @@ class MemoryStore:
         if self._calls >= self._SWEEP_EVERY:
             self._sweep(now)
         cells = self._cells
-        found, left = [], []
+        found = []
         for bucket, cost in zip(buckets, costs):  # noqa: B905 (same length; strict costs time)
             cell = cells.get(bucket.key)
             if cell is None:  # a full bucket: remembered as one, the same state
-                cell = cells[bucket.key] = [bucket.capacity, now, bucket]
-            rate = bucket.rate_per_s
+                cell = cells[bucket.key] = _cell(bucket, bucket.capacity, now)
+            level, then, capacity, rate, _ = cell
             if rate:  # `_level` inline: two calls a request were a tenth of this
-                level = cell[0] + rate * (now - cell[1]) if now > cell[1] else cell[0]
-                if level > bucket.capacity:
-                    level = bucket.capacity
+                if now > then:
+                    level += rate * (now - then)
+                if level > capacity:
+                    level = capacity
             else:
                 level = _level(cell, bucket, now)
             if level < cost:  # why, at the same instant (a later one may have refilled it)
                 return self._refused(buckets, costs, now)
-            found.append(cell)
-            left.append(level - cost)
-        for cell, level in zip(found, left):  # noqa: B905
+            found.append((cell, level - cost))
+        left = []
+        for cell, level in found:
             cell[0] = level
             cell[1] = now
+            left.append(level)
         return Taken(True, left, 0.0)
 
     def _refused(self, buckets: Sequence[Bucket], costs: Sequence[float], now: float) -> Taken:
@@ -127,7 +130,9 @@ class MemoryStore:
         for bucket, amount in zip(buckets, amounts):  # noqa: B905 (same length)
             cell = cells.get(bucket.key)
             if cell is None:
-                cells[bucket.key] = [min(bucket.capacity, bucket.capacity + amount), now, bucket]
+                cells[bucket.key] = _cell(
+                    bucket, min(bucket.capacity, bucket.capacity + amount), now
+                )
             elif amount >= 0 and bucket.rate_per_s > 0:
                 # Added to the level as it was, not as it is: the same level at every later
                 # time, the cap applied when it is read (a debt, below, must see the cap now).
@@ -140,12 +145,19 @@ class MemoryStore:
         self._calls = 0
         cells = self._cells
         for key in [
-            k for k, (level, then, bucket) in cells.items() if now >= bucket.expires(level, then)
+            k
+            for k, (level, then, _, _, bucket) in cells.items()
+            if now >= bucket.expires(level, then)
         ]:
             del cells[key]
 
     def __len__(self) -> int:
         return len(self._cells)
+
+
+def _cell(bucket: Bucket, level: float, now: float) -> list[Any]:
+    """A bucket's state in memory: its level at `now`, with what `take_now` reads of it."""
+    return [level, now, bucket.capacity, bucket.rate_per_s, bucket]
 
 
 def _level(cell: list[Any], bucket: Bucket, now: float) -> float:
