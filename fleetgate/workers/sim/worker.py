@@ -22,11 +22,14 @@ from fleetgate.http.server import HttpServer, Request, start_server
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.openai_api import error_body, send_error
 from fleetgate.workers.sim.driver import WallClockDriver
+from fleetgate.workers.sim.embeddings import Embedder
 from fleetgate.workers.sim.engine import Engine
 from fleetgate.workers.sim.faults import Faults, FaultState
-from fleetgate.workers.sim.generation import GenerationError, Generator
+from fleetgate.workers.sim.generation import Generator
 from fleetgate.workers.sim.metrics import WorkerMetrics
 from fleetgate.workers.sim.profiles import get_profile
+from fleetgate.workers.sim.render import CompletionRenderer
+from fleetgate.workers.sim.request import GenerationError, RequestParser
 from fleetgate.workers.sim.spec import SimSpec
 
 _JSON = [(b"content-type", b"application/json")]
@@ -51,8 +54,12 @@ class SimWorker:
         )
         # Seconds of transfer per token of KV a remote prefill hands over: bytes * 8 / (Gb/s).
         kv_transfer_s = self.profile.kv_bytes_per_token * 8 / (spec.kv_link_gbps * 1e9)
+        self.parser = RequestParser(
+            spec.model, self.profile.block_size, self.engine.priority_scheduling, rng
+        )
+        self.embedder = Embedder(self.parser)
         self.generator = Generator(
-            spec.model, self.profile.block_size, self.driver, self.metrics, rng, time.monotonic,
+            spec.model, self.profile.block_size, self.driver, self.metrics, time.monotonic,
             loop, kv_transfer_s,
         )  # fmt: skip
         self._server: HttpServer | None = None
@@ -143,10 +150,11 @@ class SimWorker:
         chat = request.path == b"/v1/chat/completions"
         faults = self.faults.faults
         try:
-            job = self.generator.prepare(request.body, chat, f"{next(self._ids):x}")
+            job = self.parser.parse(request.body, chat, f"{next(self._ids):x}")
+            renderer = None if job.plain else CompletionRenderer(job, self.spec.model)
             if faults.added_latency_s > 0:
                 await asyncio.sleep(faults.added_latency_s)
-            await self.generator.run(job, writer, faults.close_after_tokens)
+            await self.generator.run(job, writer, faults.close_after_tokens, renderer)
         except GenerationError as exc:
             writer.send(exc.status, _JSON, error_body(exc.status, exc.message, exc.param))
 
@@ -154,7 +162,7 @@ class SimWorker:
         if self._injected(writer):
             return
         try:
-            body = self.generator.embed(request.body)
+            body = self.embedder.embed(request.body)
         except GenerationError as exc:
             writer.send(exc.status, _JSON, error_body(exc.status, exc.message, exc.param))
             return
