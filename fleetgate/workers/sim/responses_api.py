@@ -72,8 +72,9 @@ def _messages(given: str | list[Any]) -> list[dict[str, Any]]:
             raise GenerationError(400, message, "input")
         content = item.get("content")
         if isinstance(content, list):
-            texts = [p.get("text") for p in content if isinstance(p, dict)]
-            content = "\n".join(t for t in texts if isinstance(t, str))
+            texts = [p.get("text") if isinstance(p, dict) else None for p in content]
+            strings = [t for t in texts if isinstance(t, str)]
+            content = "\n".join(strings) if len(strings) == len(texts) else None
         if not isinstance(item.get("role"), str) or not isinstance(content, str):
             message = f"input[{i}] needs a role and a content string or text parts"
             raise GenerationError(400, message, "input")

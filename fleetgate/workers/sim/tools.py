@@ -63,6 +63,8 @@ def chosen_tool(
     ValueError if `tool_choice` is malformed or names no given tool."""
     if tool_choice is None:
         tool_choice = "auto"
+    if tool_choice == "required" and not tools:
+        raise ValueError('tool_choice "required" needs tools')
     if tool_choice in ("none", "auto", "required"):
         if not tools or tool_choice == "none":
             return None

@@ -55,6 +55,7 @@ async def test_a_streamed_response_as_openai_streams_it(sdk: openai.AsyncOpenAI)
 
 async def test_what_the_sim_cannot_answer_is_a_400(worker: Worker) -> None:
     for body, param in (({"model": "m", "input": [{"type": "function_call_output"}]}, "input"),
+                        ({"model": "m", "input": [{"role": "user", "content": [5]}]}, "input"),
                         ({"model": "m", "input": "x", "max_output_tokens": 0},
                          "max_output_tokens"),
                         ({"model": "m", "input": "x", "previous_response_id": "resp_1"},

@@ -52,3 +52,5 @@ def test_malformed_tools_say_what_to_change(raw: object) -> None:
 def test_a_bad_tool_choice_says_what_to_change(choice: object) -> None:
     with pytest.raises(ValueError, match="tool_choice"):
         chosen_tool([Tool("f", {})], choice, said("f"))
+    with pytest.raises(ValueError, match="tool_choice"):
+        chosen_tool([], "required", said("f"))
