@@ -90,7 +90,7 @@ def message_text(content: str | Iterable[Mapping[str, Any]] | None) -> str:
     return "\n".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
 
 
-def render_chat(messages: Iterable[Mapping[str, Any]]) -> str:
+def render_chat(messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> str:
     """The prompt text a chat template would make of OpenAI-style `messages`.
 
     Each message becomes "<|{role}|>\\n{text}\\n" and the prompt ends with "<|assistant|>\\n"
@@ -102,9 +102,19 @@ def render_chat(messages: Iterable[Mapping[str, Any]]) -> str:
     with the newline beside it and counts one less. A
     conversation's rendering is a text prefix of the rendering after its reply and the next
     turn are appended, so multi-turn prompts hit the prefix cache.
+
+    With `continue_final` (vLLM's continue_final_message) the last message, the assistant's,
+    is left open: no newline after its text and no generation header, so the prompt is the
+    original prompt plus the text being continued. ValueError if the last message is not the
+    assistant's.
     """
     parts: list[str] = []
     for message in messages:
         parts.append(f"<|{message['role']}|>\n{message_text(message.get('content'))}\n")
-    parts.append("<|assistant|>\n")
+    if not continue_final:
+        parts.append("<|assistant|>\n")
+        return "".join(parts)
+    if not messages or messages[-1]["role"] != "assistant":
+        raise ValueError("continue_final_message needs the last message to be the assistant's")
+    parts[-1] = parts[-1][:-1]
     return "".join(parts)

@@ -1,5 +1,6 @@
 """The sim worker: a real OpenAI-compatible HTTP server whose answers come from the simulated
-engine, at the pace a real GPU would produce them.
+engine, at the pace a real GPU would produce them: chat and text completions (request.py says
+which of their parameters it honours), the Responses API (responses_api.py) and embeddings.
 
 Besides the OpenAI endpoints it serves what peers and benchmark clients ask of vLLM and SGLang
 servers (`/health`, `/metrics` with vLLM names, `/get_load`, `/server_info`, `/model_info`,
@@ -22,11 +23,15 @@ from fleetgate.http.server import HttpServer, Request, start_server
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.openai_api import error_body, send_error
 from fleetgate.workers.sim.driver import WallClockDriver
+from fleetgate.workers.sim.embeddings import Embedder
 from fleetgate.workers.sim.engine import Engine
 from fleetgate.workers.sim.faults import Faults, FaultState
-from fleetgate.workers.sim.generation import GenerationError, Generator
+from fleetgate.workers.sim.generation import Generator
 from fleetgate.workers.sim.metrics import WorkerMetrics
 from fleetgate.workers.sim.profiles import get_profile
+from fleetgate.workers.sim.render import CompletionRenderer, Renderer
+from fleetgate.workers.sim.request import GenerationError, RequestParser
+from fleetgate.workers.sim.responses_api import ResponsesRequests
 from fleetgate.workers.sim.spec import SimSpec
 
 _JSON = [(b"content-type", b"application/json")]
@@ -51,8 +56,13 @@ class SimWorker:
         )
         # Seconds of transfer per token of KV a remote prefill hands over: bytes * 8 / (Gb/s).
         kv_transfer_s = self.profile.kv_bytes_per_token * 8 / (spec.kv_link_gbps * 1e9)
+        self.parser = RequestParser(
+            spec.model, self.profile.block_size, self.engine.priority_scheduling, rng
+        )
+        self.embedder = Embedder(self.parser)
+        self.responses = ResponsesRequests(self.parser)
         self.generator = Generator(
-            spec.model, self.profile.block_size, self.driver, self.metrics, rng, time.monotonic,
+            spec.model, self.profile.block_size, self.driver, self.metrics, time.monotonic,
             loop, kv_transfer_s,
         )  # fmt: skip
         self._server: HttpServer | None = None
@@ -62,6 +72,7 @@ class SimWorker:
         self._routes: dict[tuple[bytes, bytes], _Route] = {
             (b"POST", b"/v1/chat/completions"): self._generate,
             (b"POST", b"/v1/completions"): self._generate,
+            (b"POST", b"/v1/responses"): self._generate,
             (b"POST", b"/v1/embeddings"): self._embeddings,
             (b"GET", b"/v1/models"): self._models,
             (b"GET", b"/health"): self._health,
@@ -142,11 +153,17 @@ class SimWorker:
             return
         chat = request.path == b"/v1/chat/completions"
         faults = self.faults.faults
+        renderer: Renderer | None = None
         try:
-            job = self.generator.prepare(request.body, chat, f"{next(self._ids):x}")
+            if request.path == b"/v1/responses":
+                job, renderer = self.responses.parse(request.body, f"{next(self._ids):x}")
+            else:
+                job = self.parser.parse(request.body, chat, f"{next(self._ids):x}")
+                if not job.plain:  # a plain answer streams from byte templates
+                    renderer = CompletionRenderer(job, self.spec.model)
             if faults.added_latency_s > 0:
                 await asyncio.sleep(faults.added_latency_s)
-            await self.generator.run(job, writer, faults.close_after_tokens)
+            await self.generator.run(job, writer, faults.close_after_tokens, renderer)
         except GenerationError as exc:
             writer.send(exc.status, _JSON, error_body(exc.status, exc.message, exc.param))
 
@@ -154,7 +171,7 @@ class SimWorker:
         if self._injected(writer):
             return
         try:
-            body = self.generator.embed(request.body)
+            body = self.embedder.embed(request.body)
         except GenerationError as exc:
             writer.send(exc.status, _JSON, error_body(exc.status, exc.message, exc.param))
             return

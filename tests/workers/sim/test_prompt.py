@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
+
 from fleetgate.tokens import count_tokens, filler_text
 from fleetgate.workers.sim.prompt import (
     from_text,
@@ -90,3 +92,11 @@ def test_a_conversation_is_a_prefix_of_its_next_turn() -> None:
         {"role": "user", "content": "Tell me a joke."},
     ]
     assert render_chat(turn2).startswith(render_chat(turn1))
+
+
+def test_a_continued_assistant_message_extends_the_prompt_it_answers() -> None:
+    asked = [{"role": "user", "content": "hi"}]
+    prefix = [*asked, {"role": "assistant", "content": " the of"}]
+    assert render_chat(prefix, continue_final=True) == render_chat(asked) + " the of"
+    with pytest.raises(ValueError, match="assistant"):
+        render_chat(asked, continue_final=True)
