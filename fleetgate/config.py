@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -49,6 +50,19 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names the key and says what is expected."""
 
 
+PASSTHROUGH_PATHS = (
+    "/v1/rerank", "/rerank", "/v2/rerank", "/v1/score", "/score", "/tokenize", "/detokenize",
+    "/v1/audio/transcriptions", "/v1/audio/translations", "/v1/moderations", "/pooling",
+    "/classify",
+)  # fmt: skip
+# The gateway's own model paths (gateway/app.py): never passed through as they are.
+OWN_PATHS = frozenset(
+    ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
+     "/v1/models", "/healthz", "/readyz", "/metrics", "/dashboard")
+)  # fmt: skip
+_PATH = re.compile(r"/[A-Za-z0-9._~/-]{1,200}").fullmatch
+
+
 class ServerConfig(ServerLimits, frozen=True):
     """The `server:` section: where to listen, plus the HTTP limits (http/server.py)."""
 
@@ -67,9 +81,22 @@ class ServerConfig(ServerLimits, frozen=True):
     # content-length, authorization, expect and x-fleetgate-* (http/forwarding.py): by
     # default cookies and the other ways clients send API keys.
     deny_request_headers: tuple[str, ...] = ("cookie", "x-api-key", "api-key")
+    # Other model paths the backends serve, passed through as they are and routed by their
+    # `model` (a JSON field, or a multipart form field): vLLM's and SGLang's by default.
+    passthrough_paths: tuple[str, ...] = PASSTHROUGH_PATHS
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for path in self.passthrough_paths:
+            if (
+                not _PATH(path)
+                or path in OWN_PATHS
+                or path.startswith(("/admin/", "/fleet/", "/dashboard"))
+            ):
+                raise ValueError(
+                    f"`passthrough_paths`: {path!r} is not a path a backend serves apart from "
+                    "the gateway's own (/v1/path, no query)"
+                )
         within("port", self.port, 0, 65535)
         positive_seconds("connect_timeout_s", self.connect_timeout_s)
         positive_seconds("tls_reload_s", self.tls_reload_s)

@@ -71,6 +71,14 @@ def error_event(status: int, message: str, code: str | None = None) -> bytes:
     return b"data: " + error_body(status, message, None, code) + b"\n\n"
 
 
+def response_error_event(message: str, code: str, sequence_number: int) -> bytes:
+    """A Responses API stream's `error` event (its streams are typed events, with no
+    [DONE]), for one that cannot go on."""
+    data = {"type": "error", "code": code, "message": message, "param": None,
+            "sequence_number": sequence_number}  # fmt: skip
+    return b"event: error\ndata: " + _encode(data) + b"\n\n"
+
+
 _top_level = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
@@ -86,10 +94,18 @@ def with_fields(body: bytes, drop: tuple[str, ...] = (), **fields: object) -> by
 
 
 class Usage(msgspec.Struct):
-    """What an answer says it used (`usage`)."""
+    """What an answer says it used (`usage`): chat, completions and embeddings name its
+    parts prompt and completion tokens, the Responses API input and output tokens."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.input_tokens or self.output_tokens:  # a Response's: one way to read them
+            self.prompt_tokens = self.prompt_tokens or self.input_tokens
+            self.completion_tokens = self.completion_tokens or self.output_tokens
 
 
 class _WithUsage(msgspec.Struct):

@@ -445,6 +445,7 @@ def compose(
         RequestHeaders(config.server.deny_request_headers), door, operators,
         config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,
         None if live is None else Dashboard(clusters, slo, live, usage, clock, wall_clock),
+        config.server.passthrough_paths,
     )  # fmt: skip
     return gateway, clusters
 

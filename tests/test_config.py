@@ -173,6 +173,21 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
             {**one_pool(), "server": {"admin": True, "host": "0.0.0.0"}},
             "$.server.admin: with auth off the admin API listens only on a loopback address",
         ),
+        *(
+            (
+                {**one_pool(), "server": {"passthrough_paths": [path]}},
+                f"`passthrough_paths`: {path!r} is not a path a backend serves apart from the "
+                "gateway's own",
+            )
+            for path in (
+                "/v1/chat/completions",
+                "/admin/backends",
+                "v1/rerank",
+                "/v1/rerank?x=1",
+                "/dashboard/events",
+                "/v1/a b",
+            )
+        ),
     ],
 )
 def test_values_that_cannot_work_are_rejected_with_what_to_do(data: Any, expected: str) -> None:

@@ -7,6 +7,7 @@ import itertools
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from urllib.parse import unquote
 
 import msgspec
 
@@ -16,9 +17,12 @@ from fleetgate.gateway.entrance import Entrance
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.requests import (
     BadRequest,
+    is_form,
     parse_chat,
     parse_completion,
     parse_embedding,
+    parse_passthrough,
+    parse_responses,
     request_timeouts,
     with_model,
 )
@@ -100,6 +104,7 @@ class Gateway:
         pricing: Mapping[str, PricingSettings] | None = None,
         audit: AuditLog | None = None,
         dashboard: Dashboard | None = None,
+        passthrough: Sequence[str] = (),
     ) -> None:
         self._audit = audit  # operator endpoints' failed keys are written there
         self._clusters = dict(clusters)
@@ -116,20 +121,21 @@ class Gateway:
         self._ids = ids
         names = sorted([*self._clusters, *self._model_routes])
         self._known = ", ".join(names)
+        self._model_cards = {
+            m: {"id": m, "object": "model", "created": created, "owned_by": "fleetgate"}
+            for m in names
+        }
         self._models_body = msgspec.json.encode(
-            {
-                "object": "list",
-                "data": [
-                    {"id": m, "object": "model", "created": created, "owned_by": "fleetgate"}
-                    for m in names
-                ],
-            }
+            {"object": "list", "data": list(self._model_cards.values())}
         )
         post: dict[bytes, _Handler] = {
             b"/v1/chat/completions": self._inference(parse_chat),
             b"/v1/completions": self._inference(parse_completion),
             b"/v1/embeddings": self._inference(parse_embedding),
+            b"/v1/responses": self._inference(parse_responses),
         }
+        for other in passthrough:  # other model paths, routed by their `model`
+            post[other.encode()] = self._inference(parse_passthrough)
         get: dict[bytes, _Handler] = {
             b"/v1/models": self._models,
             b"/healthz": self._healthz,
@@ -170,6 +176,9 @@ class Gateway:
         request_id = self._ids.of(request.headers.get(b"x-request-id"))
         methods = self._routes.get(request.path)
         if methods is None:
+            if request.path.startswith(b"/v1/models/") and request.method == b"GET":
+                self._model(request, writer, request_id)
+                return
             paths = ", ".join(sorted(p.decode() for p in self._routes))
             self._error(
                 writer, request_id, 404, f"Unknown path {request.path.decode('latin-1')!r}; "
@@ -327,9 +336,18 @@ class Gateway:
         if self._door is not None:
             self._door.allow(caller, routing.model)
         body = request.body
+        content_type = JSON
+        form = routing.endpoint == "other" and is_form(request.headers)
+        if form:  # a pass-through upload: it goes as it came
+            content_type = request.headers[b"content-type"]
         cluster = self._clusters.get(routing.model)
         route = self._model_routes.get(routing.model) if cluster is None else None
         if route is not None:
+            if form:
+                raise BadRequest(
+                    f"{routing.model!r} is an alias; a form upload must name the model itself "
+                    f"(one of: {', '.join(sorted(self._clusters))}).", "model",
+                )  # fmt: skip
             routing.model = route.target(routing, request.headers)
             cluster = self._clusters[routing.model]
             body = with_model(body, routing.model)
@@ -340,7 +358,8 @@ class Gateway:
             )  # fmt: skip
         # Substring searches (memchr) before the regex: most bodies have none of them.
         if (
-            (b'_params"' in body or b'"bootstrap_' in body or b'"priority"' in body)
+            not form
+            and (b'_params"' in body or b'"bootstrap_' in body or b'"priority"' in body)
             and not caller.tenant.settings.engine_fields
             and _ENGINE_FIELD.search(body)
         ):
@@ -348,7 +367,7 @@ class Gateway:
         timeouts = request_timeouts(cluster.timeouts, request.headers)
         model = cluster.model
         headers = [
-            (b"content-type", JSON), (b"x-request-id", request_id),
+            (b"content-type", content_type), (b"x-request-id", request_id),
             *self._forward.forwarded(request.headers),
         ]  # fmt: skip
         exchange = Exchange(
@@ -384,6 +403,26 @@ class Gateway:
             listing["data"] = [m for m in listing["data"] if tenant.may_use(m["id"])]
             body = msgspec.json.encode(listing)
         writer.send(200, [(b"content-type", JSON), (b"x-request-id", request_id)], body)
+
+    def _model(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        """GET /v1/models/{id}: one model's card; 404 for one this caller may not use."""
+        name = unquote(request.path[len(b"/v1/models/") :].decode("latin-1"))
+        card = self._model_cards.get(name)
+        if card is not None and self._door is not None and self._door.auth:
+            try:
+                if not self._door.identify(request.headers).tenant.may_use(name):
+                    card = None
+            except Refused as exc:
+                self._error(writer, request_id, exc.status, exc.message, code=exc.code)
+                return
+        if card is None:
+            self._error(
+                writer, request_id, 404, f"The model {name[:200]!r} does not exist here.",
+                "model", "model_not_found",
+            )  # fmt: skip
+            return
+        writer.send(200, [(b"content-type", JSON), (b"x-request-id", request_id)],
+                    msgspec.json.encode(card))  # fmt: skip
 
     async def _healthz(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(

@@ -21,6 +21,7 @@ from fleetgate.traffic.limits import FREE, PricingSettings, Refusal, Reservation
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import Tenant
 from fleetgate.upstream.attempt import Exchange
+from fleetgate.upstream.responses_progress import ResponsesProgress
 
 LANE_HEADER = b"x-fleetgate-lane"
 QUEUE_TIMEOUT_HEADER = b"x-fleetgate-queue-timeout-s"
@@ -219,6 +220,8 @@ def _used(ex: Exchange) -> tuple[int, int] | None:
     progress = ex.progress
     if progress is not None:
         progress.settle()  # decodes what is left of it (it decodes in batches of 64 events)
+        if isinstance(progress, ResponsesProgress) and progress.usage is not None:
+            return progress.usage.prompt_tokens, progress.usage.completion_tokens
         return ex.routing.prompt_tokens, progress.tokens
     if ex.writer.status == 200:
         return None

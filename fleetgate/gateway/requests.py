@@ -54,6 +54,25 @@ class EmbeddingBody(msgspec.Struct):
     user: str | None = None
 
 
+class ResponsesBody(msgspec.Struct):
+    """`POST /v1/responses` (OpenAI's Responses API), as far as routing reads it."""
+
+    model: str
+    input: str | list[msgspec.Raw] | None = None
+    instructions: str | None = None
+    stream: bool | None = None
+    max_output_tokens: int | None = None
+    user: str | None = None
+    previous_response_id: str | None = None
+
+
+class ModelBody(msgspec.Struct):
+    """Any other model path (rerank, score, tokenize, moderations): its `model` alone."""
+
+    model: str
+    user: str | None = None
+
+
 def with_model(body: bytes, model: str) -> bytes:
     """The body with its `model` replaced (for a model alias, split or tier)."""
     return with_fields(body, model=model)
@@ -148,6 +167,8 @@ def _decode(decoder: msgspec.json.Decoder[_T], body: bytes, fields: str) -> _T:
 _chat = msgspec.json.Decoder(ChatBody)
 _completion = msgspec.json.Decoder(CompletionBody)
 _embedding = msgspec.json.Decoder(EmbeddingBody)
+_responses = msgspec.json.Decoder(ResponsesBody)
+_model_only = msgspec.json.Decoder(ModelBody)
 
 
 def _translate(exc: msgspec.DecodeError, fields: str) -> BadRequest:
@@ -206,6 +227,87 @@ def parse_embedding(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     if parsed.input is None or parsed.input == []:
         raise BadRequest("`input` is required: send a string or a non-empty array.", "input")
     return RoutingRequest(parsed.model, "embeddings", False, None, parsed.user)
+
+
+def parse_responses(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
+    parsed = _decode(_responses, body, "`model` and `input`")
+    if parsed.input is None or parsed.input == [] or parsed.input == "":
+        raise BadRequest("`input` is required: send a string or an array of input items.", "input")
+    if parsed.max_output_tokens is not None and parsed.max_output_tokens < 1:
+        raise BadRequest("`max_output_tokens` must be at least 1.", "max_output_tokens")
+    text = parsed.input.encode() if isinstance(parsed.input, str) else b"".join(parsed.input)
+    if parsed.instructions:
+        text = parsed.instructions.encode() + text
+    return RoutingRequest(
+        parsed.model,
+        "responses",
+        bool(parsed.stream),
+        parsed.max_output_tokens,
+        _session(headers, parsed.user),
+        text,
+    )
+
+
+FORM = b"multipart/form-data"
+
+
+def is_form(headers: dict[bytes, bytes]) -> bool:
+    return headers.get(b"content-type", b"")[: len(FORM)].lower() == FORM
+
+
+def parse_passthrough(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
+    """A body for a pass-through path (`server.passthrough_paths`): JSON, or a form upload.
+    Relayed whole (not as a stream): none of these paths streams."""
+    if is_form(headers):
+        return parse_multipart_model(body, headers)
+    return parse_model_path(body, headers)
+
+
+def parse_model_path(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
+    """A pass-through path's JSON body: routed by its `model`; the whole body counts as its
+    prompt."""
+    parsed = _decode(_model_only, body, "`model`")
+    return RoutingRequest(parsed.model, "other", False, None, _session(headers, parsed.user), body)
+
+
+def parse_multipart_model(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
+    """A pass-through path's `multipart/form-data` body (an audio transcription): routed by
+    its `model` field."""
+    model = multipart_field(body, headers.get(b"content-type", b""), b"model")
+    if model is None:
+        raise BadRequest("Send the form field `model` (multipart/form-data).", "model")
+    try:
+        name = model.decode()
+    except UnicodeDecodeError:
+        raise BadRequest("The form field `model` is not valid UTF-8.", "model") from None
+    return RoutingRequest(name, "other", False, None, _session(headers, None), b"")
+
+
+def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | None:
+    """The value of the form field `name` in a `multipart/form-data` body, or None (RFC 7578:
+    parts separated by `--boundary` lines, each with a Content-Disposition naming it)."""
+    kind, _, params = content_type.partition(b";")
+    if kind.strip().lower() != b"multipart/form-data":
+        return None
+    boundary = b""
+    for param in params.split(b";"):
+        key, _, value = param.strip().partition(b"=")
+        if key.lower() == b"boundary":
+            boundary = value.strip(b'"')
+    if not boundary or len(boundary) > 70:
+        return None
+    wanted = b'name="' + name + b'"'
+    for part in body.split(b"--" + boundary)[1:]:
+        head, sep, value = part.partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        for line in head.split(b"\r\n"):
+            field, _, disposition = line.partition(b":")
+            if field.strip().lower() != b"content-disposition":
+                continue
+            if wanted in (p.strip() for p in disposition.split(b";")):  # not filename="..."
+                return value[:-2] if value.endswith(b"\r\n") else value
+    return None
 
 
 # Per-request overrides of the pool's timeouts, in seconds: shorter only. A longer one is

@@ -37,6 +37,7 @@ from fleetgate.openai_api import JSON, SSE_HEADERS, Usage, error_body, usage_of
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.upstream.progress import StreamProgress
 from fleetgate.upstream.relay import StreamRelay
+from fleetgate.upstream.responses_progress import ResponsesProgress
 from fleetgate.upstream.timeouts import Timeouts
 
 Claim = Callable[[], bool]  # True if this attempt has (now) the client: resilience/hedge.py
@@ -220,7 +221,9 @@ class Attempts:
             self._expire(ex, response)
             status = response.status
             if routing.stream and status == 200:
-                progress = streamed = StreamProgress()
+                progress = streamed = (
+                    ResponsesProgress() if routing.endpoint == "responses" else StreamProgress()
+                )
 
                 def start() -> bool:
                     nonlocal first_at

@@ -232,3 +232,19 @@ def test_a_timeout_header_may_shorten_the_pool_s_timeouts_never_lengthen_them() 
     assert (got.first_byte_s, got.total_s, got.idle_s, got.connect_s) == (2.5, 100.0, 5.0, 5.0)
     longer = {b"x-fleetgate-total-timeout-s": b"1e300", b"x-fleetgate-idle-timeout-s": b"60"}
     assert request_timeouts(pool, longer) is pool
+
+
+def test_a_form_s_model_field_is_found_and_a_file_named_model_is_not_it() -> None:
+    from fleetgate.gateway.requests import multipart_field
+
+    ctype = b'multipart/form-data; boundary="XyZ"'
+    body = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="file"; filename="model"\r\n\r\n'
+        b'RIFF\r\n--XyZ\r\ncontent-disposition: form-data; name="model"\r\n\r\n'
+        b"whisper-1\r\n--XyZ--\r\n"
+    )
+    assert multipart_field(body, ctype, b"model") == b"whisper-1"
+    only_file = body.split(b"--XyZ\r\ncontent-disposition")[0] + b"--XyZ--\r\n"
+    assert multipart_field(only_file, ctype, b"model") is None
+    assert multipart_field(body, b"application/json", b"model") is None
+    assert multipart_field(body, b"multipart/form-data; boundary=" + b"x" * 71, b"model") is None

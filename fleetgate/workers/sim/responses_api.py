@@ -10,7 +10,8 @@ otherwise "completed". A stream sends `event: <type>` + `data: {..., "sequence_n
 response.created, response.in_progress, response.output_item.added,
 response.content_part.added, one response.output_text.delta per token,
 response.output_text.done, response.content_part.done, response.output_item.done, then
-response.completed (response.incomplete when cut at the limit), and no [DONE].
+response.completed (as vLLM ends every stream, a response cut at the limit included: its
+`status` says "incomplete"; the SDK's stream helpers need that event), and no [DONE].
 """
 
 from __future__ import annotations
@@ -154,8 +155,7 @@ class ResponseRenderer:
         plan = self._job.choices[0]
         status = _status(plan)
         done = self._response(status, [self._message(status, plan.text())], usage)
-        kind = "response.completed" if status == "completed" else "response.incomplete"
-        return self._event(kind, {"response": done})
+        return self._event("response.completed", {"response": done})
 
     def whole(self, usage: Usage, extra: dict[str, Any] | None) -> bytes:
         plan = self._job.choices[0]

@@ -50,7 +50,7 @@ async def test_a_streamed_response_as_openai_streams_it(sdk: openai.AsyncOpenAI)
     seen = [event async for event in events]
     assert [e.sequence_number for e in seen] == list(range(len(seen)))
     last = seen[-1]
-    assert last.type == "response.incomplete" and last.response.status == "incomplete"
+    assert last.type == "response.completed" and last.response.status == "incomplete"
 
 
 async def test_what_the_sim_cannot_answer_is_a_400(worker: Worker) -> None:

@@ -1,0 +1,65 @@
+"""What a Responses API stream (`POST /v1/responses`, `stream: true`) has delivered so far.
+
+Its events are typed (`event: response.output_text.delta` + `data: {...}`) and it has no
+[DONE]: it is complete once a terminal event has gone out (`response.completed`,
+`response.incomplete`, `response.failed`, or an `error`). The text deltas are counted as
+they pass (one per token from a streaming engine), and the terminal event's `usage`, when it
+has one, is what the request used. Such a stream is not continued on another backend: a
+Response is built from items the engine numbers and stores, which another engine cannot
+take up half way; one that breaks off ends with an `error` event instead.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from fleetgate.openai_api import Usage
+from fleetgate.upstream.progress import StreamProgress
+
+_TERMINAL = re.compile(rb"(?:^|\n)event: ?(?:response\.(?:completed|incomplete|failed)|error)\r?\n")
+_DELTA = b"event: response.output_text.delta"
+
+
+class _Response(msgspec.Struct):
+    usage: Usage | None = None
+
+
+class _Terminal(msgspec.Struct):
+    response: _Response | None = None
+
+
+_decode_terminal = msgspec.json.Decoder(_Terminal).decode
+
+
+class ResponsesProgress(StreamProgress):
+    """A StreamProgress for a Responses API stream: `done` at its terminal event, `tokens`
+    from its text deltas, `usage` from its terminal event."""
+
+    __slots__ = ("_last", "usage")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.usage: Usage | None = None
+        self._last = b""  # the terminal event's payload, decoded once asked for
+
+    def feed(self, events: bytes) -> None:
+        self.events += events.count(b"\ndata:") + events.startswith(b"data:")
+        self.tokens += events.count(_DELTA)
+        found = _TERMINAL.search(events)
+        if found is not None:
+            self.done = self.finished = True
+            start = events.find(b"data:", found.end())
+            end = events.find(b"\n", start)
+            self._last = events[start + 5 : end if end >= 0 else len(events)].strip()
+
+    def settle(self) -> None:
+        if self._last:
+            try:
+                terminal = _decode_terminal(self._last)
+            except msgspec.DecodeError:
+                terminal = _Terminal()
+            self._last = b""
+            if terminal.response is not None and terminal.response.usage is not None:
+                self.usage = terminal.response.usage

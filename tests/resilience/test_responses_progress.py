@@ -1,0 +1,34 @@
+"""A Responses API stream's progress: complete at its terminal event, its usage read from it."""
+
+from __future__ import annotations
+
+from fleetgate.upstream.responses_progress import ResponsesProgress
+
+
+def _event(kind: str, data: str) -> bytes:
+    return f"event: {kind}\ndata: {data}\n\n".encode()
+
+
+def test_deltas_are_counted_and_the_terminal_event_gives_the_usage() -> None:
+    progress = ResponsesProgress()
+    progress.feed(_event("response.created", '{"type":"response.created"}'))
+    delta = _event("response.output_text.delta", '{"type":"response.output_text.delta"}')
+    progress.feed(delta * 3)
+    assert (progress.tokens, progress.events, progress.done) == (3, 4, False)
+    usage = '{"input_tokens":7,"output_tokens":3,"total_tokens":10}'
+    progress.feed(delta + _event("response.completed", f'{{"response":{{"usage":{usage}}}}}'))
+    assert progress.done and progress.finished and progress.tokens == 4
+    progress.settle()
+    assert progress.usage is not None
+    assert (progress.usage.prompt_tokens, progress.usage.completion_tokens) == (7, 3)
+
+
+def test_an_error_event_ends_the_stream_and_a_text_mentioning_one_does_not() -> None:
+    progress = ResponsesProgress()
+    # A delta whose text names the terminal event is not one: only an `event:` line counts.
+    progress.feed(_event("response.output_text.delta", '{"delta":"event: error\\n"}'))
+    assert not progress.done
+    progress.feed(_event("error", '{"type":"error","code":"x","message":"m"}'))
+    assert progress.done
+    progress.settle()
+    assert progress.usage is None  # no usage in an error: the relayed deltas count instead
