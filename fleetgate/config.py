@@ -21,6 +21,7 @@ import msgspec
 import yaml
 
 from fleetgate.fleet.calibration import WeightSettings
+from fleetgate.fleet.engines import KINDS
 from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.scraper import ScrapeSettings
 from fleetgate.health.active import ActiveCheckSettings
@@ -113,8 +114,13 @@ class BackendConfig(Settings, frozen=True):
     max_in_flight: int | None = None  # at this many requests in flight routing skips it
     api_key: str | None = None  # sent to this backend as `Authorization: Bearer` (not logged)
     cost_per_hour_usd: float = 0.0  # what its GPUs cost an hour (fleetgate_backend_cost_*)
+    # What serves it (fleet/engines.py): auto probes it; or vllm, sglang, llamacpp, tgi,
+    # ollama, fleetgate, openai (any other OpenAI-compatible server).
+    engine: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.engine not in KINDS:
+            raise ValueError(f"`engine`: {self.engine!r} is not one of {', '.join(KINDS)}")
         if not 0 <= self.cost_per_hour_usd < math.inf:
             raise ValueError(f"`cost_per_hour_usd` must be >= 0, got {self.cost_per_hour_usd}")
         if self.api_key is not None and (not self.api_key.isprintable() or not self.api_key):

@@ -497,7 +497,7 @@ async def start_gateway(
             backends.append(
                 Backend(
                     backend_id(url), url, (pool.model,), b.weight, dict(b.labels),
-                    b.max_in_flight, b.api_key, name, b.cost_per_hour_usd,
+                    b.max_in_flight, b.api_key, name, b.cost_per_hour_usd, b.engine,
                 )
             )  # fmt: skip
         resolved.append(ResolvedPool(pool, tuple(backends[:n]), tuple(backends[n:])))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from fleetgate.fleet.engine_load import EngineLoad
+from fleetgate.fleet.engines import configured
 from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.fleet.latency import LatencyStats
 from fleetgate.fleet.step_fit import StepFit
@@ -46,6 +47,7 @@ class Backend:
     # there, e.g. "llama-3.1-8b-instruct#1" (serve.py); its first model when not given.
     name: str = ""
     cost_per_hour_usd: float = 0.0  # what it costs to run an hour (its GPUs), for metrics
+    engine: str = "auto"  # what serves it (fleet/engines.py); auto: probed
     origin: Origin = field(init=False, compare=False)
     # What every request to it carries besides the client's headers: its api key.
     credentials: tuple[tuple[bytes, bytes], ...] = field(init=False, compare=False, repr=False)
@@ -64,8 +66,8 @@ class BackendState:
     subscribers (lifecycle/accounting.py) and the health detectors write it."""
 
     __slots__ = (
-        "backend", "backoff_until", "engine", "flags", "in_flight", "in_flight_tokens", "latency",
-        "pending_prefill", "ramp_from", "speed", "step_fit", "weight",
+        "backend", "backoff_until", "engine", "flags", "in_flight", "in_flight_tokens", "kind",
+        "latency", "pending_prefill", "ramp_from", "speed", "step_fit", "weight",
     )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
@@ -79,6 +81,7 @@ class BackendState:
         self.backoff_until = 0.0  # an engine asked for no traffic until then (Retry-After)
         self.ramp_from: float | None = None  # when its slow start began; None: full weight
         self.engine: EngineLoad | None = None  # the engine's last reported load (scraped)
+        self.kind = configured(backend.engine)  # what serves it; probed when `auto`
         self.latency = LatencyStats()  # what the gateway measured of its recent answers
         self.step_fit = StepFit()  # its engine's speed, from the step metrics scraped
 

@@ -1,6 +1,6 @@
 """What an engine says about its own load, read from its Prometheus /metrics: requests running
-and waiting, KV-cache use, prefix-cache hits, and (vLLM V1) its steps' sizes and times. vLLM's
-names and SGLang's are both understood.
+and waiting, KV-cache use, prefix-cache hits, and (vLLM V1) its steps' sizes and times. vLLM's,
+SGLang's, llama.cpp's server's and TGI's names are understood (the last two report no KV use).
 
 A reading is only as good as it is recent: `EngineLoad.fresh(now, stale_after_s)` is None once
 the last scrape is older than that, so routing falls back to what the gateway itself sees.
@@ -22,6 +22,10 @@ _GAUGES = {
     "sglang:num_running_reqs": "running",
     "sglang:num_queue_reqs": "waiting",
     "sglang:token_usage": "kv_usage",
+    "llamacpp:requests_processing": "running",
+    "llamacpp:requests_deferred": "waiting",
+    "tgi_batch_current_size": "running",
+    "tgi_queue_size": "waiting",
 }
 _HITS = "vllm:prefix_cache_hits_total"
 _QUERIES = "vllm:prefix_cache_queries_total"

