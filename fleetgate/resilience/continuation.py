@@ -5,7 +5,8 @@ choice by choice. When the backend breaks off, `plan_continuation` picks one of 
 
 | the stream                                    | how it goes on                               |
 |-----------------------------------------------|----------------------------------------------|
-| every choice finished, only [DONE] missing    | [DONE] is sent                               |
+| every choice finished, only [DONE] missing    | [DONE] is sent (a usage asked for and not    |
+|                                               |   sent yet: replay, which passes only it)    |
 | n = 1, no tool call sent, a text prompt       | prefill: the prompt plus the text sent       |
 | n > 1, a tool call under way, a prompt of     | replay (resilience/replay.py): the request   |
 |   token ids or several prompts, or prefill    |   again, what the client has swallowed; only |
@@ -74,7 +75,9 @@ def plan_continuation(original: bytes, chat: bool, progress: StreamProgress) -> 
     if not isinstance(body, dict):
         return Plan("refused", why="the request could not be read again")
     if progress.finished and len(progress.choices) >= _choices_asked(body, chat):
-        return Plan("done")
+        if progress.usage or not _usage_asked(body) or not _deterministic(body):
+            return Plan("done")  # (without a seed, a usage never sent stays unsent)
+        return Plan("replay", original)  # for the usage alone: the rest is the client's
     several = len(progress.choices) > 1 or body.get("n") not in (1, None)
     if not several and not progress.tool_calls:
         rest = continuation_body(original, chat, progress, body)
@@ -95,6 +98,11 @@ def _choices_asked(body: dict[str, Any], chat: bool) -> int:
     if not chat and isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
         return n * len(prompt)  # completions: n choices per prompt
     return n
+
+
+def _usage_asked(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
 
 
 def _deterministic(body: dict[str, Any]) -> bool:

@@ -43,10 +43,15 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
+class _Usage(msgspec.Struct):
+    pass  # only whether there was one: its fields are skipped
+
+
 class _Chunk(msgspec.Struct):
     id: str = ""
     created: int = 0
     choices: list[_Choice] = []
+    usage: _Usage | None = None
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
@@ -90,7 +95,7 @@ class StreamProgress:
     continuation needs the text), not one by one on the relay's hot path.
     """
 
-    __slots__ = ("_raw", "choices", "created", "done", "events", "id", "tokens")
+    __slots__ = ("_raw", "choices", "created", "done", "events", "id", "tokens", "usage")
 
     def __init__(self) -> None:
         self._raw: list[bytes] = []  # whole SSE events as sent, not decoded yet
@@ -104,6 +109,7 @@ class StreamProgress:
         # latency stats (a stream that ends without a failure is never decoded at all).
         self.events = 0
         self.done = False  # [DONE] was sent
+        self.usage = False  # a `usage` was sent (stream_options.include_usage)
 
     @property
     def text(self) -> str:
@@ -155,6 +161,8 @@ class StreamProgress:
         choices = self.choices
         tokens = 0
         for chunk in chunks:
+            if chunk.usage is not None:
+                self.usage = True
             for choice in chunk.choices:
                 got = choices.get(choice.index)
                 if got is None:

@@ -593,3 +593,23 @@ async def test_a_stream_that_cannot_be_replayed_faithfully_is_ended_at_once() ->
     assert error["code"] == "stream_not_resumable" and "seed" in error["message"]
     assert len(h.transport.sent) == 1  # no backend was asked
     h.assert_settled()
+
+
+async def test_a_usage_asked_for_and_lost_with_the_break_comes_from_a_replay() -> None:
+    seeded = msgspec.json.encode({**msgspec.json.decode(N2), "n": 1})
+    full = [role("s"), token("Hi", "s"), token("!", "s", "stop"),
+            {"id": "s", "choices": [], "usage": {"completion_tokens": 2}}]  # fmt: skip
+
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:  # broke after the last token, before the usage
+            chunks = sse(*full[:3], done=False)
+            return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+        return Script(200, sse(*full))
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    got = await h.forward(stream=True, body=seeded)
+    *chunks, done = got.events()
+    assert done == "[DONE]" and h.transport.sent[1].body == seeded
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1]) == "Hi!"
+    assert (chunks[-1]["choices"], chunks[-1]["usage"]) == ([], {"completion_tokens": 2})
+    h.assert_settled()

@@ -105,7 +105,10 @@ def test_choices_are_kept_apart_with_their_logprobs_and_ends() -> None:
     assert not progress.finished  # choice 1 has not ended
     progress.feed(_chunk({"index": 1, "delta": {}, "finish_reason": "length"}))
     progress.settle()
-    assert progress.finished
+    assert progress.finished and not progress.usage
+    progress.feed(b'data: {"id":"c-1","choices":[],"usage":{"completion_tokens":4}}\n\n')
+    progress.settle()
+    assert progress.usage
 
 
 def test_completions_logprobs_count_their_tokens() -> None:
