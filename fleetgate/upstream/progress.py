@@ -12,30 +12,30 @@ _DONE = b"[DONE]"
 _LAST = b"data: [DONE]\n\n"
 
 
-class _Function(msgspec.Struct):
+class _Function(msgspec.Struct, gc=False):
     name: str | None = None
     arguments: str | None = None
 
 
-class _ToolCall(msgspec.Struct):
+class _ToolCall(msgspec.Struct, gc=False):
     index: int = 0
     id: str | None = None
     type: str | None = None
     function: _Function | None = None
 
 
-class _Delta(msgspec.Struct):
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
     tool_calls: list[_ToolCall] | None = None
 
 
-class _Logprobs(msgspec.Struct):
+class _Logprobs(msgspec.Struct, gc=False):
     # Entries are counted, not read: msgspec skips over each without building it.
     content: list[msgspec.Raw] | None = None  # chat: one entry a token
     tokens: list[msgspec.Raw] | None = None  # completions: one a token
 
 
-class _Choice(msgspec.Struct):
+class _Choice(msgspec.Struct, gc=False):
     index: int = 0
     delta: _Delta | None = None
     text: str | None = None
@@ -43,11 +43,11 @@ class _Choice(msgspec.Struct):
     finish_reason: str | None = None
 
 
-class _Usage(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
     pass  # only whether there was one: its fields are skipped
 
 
-class _Chunk(msgspec.Struct):
+class _Chunk(msgspec.Struct, gc=False):
     id: str = ""
     created: int = 0
     choices: list[_Choice] = []
@@ -160,13 +160,16 @@ class StreamProgress:
             self.id, self.created = chunks[0].id, chunks[0].created
         choices = self.choices
         tokens = 0
+        at, got = -1, ChoiceProgress()  # the choice of the last delta: most often the next's
         for chunk in chunks:
             if chunk.usage is not None:
                 self.usage = True
             for choice in chunk.choices:
-                got = choices.get(choice.index)
-                if got is None:
-                    got = choices[choice.index] = ChoiceProgress()
+                if choice.index != at:
+                    at = choice.index
+                    if (known := choices.get(at)) is None:
+                        known = choices[at] = ChoiceProgress()
+                    got = known
                 delta = choice.delta
                 if delta is None:
                     piece = choice.text
