@@ -1,42 +1,133 @@
 """Continuing a stream on another backend after its backend failed mid-answer.
 
-The relay keeps a `StreamProgress` (upstream/progress.py) of what the client has been sent
-(the text, how many tokens, the stream's id). When the backend breaks off,
-`continuation_body` asks another backend for the rest: the prompt plus the text already
+The relay keeps a `StreamProgress` (upstream/progress.py) of what the client has been sent,
+choice by choice. When the backend breaks off, `plan_continuation` picks one of two ways on:
+
+| the stream                                    | how it goes on                               |
+|-----------------------------------------------|----------------------------------------------|
+| every choice finished, only [DONE] missing    | [DONE] is sent (a usage asked for and not    |
+|                                               |   sent yet: replay, which passes only it)    |
+| n = 1, no tool call sent, a text prompt       | prefill: the prompt plus the text sent       |
+| n > 1, a tool call under way, a prompt of     | replay (resilience/replay.py): the request   |
+|   token ids or several prompts, or prefill    |   again, what the client has swallowed; only |
+|   impossible (max_tokens spent)               |   with a `seed` or temperature 0             |
+| anything else (replay without a `seed`)       | an error event, at once                      |
+
+Prefill asks for the rest directly: `continuation_body` is the prompt plus the text already
 streamed, with `max_tokens` reduced by what was sent; for chat the partial answer goes in as
 an assistant message to continue (vLLM's `continue_final_message`, `add_generation_prompt:
-false`), for completions it is appended to the prompt. `Splicer` rewrites the new backend's
-events so that the client sees one stream: the same id and creation time, no second role
-chunk, usage counting every token.
+false`), for completions it is appended to the prompt (an echoed prompt is not sent twice).
+`Splicer` rewrites the new backend's events so that the client sees one stream: the same id
+and creation time, no second role chunk, logprobs' `text_offset` counted from the answer's
+start, usage counting every token once.
 
-Requests that cannot be resumed this way (n > 1, prompts given as token ids or batches) get
-None, and the client an error event instead. `Continuation` runs the whole step: up to
-`max_attempts - 1` backends not tried yet, each asked for the rest of what is still missing.
+Replay sends the request as it was and matches the new answer against what the client has,
+choice by choice (text, tool-call arguments, logprobs): tool calls and several choices carry
+across whole, and an engine that answers otherwise the second time ends the stream with a
+`continuation_diverged` error event rather than a different answer.
+
+`Continuation` runs the whole step: up to `max_attempts - 1` backends not tried yet, each
+asked for the rest of what is still missing; when none is left, or the stream cannot go on
+faithfully, the client gets an error event: never silently.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import msgspec
 
+from fleetgate.fleet.backend import BackendState
 from fleetgate.http.errors import UpstreamError
 from fleetgate.http.sse import SseDecoder
 from fleetgate.lifecycle.events import Continued, Routed
 from fleetgate.openai_api import DONE, DONE_EVENT, error_event
 from fleetgate.resilience.cluster import Cluster
+from fleetgate.resilience.replay import Replayer
 from fleetgate.upstream.attempt import Attempts, Broken, Exchange, error_code
 from fleetgate.upstream.progress import StreamProgress
 
+_NOT_RESUMABLE = (
+    "the answer cannot be continued faithfully on another backend ({why}); send a `seed` "
+    "(or temperature 0) to make such a stream resumable"
+)
 
-def continuation_body(original: bytes, chat: bool, progress: StreamProgress) -> bytes | None:
-    """The request that asks another backend for the rest of the answer, or None."""
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How a broken stream goes on (the table in the module docstring)."""
+
+    way: Literal["done", "prefill", "replay", "refused"]
+    body: bytes = b""  # what to send (prefill, replay)
+    why: str = ""  # refused: why, for the client
+
+
+def plan_continuation(original: bytes, chat: bool, progress: StreamProgress) -> Plan:
+    """The way on for a stream the client has `progress` of."""
     progress.settle()
     try:
-        body: dict[str, Any] = msgspec.json.decode(original)
+        body = msgspec.json.decode(original)
     except msgspec.DecodeError:
-        return None
+        body = None
+    if not isinstance(body, dict):
+        return Plan("refused", why="the request could not be read again")
+    if progress.finished and len(progress.choices) >= _choices_asked(body, chat):
+        if progress.usage or not _usage_asked(body) or not _deterministic(body):
+            return Plan("done")  # (without a seed, a usage never sent stays unsent)
+        return Plan("replay", original)  # for the usage alone: the rest is the client's
+    several = len(progress.choices) > 1 or body.get("n") not in (1, None)
+    if not several and not progress.tool_calls:
+        rest = continuation_body(original, chat, progress, body)
+        if rest is not None:
+            return Plan("prefill", rest)
+    if not _deterministic(body):
+        why = "several choices" if several else "a tool call under way"
+        if not several and not progress.tool_calls:
+            why = "the prompt or limits leave no room to append the answer"
+        return Plan("refused", why=_NOT_RESUMABLE.format(why=why))
+    return Plan("replay", original)
+
+
+def _choices_asked(body: dict[str, Any], chat: bool) -> int:
+    n = body.get("n")
+    n = n if isinstance(n, int) and n > 0 else 1
+    prompt = body.get("prompt")
+    if not chat and isinstance(prompt, list) and prompt and isinstance(prompt[0], str | list):
+        return n * len(prompt)  # completions: n choices per prompt
+    return n
+
+
+def _usage_asked(body: dict[str, Any]) -> bool:
+    options = body.get("stream_options")
+    return isinstance(options, dict) and options.get("include_usage") is True
+
+
+def _deterministic(body: dict[str, Any]) -> bool:
+    """The same request gets the same answer again: a `seed`, or greedy sampling."""
+    seed = body.get("seed")
+    return (isinstance(seed, int) and not isinstance(seed, bool)) or body.get("temperature") == 0
+
+
+def continuation_body(
+    original: bytes,
+    chat: bool,
+    progress: StreamProgress,
+    body: dict[str, Any] | None = None,
+) -> bytes | None:
+    """The request that asks another backend for the rest of a one-choice text answer (the
+    prefill way), or None where the prompt or limits do not allow it. `body`: `original`
+    decoded, if it was (it is changed)."""
+    progress.settle()
+    if body is None:
+        try:
+            body = msgspec.json.decode(original)
+        except msgspec.DecodeError:
+            return None
+        if not isinstance(body, dict):
+            return None
     if body.get("n", 1) not in (1, None):
         return None
     for key in ("max_completion_tokens", "max_tokens"):
@@ -62,21 +153,26 @@ def continuation_body(original: bytes, chat: bool, progress: StreamProgress) -> 
             prompt = prompt[0]
         if not isinstance(prompt, str):
             return None
+        if body.get("echo"):  # the text sent begins with the prompt, echoed
+            if not text.startswith(prompt):
+                return None
+            text, body["echo"] = text[len(prompt) :], False
         body["prompt"] = prompt + text
     body["stream"] = True
     return msgspec.json.encode(body)
 
 
 class Splicer:
-    """Rewrites a continuation's SSE events into the stream the client already has."""
+    """Rewrites a prefill continuation's SSE events into the stream the client already has."""
 
-    __slots__ = ("_decoder", "_progress", "_streamed")
+    __slots__ = ("_decoder", "_offset", "_progress", "_streamed")
 
     def __init__(self, progress: StreamProgress) -> None:
         progress.settle()
         self._decoder = SseDecoder()
         self._progress = progress
         self._streamed = progress.tokens  # tokens sent before this continuation
+        self._offset = len(progress.text)  # characters sent before (completions' text_offset)
 
     def rewrite(self, events: bytes) -> bytes:
         out: list[bytes] = []
@@ -92,6 +188,8 @@ class Splicer:
             if chunk.get("usage") is None and all(_role_only(c) for c in choices):
                 continue  # the new backend's opening role chunk: the client has one
             chunk["id"], chunk["created"] = self._progress.id, self._progress.created
+            for choice in choices:
+                self._shift(choice)
             usage = chunk.get("usage")
             if isinstance(usage, dict):
                 usage["completion_tokens"] = usage.get("completion_tokens", 0) + self._streamed
@@ -99,14 +197,27 @@ class Splicer:
             out.append(b"data: " + msgspec.json.encode(chunk) + b"\n\n")
         return b"".join(out)
 
+    def _shift(self, choice: Any) -> None:
+        """Completions' `text_offset`s count from the answer's start, not the new prompt's."""
+        logprobs = choice.get("logprobs") if isinstance(choice, dict) else None
+        if not isinstance(logprobs, dict) or not self._offset:
+            return
+        offsets = logprobs.get("text_offset")
+        if isinstance(offsets, list):
+            logprobs["text_offset"] = [
+                o + self._offset if isinstance(o, int) else o for o in offsets
+            ]
+
 
 def _role_only(choice: Any) -> bool:
-    if not isinstance(choice, dict):
+    """An opening chunk: a role, maybe empty content, nothing else (a tool call's head or
+    logprobs are not)."""
+    if not isinstance(choice, dict) or choice.get("finish_reason") is not None:
         return False
     delta = choice.get("delta")
-    return (
-        isinstance(delta, dict) and not delta.get("content") and choice.get("finish_reason") is None
-    )
+    if not isinstance(delta, dict) or delta.get("content") or choice.get("logprobs"):
+        return False
+    return all(key in ("role", "content") or value is None for key, value in delta.items())
 
 
 class Continuation:
@@ -122,13 +233,14 @@ class Continuation:
         error: UpstreamError = broken.error
         chat = ex.routing.endpoint == "chat"
         for _ in range(cluster.retries.max_attempts - 1):
-            progress.settle()
-            if progress.finished:  # only [DONE] was missing: nothing left to generate
+            plan = plan_continuation(ex.body, chat, progress)
+            if plan.way == "done":  # only [DONE] was missing: nothing left to generate
                 ex.writer.end(DONE_EVENT)
                 return
-            rest = continuation_body(ex.body, chat, progress)
-            if rest is None:
-                break
+            if plan.way == "refused":
+                message = f"The stream broke off and could not go on: {error}; {plan.why}."
+                ex.writer.end(error_event(502, message, "stream_not_resumable"))
+                return
             now = self._clock()
             emit = cluster.emit
             why: dict[str, float] | None = {} if emit.routed is not None else None
@@ -140,11 +252,49 @@ class Continuation:
             ex.tried.append(state)
             if emit.continued is not None:
                 emit.continued(Continued(ex.request_id, now, ex.model, state, progress.tokens))
-            again = await self._attempts.resume(
-                ex, state, rest, progress, Splicer(progress).rewrite
-            )
+            if plan.way == "prefill":
+                again = await self._attempts.resume(
+                    ex, state, plan.body, progress, Splicer(progress).rewrite
+                )
+            else:
+                replayer = Replayer(progress)
+                again = await self._replay(ex, state, plan.body, progress, replayer)
+                if replayer.diverged is not None:
+                    message = (
+                        "The stream broke off and its replay on another backend differed from "
+                        f"what was sent ({replayer.diverged}): the engine does not answer this "
+                        "request the same way twice."
+                    )
+                    ex.writer.end(error_event(502, message, "continuation_diverged"))
+                    return
             if again is None:
                 return
             error = again
         message = f"The stream broke off and could not go on: {error}"
         ex.writer.end(error_event(502, message, error_code(error)))
+
+    async def _replay(
+        self,
+        ex: Exchange,
+        state: BackendState,
+        body: bytes,
+        progress: StreamProgress,
+        replayer: Replayer,
+    ) -> UpstreamError | None:
+        """`resume` with a replay, stopped (the upstream aborted, the attempt ending as
+        cancelled: the backend did nothing wrong) as soon as the replay diverges."""
+        task = asyncio.ensure_future(
+            self._attempts.resume(ex, state, body, progress, replayer.rewrite)
+        )
+
+        def stop() -> None:
+            task.cancel()
+
+        replayer.on_diverged = stop
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if replayer.diverged is None or (current is not None and current.cancelling()):
+                raise  # the client left, or the gateway stops
+            return None

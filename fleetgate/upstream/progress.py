@@ -1,6 +1,8 @@
-"""What one stream has delivered to its client so far: the text, the tokens, the stream's id,
-and whether it is complete. Continuation (resilience/continuation.py) reads it to ask another
-backend for the rest."""
+"""What one stream has delivered to its client so far, choice by choice: the text, the tool
+calls (id, name, arguments so far), how many logprobs entries, the finish reason; and the
+stream's id, its token count and whether it is complete. Continuation
+(resilience/continuation.py) reads it to ask another backend for the rest, or to check a
+replayed answer against what the client already has (resilience/replay.py)."""
 
 from __future__ import annotations
 
@@ -10,25 +12,79 @@ _DONE = b"[DONE]"
 _LAST = b"data: [DONE]\n\n"
 
 
-class _Delta(msgspec.Struct):
+class _Function(msgspec.Struct, gc=False):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(msgspec.Struct, gc=False):
+    index: int = 0
+    id: str | None = None
+    type: str | None = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct, gc=False):
     content: str | None = None
+    tool_calls: list[_ToolCall] | None = None
 
 
-class _Choice(msgspec.Struct):
+class _Logprobs(msgspec.Struct, gc=False):
+    # Entries are counted, not read: msgspec skips over each without building it.
+    content: list[msgspec.Raw] | None = None  # chat: one entry a token
+    tokens: list[msgspec.Raw] | None = None  # completions: one a token
+
+
+class _Choice(msgspec.Struct, gc=False):
+    index: int = 0
     delta: _Delta | None = None
     text: str | None = None
+    logprobs: _Logprobs | None = None
     finish_reason: str | None = None
 
 
-class _Chunk(msgspec.Struct):
+class _Usage(msgspec.Struct, gc=False):
+    pass  # only whether there was one: its fields are skipped
+
+
+class _Chunk(msgspec.Struct, gc=False):
     id: str = ""
     created: int = 0
     choices: list[_Choice] = []
+    usage: _Usage | None = None
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 _decode_batch = msgspec.json.Decoder(list[_Chunk]).decode
 _BATCH = 64  # events recorded before they are decoded
+
+
+class ToolCallProgress:
+    """One tool call of a choice as the client has it: the head, and the arguments so far."""
+
+    __slots__ = ("arguments", "id", "name", "type")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.type = ""
+        self.name = ""
+        self.arguments: list[str] = []  # the pieces as sent
+
+
+class ChoiceProgress:
+    """One choice (by its `index`) as the client has it."""
+
+    __slots__ = ("finish_reason", "logprobs", "parts", "tool_calls")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []  # the text's pieces as sent (completions: the echo too)
+        self.tool_calls: dict[int, ToolCallProgress] = {}  # by the call's index
+        self.logprobs = 0  # logprobs entries sent (one a token)
+        self.finish_reason: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 class StreamProgress:
@@ -39,24 +95,39 @@ class StreamProgress:
     continuation needs the text), not one by one on the relay's hot path.
     """
 
-    __slots__ = ("_raw", "created", "done", "events", "finished", "id", "parts", "tokens")
+    __slots__ = ("_raw", "choices", "created", "done", "events", "id", "tokens", "usage")
 
     def __init__(self) -> None:
         self._raw: list[bytes] = []  # whole SSE events as sent, not decoded yet
         self.id = ""
         self.created = 0
-        self.parts: list[str] = []
-        self.tokens = 0  # events that carried text: one token each from a streaming engine
+        self.choices: dict[int, ChoiceProgress] = {}  # by index, in the order they came
+        # Deltas that carried text or tool-call arguments: one token each from a streaming
+        # engine, all choices together (what the limits count).
+        self.tokens = 0
         # Data events sent, [DONE] aside: counted as they pass, without decoding, for the
         # latency stats (a stream that ends without a failure is never decoded at all).
         self.events = 0
-        self.finished = False  # a finish_reason was sent: the answer is complete
         self.done = False  # [DONE] was sent
+        self.usage = False  # a `usage` was sent (stream_options.include_usage)
 
     @property
     def text(self) -> str:
+        """The first choice's text (the only one's, unless n > 1)."""
         self.settle()
-        return "".join(self.parts)
+        choice = self.choices.get(0)
+        return "" if choice is None else choice.text
+
+    @property
+    def finished(self) -> bool:
+        """Every choice sent so far has had its finish reason (call `settle` first)."""
+        choices = self.choices
+        return bool(choices) and all(c.finish_reason is not None for c in choices.values())
+
+    @property
+    def tool_calls(self) -> bool:
+        """A tool call was sent, in any choice (call `settle` first)."""
+        return any(c.tool_calls for c in self.choices.values())
 
     def feed(self, events: bytes) -> None:
         """Record complete SSE events as sent to the client."""
@@ -70,7 +141,7 @@ class StreamProgress:
             self.settle()
 
     def settle(self) -> None:
-        """Decode what has been recorded so far (`text`, `tokens`, `id` need it)."""
+        """Decode what has been recorded so far (`choices`, `tokens`, `id` need it)."""
         if not self._raw:
             return
         raw = b"".join(self._raw)
@@ -87,17 +158,56 @@ class StreamProgress:
             chunks = _decode_each(raw)
         if chunks and not self.id:
             self.id, self.created = chunks[0].id, chunks[0].created
-        parts = self.parts
-        before = len(parts)
+        choices = self.choices
+        tokens = 0
+        at, got = -1, ChoiceProgress()  # the choice of the last delta: most often the next's
         for chunk in chunks:
+            if chunk.usage is not None:
+                self.usage = True
             for choice in chunk.choices:
+                if choice.index != at:
+                    at = choice.index
+                    if (known := choices.get(at)) is None:
+                        known = choices[at] = ChoiceProgress()
+                    got = known
                 delta = choice.delta
-                piece = delta.content if delta is not None else choice.text
+                if delta is None:
+                    piece = choice.text
+                else:
+                    piece = delta.content
+                    if delta.tool_calls:
+                        tokens += _record_calls(got.tool_calls, delta.tool_calls)
                 if piece:
-                    parts.append(piece)
+                    got.parts.append(piece)
+                    tokens += 1
+                logprobs = choice.logprobs
+                if logprobs is not None:
+                    entries = logprobs.content if logprobs.content is not None else logprobs.tokens
+                    got.logprobs += len(entries or ())
                 if choice.finish_reason is not None:
-                    self.finished = True
-        self.tokens += len(parts) - before
+                    got.finish_reason = choice.finish_reason
+        self.tokens += tokens
+
+
+def _record_calls(calls: dict[int, ToolCallProgress], deltas: list[_ToolCall]) -> int:
+    """Add tool-call deltas to a choice's calls; the deltas that carried arguments."""
+    tokens = 0
+    for delta in deltas:
+        call = calls.get(delta.index)
+        if call is None:
+            call = calls[delta.index] = ToolCallProgress()
+        if delta.id:
+            call.id += delta.id  # accumulated as clients do (openai's accumulate_delta)
+        if delta.type:
+            call.type = delta.type
+        function = delta.function
+        if function is not None:
+            if function.name:
+                call.name += function.name  # a name may come in pieces, as arguments do
+            if function.arguments:
+                call.arguments.append(function.arguments)
+                tokens += 1
+    return tokens
 
 
 def _as_array(events: bytes) -> bytes:

@@ -519,3 +519,97 @@ async def test_an_upstream_s_headers_reach_the_client_whole_answer_or_stream() -
     assert streamed.headers[b"openai-processing-ms"] == b"41"
     head = bytes(h.socket.data).split(b"\r\n\r\n", 1)[0]
     assert head.count(b"content-type") == 1 and b"keep-alive" not in head
+
+
+def choice_token(index: int, text: str, stream_id: str, finish: str | None = None) -> Any:
+    chunk = token(text, stream_id, finish)
+    chunk["choices"][0]["index"] = index
+    return chunk
+
+
+N2 = msgspec.json.encode(
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10, "n": 2,
+     "seed": 3, "stream": True, "stream_options": {"include_usage": True}}
+)  # fmt: skip
+
+
+def texts(chunks: list[Any]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for chunk in chunks:
+        for c in chunk.get("choices") or ():
+            out[c["index"]] = out.get(c["index"], "") + (c["delta"].get("content") or "")
+    return out
+
+
+async def test_several_choices_are_replayed_and_only_what_the_client_lacks_goes_on() -> None:
+    full = [role("s"), choice_token(0, "Hel", "s"), choice_token(1, "Bon", "s"),
+            choice_token(0, "lo", "s", "stop"), choice_token(1, "jour", "s", "stop"),
+            {"id": "s", "choices": [], "usage": {"completion_tokens": 4}}]  # fmt: skip
+
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:
+            chunks = sse(*full[:3], done=False)
+            return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+        return Script(200, sse(*full))
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    got = await h.forward(stream=True, body=N2)
+    chunks = got.events()[:-1]
+    assert texts(chunks) == {0: "Hello", 1: "Bonjour"}
+    assert h.transport.sent[1].body == N2  # the request as it was: a replay
+    assert chunks[-1]["usage"]["completion_tokens"] == 4  # the replay's count: each token once
+    assert len([c for c in chunks if c["choices"] and "role" in c["choices"][0]["delta"]]) == 1
+    h.assert_settled()
+
+
+async def test_a_replay_that_differs_is_stopped_and_the_client_told() -> None:
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:
+            chunks = sse(choice_token(0, "Hel", "s0"), choice_token(1, "Bon", "s0"), done=False)
+            return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+        chunks = sse(choice_token(0, "Hal", "s1"), done=False)
+        return Script(200, chunks, chunk_delay_s=0.001, hang=True)  # would run on: stopped
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    got = await h.forward(stream=True, body=N2)
+    last = got.events()[-1]
+    assert last["error"]["code"] == "continuation_diverged"
+    assert texts(got.events()[:-1]) == {0: "Hel", 1: "Bon"}  # nothing of the other answer
+    ended = h.of(AttemptEnded)[-1]
+    assert (ended.kind, ended.error) == ("continuation", "cancelled")  # not the backend's fault
+    h.assert_settled()
+
+
+async def test_a_stream_that_cannot_be_replayed_faithfully_is_ended_at_once() -> None:
+    unseeded = msgspec.json.encode({**msgspec.json.decode(N2), "seed": None})
+
+    def answer(k: int, sent: Sent) -> Script:
+        chunks = sse(choice_token(0, "Hel", "s0"), choice_token(1, "Bon", "s0"), done=False)
+        return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    got = await h.forward(stream=True, body=unseeded)
+    error = got.events()[-1]["error"]
+    assert error["code"] == "stream_not_resumable" and "seed" in error["message"]
+    assert len(h.transport.sent) == 1  # no backend was asked
+    h.assert_settled()
+
+
+async def test_a_usage_asked_for_and_lost_with_the_break_comes_from_a_replay() -> None:
+    seeded = msgspec.json.encode({**msgspec.json.decode(N2), "n": 1})
+    full = [role("s"), token("Hi", "s"), token("!", "s", "stop"),
+            {"id": "s", "choices": [], "usage": {"completion_tokens": 2}}]  # fmt: skip
+
+    def answer(k: int, sent: Sent) -> Script:
+        if k == 0:  # broke after the last token, before the usage
+            chunks = sse(*full[:3], done=False)
+            return Script(200, chunks, error=ReadError("reset"), at_chunk=len(chunks))
+        return Script(200, sse(*full))
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    got = await h.forward(stream=True, body=seeded)
+    *chunks, done = got.events()
+    assert done == "[DONE]" and h.transport.sent[1].body == seeded
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks[:-1]) == "Hi!"
+    assert (chunks[-1]["choices"], chunks[-1]["usage"]) == ([], {"completion_tokens": 2})
+    h.assert_settled()

@@ -1,4 +1,5 @@
-"""What a stream's progress records: the text, tokens, id and end of what the client was sent."""
+"""What a stream's progress records: the text, tool calls, logprobs, tokens, id and end of what
+the client was sent, choice by choice."""
 
 from __future__ import annotations
 
@@ -59,3 +60,59 @@ def test_the_first_id_is_kept_and_settling_twice_changes_nothing() -> None:
     progress.settle()
     assert (progress.id, progress.tokens) == ("first", 2)
     assert not progress.finished and not progress.done
+
+
+def _chunk(*choices: dict[str, object]) -> bytes:
+    return (
+        b"data: " + msgspec.json.encode({"id": "c-1", "created": 7, "choices": choices}) + b"\n\n"
+    )
+
+
+def _arguments(piece: str) -> dict[str, object]:
+    return {"index": 0, "function": {"arguments": piece}}
+
+
+def test_tool_calls_are_recorded_per_call_with_their_arguments_so_far() -> None:
+    head = {"index": 0, "id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": ""}}  # fmt: skip
+    progress = _fed(
+        _chunk({"index": 0, "delta": {"role": "assistant", "content": None}}),
+        _chunk({"index": 0, "delta": {"tool_calls": [head]}}),
+        _chunk({"index": 0, "delta": {"tool_calls": [_arguments('{"ci')]}}),
+        _chunk({"index": 0, "delta": {"tool_calls": [_arguments('ty": "')]}}),
+    )
+    (choice,) = progress.choices.values()
+    (call,) = choice.tool_calls.values()
+    assert (call.id, call.type, call.name, "".join(call.arguments)) == (
+        "call_1", "function", "get_weather", '{"city": "'
+    )  # fmt: skip
+    assert progress.tool_calls and progress.text == "" and progress.tokens == 2
+    assert not progress.finished
+
+
+def test_choices_are_kept_apart_with_their_logprobs_and_ends() -> None:
+    entry = {"token": "a", "logprob": -0.1, "bytes": [97], "top_logprobs": []}
+    progress = _fed(
+        _chunk({"index": 0, "delta": {"content": "a"}, "logprobs": {"content": [entry]}}),
+        _chunk({"index": 1, "delta": {"content": "b"}, "logprobs": {"content": [entry]}}),
+        _chunk({"index": 0, "delta": {"content": "c"}, "logprobs": {"content": [entry, entry]}}),
+        _chunk({"index": 0, "delta": {}, "finish_reason": "stop", "logprobs": None}),
+    )
+    first, second = progress.choices[0], progress.choices[1]
+    assert (first.text, first.logprobs, first.finish_reason) == ("ac", 3, "stop")
+    assert (second.text, second.logprobs, second.finish_reason) == ("b", 1, None)
+    assert progress.text == "ac" and progress.tokens == 3
+    assert not progress.finished  # choice 1 has not ended
+    progress.feed(_chunk({"index": 1, "delta": {}, "finish_reason": "length"}))
+    progress.settle()
+    assert progress.finished and not progress.usage
+    progress.feed(b'data: {"id":"c-1","choices":[],"usage":{"completion_tokens":4}}\n\n')
+    progress.settle()
+    assert progress.usage
+
+
+def test_completions_logprobs_count_their_tokens() -> None:
+    legacy = {"tokens": ["x", "y"], "token_logprobs": [-1.0, -2.0],
+              "top_logprobs": [{}, {}], "text_offset": [0, 1]}  # fmt: skip
+    progress = _fed(_chunk({"index": 0, "text": "xy", "logprobs": legacy}))
+    assert (progress.choices[0].logprobs, progress.text) == (2, "xy")
