@@ -65,3 +65,16 @@ class GpuReading(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_d
 
 
 GpuReadings = Annotated[list[GpuReading], msgspec.Meta(min_length=1, max_length=MAX_GPUS)]
+
+
+class GpuStatus(msgspec.Struct, frozen=True):
+    """A backend's GPUs as the gateway last heard of them (health/gpu.py keeps it on the
+    backend's state; /admin/backends and /metrics show it)."""
+
+    at: float  # when the readings came (the gateway's clock)
+    readings: tuple[GpuReading, ...]
+    faults: tuple[str, ...]  # what makes it unhealthy in them, e.g. "gpu 3: xid 79"
+    throttling: tuple[
+        str, ...
+    ]  # the throttle reasons that lower its weight, e.g. "gpu 0: hw_thermal"
+    xid_totals: dict[int, int]  # XIDs reported per GPU index since the gateway started
