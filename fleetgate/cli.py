@@ -1,8 +1,9 @@
-"""`fleetgate serve | worker sim | bench | top`: the command line."""
+"""`fleetgate serve | worker sim | worker gpu-agent | bench | top`: the command line."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Coroutine, Sequence
 from typing import Any
@@ -69,6 +70,26 @@ def _worker_sim(args: argparse.Namespace) -> int:
     return _run(serve_specs(specs, args.host, announce=True))
 
 
+def _worker_gpu_agent(args: argparse.Namespace) -> int:
+    from fleetgate.workers.gpu.agent import KEY_ENV, AgentSettings, run_agent
+    from fleetgate.workers.gpu.reader import NvmlUnavailable, open_nvml
+
+    try:
+        settings = AgentSettings(
+            args.gateway, args.backend, os.environ.get(KEY_ENV) or None, args.interval,
+            args.once, args.print,
+        )  # fmt: skip
+    except ValueError as exc:
+        print(f"fleetgate worker gpu-agent: {exc}", file=sys.stderr)
+        return 2
+    try:
+        reader = open_nvml()
+    except NvmlUnavailable as exc:
+        print(f"fleetgate worker gpu-agent: cannot read the GPUs: {exc}", file=sys.stderr)
+        return 1
+    return _run(run_agent(reader, settings))
+
+
 def _bench(args: argparse.Namespace) -> int:
     from fleetgate.bench.command import run
 
@@ -128,6 +149,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_fault_arguments(sim)
     sim.set_defaults(func=_worker_sim)
+
+    agent = kinds.add_parser(
+        "gpu-agent", help="read this host's GPUs (NVML) and push them to the gateway",
+        description="Runs beside an engine: reads every GPU through NVML (temperature, use, "
+        "memory, power, ECC and XID errors, clocks and why they are held down) and pushes "
+        "the readings to the gateway's POST /fleet/heartbeat, with the heartbeat key from "
+        "$FLEETGATE_HEARTBEAT_KEY when set. Needs `pip install 'fleetgate[gpu]'`.",
+    )  # fmt: skip
+    agent.add_argument("--gateway", metavar="URL", help="the gateway to push to")
+    agent.add_argument(
+        "--backend", metavar="ID",
+        help="the engine's backend id in the gateway: host:port as GET /admin/backends lists it",
+    )  # fmt: skip
+    agent.add_argument(
+        "--interval", type=_positive, default=5.0, metavar="S", help="between readings"
+    )
+    agent.add_argument("--once", action="store_true", help="read (and push) once, then exit")
+    agent.add_argument(
+        "--print", action="store_true", help="print each reading as a JSON line on stdout"
+    )
+    agent.set_defaults(func=_worker_gpu_agent)
 
     bench = commands.add_parser("bench", help="put open-loop load on a server and measure it")
     from fleetgate.bench.command import add_arguments

@@ -25,6 +25,7 @@ from fleetgate.fleet.engines import KINDS
 from fleetgate.fleet.health import HealthSettings
 from fleetgate.fleet.scraper import ScrapeSettings
 from fleetgate.health.active import ActiveCheckSettings
+from fleetgate.health.gpu import GpuSettings
 from fleetgate.health.outlier import OutlierSettings
 from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
@@ -201,6 +202,7 @@ class PoolConfig(Settings, frozen=True):
     health_check: ActiveCheckSettings = ActiveCheckSettings()  # active probes (health/active.py)
     hedge: HedgeSettings = HedgeSettings()  # hedged streams, off unless enabled (hedge.py)
     outlier: OutlierSettings = OutlierSettings()  # ejection on failures seen in traffic
+    gpu: GpuSettings = GpuSettings()  # GPU agents' readings: thresholds (health/gpu.py)
     retries: RetrySettings = RetrySettings()  # trying another backend before the first byte
     engine_metrics: ScrapeSettings = ScrapeSettings()  # backends' own load (fleet/scraper.py)
     weights: WeightSettings = WeightSettings()  # self-calibrating weights (calibration.py)

@@ -37,6 +37,7 @@ from fleetgate.gateway.app import Gateway, RequestIds
 from fleetgate.gateway.dashboard import Dashboard
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.health.active import ActiveChecker
+from fleetgate.health.gpu import GpuBoard, GpuWatch
 from fleetgate.health.outlier import OutlierDetector
 from fleetgate.health.probes import BackendProbes
 from fleetgate.http.client import HttpClient
@@ -431,16 +432,23 @@ def compose(
     if config.server.admin:
         members = Membership(pools, clock, probes)
         admin = Admin(pools, clock, members, picks, usage, config, audit, slo)
-    if checker is not None and checker.expects_heartbeats:
-        heartbeats = HeartbeatEndpoint(checker)
+    gpus = GpuBoard(clock)  # the GPU agents' readings, for the pools that take them
+    for pool_config in config.pools:
+        if pool_config.gpu.enabled:
+            for part in _parts(clusters[pool_config.model]):
+                gpus.watch(GpuWatch(pool_config.gpu, part))
+    if (checker is not None and checker.expects_heartbeats) or gpus.watching:
+        heartbeats = HeartbeatEndpoint(checker, gpus if gpus.watching else None)
     edge = Hooks()
     subscribe(edge)
     if audit is not None:
         audit.subscribe(edge)
+    edge_emit = Emitters(edge)
+    gpus.on_change = edge_emit.gpu_changed
     door, operators = build_front_door(config, tenants, clock, wall_clock, limit_store)
     render = metrics.render if config.server.metrics else None
     gateway = Gateway(
-        clusters, failover, Emitters(edge), render, clock, RequestIds(),
+        clusters, failover, edge_emit, render, clock, RequestIds(),
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
         RequestHeaders(config.server.deny_request_headers), door, operators,
         config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,

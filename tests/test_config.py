@@ -300,6 +300,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     from fleetgate.fleet.calibration import WeightSettings
     from fleetgate.fleet.scraper import ScrapeSettings
     from fleetgate.health.active import ActiveCheckSettings
+    from fleetgate.health.gpu import GpuSettings
     from fleetgate.health.outlier import OutlierSettings
     from fleetgate.observe.request_log import RequestLogSettings
     from fleetgate.observe.slo import SloSettings
@@ -318,6 +319,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].health_check.", ActiveCheckSettings),
                            ("pools[].hedge.", HedgeSettings),
                            ("pools[].outlier.", OutlierSettings),
+                           ("pools[].gpu.", GpuSettings),
                            ("pools[].retries.", RetrySettings),
                            ("pools[].engine_metrics.", ScrapeSettings),
                            ("pools[].routing.", RoutingConfig), ("models[].", ModelRouteConfig),

@@ -8,6 +8,7 @@ from types import MappingProxyType
 
 from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.engines import configured
+from fleetgate.fleet.gpu import GpuStatus
 from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.fleet.latency import LatencyStats
 from fleetgate.fleet.step_fit import StepFit
@@ -66,13 +67,15 @@ class BackendState:
     subscribers (lifecycle/accounting.py) and the health detectors write it."""
 
     __slots__ = (
-        "backend", "backoff_until", "engine", "flags", "in_flight", "in_flight_tokens", "kind",
-        "latency", "pending_prefill", "ramp_from", "speed", "step_fit", "weight",
+        "backend", "backoff_until", "engine", "flags", "gpus", "in_flight", "in_flight_tokens",
+        "kind", "latency", "pending_prefill", "ramp_from", "speed", "step_fit", "throttle_share",
+        "weight",
     )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
-        self.weight = backend.weight  # effective: typed weight x speed x slow-start share
+        # effective: typed weight x speed x slow-start share x throttle share
+        self.weight = backend.weight
         self.speed = 1.0  # measured speed relative to the pool's fastest (fleet/calibration.py)
         self.in_flight = 0
         self.in_flight_tokens = 0  # prompt tokens of the requests in flight (estimated)
@@ -80,6 +83,8 @@ class BackendState:
         self.flags = HealthFlag(0)  # set by the health detectors; none set means healthy
         self.backoff_until = 0.0  # an engine asked for no traffic until then (Retry-After)
         self.ramp_from: float | None = None  # when its slow start began; None: full weight
+        self.throttle_share = 1.0  # of its weight, while its GPUs throttle (health/gpu.py)
+        self.gpus: GpuStatus | None = None  # its GPU agent's last readings (None: no agent)
         self.engine: EngineLoad | None = None  # the engine's last reported load (scraped)
         self.kind = configured(backend.engine)  # what serves it; probed when `auto`
         self.latency = LatencyStats()  # what the gateway measured of its recent answers
@@ -90,11 +95,11 @@ class BackendState:
         return not self.flags
 
     def verdict(self, now: float) -> Verdict:
-        """The one word for routing and operators: flags make it unhealthy; backing off or
-        ramping up after a return, degraded."""
+        """The one word for routing and operators: flags make it unhealthy; backing off,
+        ramping up after a return or throttling GPUs, degraded."""
         if self.flags:
             return Verdict.UNHEALTHY
-        if self.backoff_until > now or self.ramp_from is not None:
+        if self.backoff_until > now or self.ramp_from is not None or self.throttle_share < 1.0:
             return Verdict.DEGRADED
         return Verdict.HEALTHY
 

@@ -2,9 +2,10 @@
 
 Each detector owns one flag and never touches another's: the active checker sets
 ACTIVE_CHECK_FAILED, the outlier detector EJECTED, an admin call or SIGTERM DRAINING, discovery
-or an operator's removal (fleet/membership.py) GONE. Backpressure (an engine's 429/503 with
-Retry-After) is not a flag: the backend is healthy but busy, so it is skipped until the
-advertised time and counts as DEGRADED.
+or an operator's removal (fleet/membership.py) GONE, the GPU agents' readings (health/gpu.py)
+GPU_FAULT. Backpressure (an engine's 429/503 with Retry-After) is not a flag: the backend is
+healthy but busy, so it is skipped until the advertised time and counts as DEGRADED; so is a
+backend whose GPUs throttle, routed at a lower weight.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ class HealthFlag(enum.IntFlag):
     EJECTED = 2  # the outlier detector ejected it after consecutive failures
     DRAINING = 4  # finishing what it has; takes nothing new
     GONE = 8  # no longer a member: leaves its pool when its last request ends
+    GPU_FAULT = 16  # its GPU agent reported an XID error, uncorrected ECC, a GPU too hot or lost
 
 
 # A pool in panic still never routes to these: they are leaving on purpose.
@@ -26,7 +28,7 @@ NEVER_ROUTE = HealthFlag.DRAINING | HealthFlag.GONE
 
 class Verdict(enum.Enum):
     HEALTHY = "healthy"
-    DEGRADED = "degraded"  # routable, but backing off or ramping up after a return
+    DEGRADED = "degraded"  # routable: backing off, ramping up after a return, or throttling
     UNHEALTHY = "unhealthy"
 
 

@@ -106,20 +106,29 @@ class Pool:
             ):
                 state.speed = factor
             changed = list(self.states)
-        slow_start = self._health.slow_start_s
         for state in changed:
-            share = 1.0
-            if state.ramp_from is not None:
-                progress = (now - state.ramp_from) / slow_start if slow_start > 0 else 1.0
-                if progress >= 1.0:
-                    state.ramp_from = None
-                else:  # max(floor, elapsed / window), raised in steps
-                    share = max(SLOW_START_FLOOR, progress)
-            weight = state.backend.weight * state.speed * share
-            if weight != state.weight:
-                state.weight = weight
-                self.load_changed(state)
+            if self._ramp_share(state, now) == 1.0:
+                state.ramp_from = None
+            self._reweigh(state, now)
         self.refresh(now)
+
+    def _ramp_share(self, state: BackendState, now: float) -> float:
+        """Its slow-start share: max(floor, elapsed / window), raised in steps (by `update`)."""
+        if state.ramp_from is None:
+            return 1.0
+        slow_start = self._health.slow_start_s
+        progress = (now - state.ramp_from) / slow_start if slow_start > 0 else 1.0
+        return 1.0 if progress >= 1.0 else max(SLOW_START_FLOOR, progress)
+
+    def _reweigh(self, state: BackendState, now: float) -> None:
+        """effective weight = configured x measured speed x slow-start share x throttle share"""
+        weight = (
+            state.backend.weight * state.speed * self._ramp_share(state, now)
+            * state.throttle_share
+        )  # fmt: skip
+        if weight != state.weight:
+            state.weight = weight
+            self.load_changed(state)
 
     # -- what the detectors decide ------------------------------------------------------------
 
@@ -141,6 +150,13 @@ class Pool:
     def is_ejected(self, state: BackendState) -> bool:
         """Ejected and not returned yet (a return is applied by the next `update`)."""
         return state in self._ejected
+
+    def throttle(self, state: BackendState, share: float, now: float) -> None:
+        """Its GPUs throttle (health/gpu.py): routed at `share` of its weight (1: they do not
+        any more). Still a candidate: slower is not broken."""
+        if share != state.throttle_share:
+            state.throttle_share = share
+            self._reweigh(state, now)
 
     def backpressure(self, state: BackendState, now: float, retry_after_s: float) -> None:
         """The engine asked for no traffic for a while: not a failure, just skip it."""

@@ -2,7 +2,7 @@
 
     GET    /admin/backends                 every backend: model, health flags, in flight,
                                            weights (configured and effective), last pick's
-                                           scores by plugin
+                                           scores by plugin, its GPU agent's last readings
     POST   /admin/backends {"model": M, "url": URL, "weight": W?, "labels": {...}?,
                             "max_in_flight": N?, "api_key": KEY?}
                                            a backend joins the pool of M (201, the backend)
@@ -135,10 +135,12 @@ class Admin:
             "ewma_ttft_s": s.latency.ttft_s,
             "ewma_tpot_s": s.latency.tpot_s,
             "ewma_e2e_s": s.latency.e2e_s,
-            "weight": s.weight,  # effective: configured x speed x slow-start share
+            "weight": s.weight,  # effective: configured x speed x slow-start x throttle share
             "configured_weight": s.backend.weight,
             "speed": s.speed,
             "last_pick": last,  # when it was last picked, and each scorer's score then
+            "throttle_share": s.throttle_share,  # of its weight kept while its GPUs throttle
+            "gpu": _gpus(s, now),  # its GPU agent's last readings (null: no agent)
         }
 
     def _listing(self) -> bytes:
@@ -262,6 +264,19 @@ class Admin:
                 event, key=key_id(bearer(request.headers)), **fields,
                 request_id=request_id.decode("latin-1"),
             )  # fmt: skip
+
+
+def _gpus(state: BackendState, now: float) -> dict[str, Any] | None:
+    gpus = state.gpus
+    if gpus is None:
+        return None
+    return {
+        "age_s": now - gpus.at,
+        "faults": gpus.faults,
+        "throttling": gpus.throttling,
+        "xid_totals": gpus.xid_totals,
+        "readings": gpus.readings,
+    }
 
 
 def _headers(request_id: bytes) -> list[tuple[bytes, bytes]]:

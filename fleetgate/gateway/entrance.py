@@ -220,8 +220,8 @@ def _used(ex: Exchange) -> tuple[int, int] | None:
     progress = ex.progress
     if progress is not None:
         progress.settle()  # decodes what is left of it (it decodes in batches of 64 events)
-        if isinstance(progress, ResponsesProgress) and progress.usage is not None:
-            return progress.usage.prompt_tokens, progress.usage.completion_tokens
+        if isinstance(progress, ResponsesProgress) and progress.reported is not None:
+            return progress.reported.prompt_tokens, progress.reported.completion_tokens
         return ex.routing.prompt_tokens, progress.tokens
     if ex.writer.status == 200:
         return None

@@ -190,6 +190,22 @@ class Ejected(Event, frozen=True, gc=False):
     reason: EjectReason
 
 
+# A backend's GPUs as its agent's readings judge them (health/gpu.py): `fault` (unhealthy:
+# out of routing), `throttled` (routed at a lower weight) or `ok`.
+GpuState = Literal["fault", "throttled", "ok"]
+
+
+class GpuChanged(Event, frozen=True, gc=False):
+    """A GPU agent's readings changed how the gateway sees `backend` (no request: its
+    `request_id` is empty): `state` is the new one, `reasons` what in the readings made it
+    (e.g. "gpu 3: xid 79"; empty for ok)."""
+
+    model: str
+    backend: BackendState
+    state: GpuState
+    reasons: tuple[str, ...]
+
+
 class Charged(Event, frozen=True, gc=False):
     """What an answered request used, as its tenant is charged for it: the engine's `usage`
     (for a stream, the estimated prompt and the tokens relayed), and what that costs at the

@@ -35,6 +35,7 @@ from fleetgate.lifecycle.events import (
     Event,
     Finished,
     FirstToken,
+    GpuChanged,
     Hedged,
     Received,
     Rejected,
@@ -106,8 +107,8 @@ class Emitters:
 
     __slots__ = (
         "admitted", "attempt_ended", "attempt_started", "charged", "continued", "ejected",
-        "finished", "first_token", "hedged", "received", "rejected", "retried", "retry_refused",
-        "routed",
+        "finished", "first_token", "gpu_changed", "hedged", "received", "rejected", "retried",
+        "retry_refused", "routed",
     )  # fmt: skip
 
     def __init__(self, hooks: Hooks) -> None:
@@ -125,3 +126,4 @@ class Emitters:
         self.finished = hooks.emitter(Finished)
         self.charged = hooks.emitter(Charged)
         self.ejected = hooks.emitter(Ejected)
+        self.gpu_changed = hooks.emitter(GpuChanged)

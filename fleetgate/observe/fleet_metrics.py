@@ -11,6 +11,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import EngineLoad
+from fleetgate.fleet.gpu import THROTTLE_REASONS, GpuReading
 from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.traffic.admission import Admission
@@ -31,7 +32,7 @@ _BACKEND_GAUGES: tuple[tuple[str, str, Callable[[BackendState], float]], ...] = 
      lambda s: s.in_flight_tokens),
     ("fleetgate_backend_weight",
      "A backend's effective routing weight: its configured weight x measured speed x its "
-     "slow-start share.",
+     "slow-start share x its throttle share (pools[].gpu.throttled_weight while throttling).",
      lambda s: s.weight),
     ("fleetgate_backend_speed",
      "A backend's measured speed relative to its pool's fastest (1: the fastest).",
@@ -53,6 +54,47 @@ _ENGINE_GAUGES: tuple[tuple[str, str, Callable[[EngineLoad], float]], ...] = (
     ("fleetgate_backend_engine_kv_cache_usage_ratio",
      "Share of a backend engine's KV cache in use (0-1), as it last reported.",
      lambda e: e.kv_usage),
+)  # fmt: skip
+
+# Each GPU's gauges, from its agent's last reading (health/gpu.py): absent where NVML could
+# not read the field. Labels model, backend and gpu (its index on the host: bounded).
+_GPU_GAUGES: tuple[tuple[str, str, Callable[[GpuReading], float | None]], ...] = (
+    ("fleetgate_backend_gpu_temperature_celsius",
+     "A GPU's temperature, as its agent last read it.",
+     lambda r: r.temperature_c),
+    ("fleetgate_backend_gpu_utilization_ratio",
+     "Share of the last sample period a kernel ran on a GPU (NVML's gpu utilization).",
+     lambda r: None if r.utilization_gpu_pct is None else r.utilization_gpu_pct / 100),
+    ("fleetgate_backend_gpu_memory_utilization_ratio",
+     "Share of the last sample period a GPU's memory was read or written.",
+     lambda r: None if r.utilization_memory_pct is None else r.utilization_memory_pct / 100),
+    ("fleetgate_backend_gpu_memory_used_bytes",
+     "A GPU's memory in use.",
+     lambda r: r.memory_used_bytes),
+    ("fleetgate_backend_gpu_memory_total_bytes",
+     "A GPU's memory.",
+     lambda r: r.memory_total_bytes),
+    ("fleetgate_backend_gpu_power_watts",
+     "A GPU's power draw.",
+     lambda r: r.power_draw_w),
+    ("fleetgate_backend_gpu_power_limit_watts",
+     "A GPU's enforced power limit.",
+     lambda r: r.power_limit_w),
+    ("fleetgate_backend_gpu_sm_clock_hertz",
+     "A GPU's SM clock.",
+     lambda r: None if r.sm_clock_mhz is None else r.sm_clock_mhz * 1e6),
+    ("fleetgate_backend_gpu_memory_clock_hertz",
+     "A GPU's memory clock.",
+     lambda r: None if r.memory_clock_mhz is None else r.memory_clock_mhz * 1e6),
+)  # fmt: skip
+# The GPU's own running counts (volatile ECC: since its driver loaded).
+_GPU_COUNTERS: tuple[tuple[str, str, Callable[[GpuReading], int | None]], ...] = (
+    ("fleetgate_backend_gpu_ecc_uncorrected_errors",
+     "Uncorrected (double-bit) ECC errors of a GPU since its driver loaded, as last read.",
+     lambda r: r.ecc_uncorrected),
+    ("fleetgate_backend_gpu_ecc_corrected_errors",
+     "Corrected (single-bit) ECC errors of a GPU since its driver loaded, as last read.",
+     lambda r: r.ecc_corrected),
 )  # fmt: skip
 
 # The per-pool admission gauges: name, help, and how each is read from a pool's queue.
@@ -82,14 +124,16 @@ def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> 
         yield gauge
     verdict = GaugeMetricFamily(
         "fleetgate_backend_state",
-        "1 for a backend's health verdict now (healthy; degraded: backing off or ramping up "
-        "after a return; unhealthy: a detector flags it), 0 for the others.",
+        "1 for a backend's health verdict now (healthy; degraded: backing off, ramping up "
+        "after a return or its GPUs throttling; unhealthy: a detector flags it), 0 for the "
+        "others.",
         labels=[*labels, "state"],
     )
     flags = GaugeMetricFamily(
         "fleetgate_backend_flag",
         "1 while a health flag is set on a backend: active_check_failed, ejected (outlier "
-        "detection), draining, gone (no longer discovered).",
+        "detection), draining, gone (no longer discovered), gpu_fault (its GPU agent's "
+        "readings).",
         labels=[*labels, "flag"],
     )
     for model, state in states:
@@ -124,6 +168,59 @@ def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> 
             queries.add_metric([model, state.backend.id], engine.prefix_queries)
     yield hits
     yield queries
+
+
+def gpu_families(states: Iterable[tuple[str, BackendState]], now: float) -> Iterator[Metric]:
+    """Each backend's GPUs as its agent last read them (nothing for a backend without one)."""
+    read = [(model, state, state.gpus) for model, state in states if state.gpus is not None]
+    labels = ["model", "backend", "gpu"]
+    for name, doc, pick in _GPU_GAUGES:
+        gauge = GaugeMetricFamily(name, doc, labels=labels)
+        for model, state, gpus in read:
+            for r in gpus.readings:
+                value = pick(r)
+                if value is not None:
+                    gauge.add_metric([model, state.backend.id, str(r.index)], value)
+        yield gauge
+    for name, doc, count in _GPU_COUNTERS:
+        counter = CounterMetricFamily(name, doc, labels=labels)
+        for model, state, gpus in read:
+            for r in gpus.readings:
+                value = count(r)
+                if value is not None:
+                    counter.add_metric([model, state.backend.id, str(r.index)], value)
+        yield counter
+    xids = CounterMetricFamily(
+        "fleetgate_backend_gpu_xid_errors",
+        "XID critical errors a GPU's agent reported since the gateway started.",
+        labels=labels,
+    )
+    throttled = GaugeMetricFamily(
+        "fleetgate_backend_gpu_throttled",
+        "1 while a GPU's clocks are held down for this reason (gpu_idle, sw_power_cap, "
+        "hw_slowdown, sw_thermal, hw_thermal, hw_power_brake, ...), as last read.",
+        labels=[*labels, "reason"],
+    )
+    lost = GaugeMetricFamily(
+        "fleetgate_backend_gpu_lost", "1 when NVML reported the GPU lost.", labels=labels
+    )
+    age = GaugeMetricFamily(
+        "fleetgate_backend_gpu_reading_age_seconds",
+        "Seconds since a backend's GPU agent last sent readings.",
+        labels=["model", "backend"],
+    )
+    for model, state, gpus in read:
+        backend = state.backend.id
+        age.add_metric([model, backend], now - gpus.at)
+        for r in gpus.readings:
+            key = [model, backend, str(r.index)]
+            xids.add_metric(key, gpus.xid_totals.get(r.index, 0))
+            lost.add_metric(key, 1.0 if r.lost else 0.0)
+            if r.throttle_reasons is not None:
+                for reason in THROTTLE_REASONS:
+                    throttled.add_metric([*key, reason], 1.0 if reason in r.throttle_reasons
+                                         else 0.0)  # fmt: skip
+    yield from (xids, throttled, lost, age)
 
 
 def admission_families(admissions: Iterable[tuple[str, Admission]]) -> Iterator[Metric]:

@@ -25,13 +25,19 @@ from fleetgate.lifecycle.events import (
     ErrorKind,
     Finished,
     FirstToken,
+    GpuChanged,
     Hedged,
     Rejected,
     Retried,
     RetryRefused,
 )
 from fleetgate.lifecycle.hooks import Hooks
-from fleetgate.observe.fleet_metrics import admission_families, backend_families, slo_families
+from fleetgate.observe.fleet_metrics import (
+    admission_families,
+    backend_families,
+    gpu_families,
+    slo_families,
+)
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.traffic.admission import Admission
@@ -117,6 +123,12 @@ class GatewayMetrics(Collector):
             "(consecutive_failures, failure_rate, half_open).",
             ["model", "backend", "reason"],
         )
+        self._gpu_changes = CounterSeries(
+            "fleetgate_backend_gpu_changes",
+            "Changes of a backend's GPU state as its GPU agent's readings judge it, by the new "
+            "state: fault (out of routing), throttled (routed at a lower weight), ok.",
+            ["model", "backend", "state"],
+        )
         self._queued = HistogramSeries(
             "fleetgate_admission_wait_seconds",
             "From a request's arrival to its admission into routing (its wait in the pool's "
@@ -173,6 +185,7 @@ class GatewayMetrics(Collector):
         hooks.subscribe(Hedged, self.on_hedged)
         hooks.subscribe(Continued, self.on_continued)
         hooks.subscribe(Ejected, self.on_ejected)
+        hooks.subscribe(GpuChanged, self.on_gpu_changed)
 
     # The per-request handlers below update the series' dicts and buckets inline: a method
     # call per series was a fifth of what metrics cost a request.
@@ -230,20 +243,25 @@ class GatewayMetrics(Collector):
     def on_ejected(self, event: Ejected) -> None:
         self._ejections.inc((event.model, event.backend.backend.id, event.reason))
 
+    def on_gpu_changed(self, event: GpuChanged) -> None:
+        self._gpu_changes.inc((event.model, event.backend.backend.id, event.state))
+
     def on_retry_refused(self, event: RetryRefused) -> None:
         self._retries_refused.inc((event.model,))
 
     def collect(self) -> Iterator[Metric]:
         for series in (
             self._requests, self._errors, self._retries, self._retries_refused, self._hedges,
-            self._continuations, self._ejections, self._ttft, self._e2e, self._routing,
-            self._admitted, self._queued, self._rejected,
+            self._continuations, self._ejections, self._gpu_changes, self._ttft, self._e2e,
+            self._routing, self._admitted, self._queued, self._rejected,
         ):  # fmt: skip
             yield series.family()
         yield from self._usage_families()
         yield from slo_families(self._slo())
         yield from admission_families(self._admissions())
-        yield from backend_families(self._states(), self._clock())
+        now = self._clock()
+        yield from backend_families(self._states(), now)
+        yield from gpu_families(self._states(), now)
 
     def _usage_families(self) -> Iterator[Metric]:
         tokens = CounterMetricFamily(

@@ -35,21 +35,25 @@ _decode_terminal = msgspec.json.Decoder(_Terminal).decode
 
 class ResponsesProgress(StreamProgress):
     """A StreamProgress for a Responses API stream: `done` at its terminal event, `tokens`
-    from its text deltas, `usage` from its terminal event."""
+    from its text deltas, `reported` the usage its terminal event gave."""
 
-    __slots__ = ("_last", "usage")
+    __slots__ = ("_last", "reported")
 
     def __init__(self) -> None:
         super().__init__()
-        self.usage: Usage | None = None
+        self.reported: Usage | None = None
         self._last = b""  # the terminal event's payload, decoded once asked for
+
+    @property
+    def finished(self) -> bool:
+        return self.done
 
     def feed(self, events: bytes) -> None:
         self.events += events.count(b"\ndata:") + events.startswith(b"data:")
         self.tokens += events.count(_DELTA)
         found = _TERMINAL.search(events)
         if found is not None:
-            self.done = self.finished = True
+            self.done = True
             start = events.find(b"data:", found.end())
             end = events.find(b"\n", start)
             self._last = events[start + 5 : end if end >= 0 else len(events)].strip()
@@ -62,4 +66,4 @@ class ResponsesProgress(StreamProgress):
                 terminal = _Terminal()
             self._last = b""
             if terminal.response is not None and terminal.response.usage is not None:
-                self.usage = terminal.response.usage
+                self.reported = terminal.response.usage

@@ -19,8 +19,8 @@ def test_deltas_are_counted_and_the_terminal_event_gives_the_usage() -> None:
     progress.feed(delta + _event("response.completed", f'{{"response":{{"usage":{usage}}}}}'))
     assert progress.done and progress.finished and progress.tokens == 4
     progress.settle()
-    assert progress.usage is not None
-    assert (progress.usage.prompt_tokens, progress.usage.completion_tokens) == (7, 3)
+    assert progress.reported is not None
+    assert (progress.reported.prompt_tokens, progress.reported.completion_tokens) == (7, 3)
 
 
 def test_an_error_event_ends_the_stream_and_a_text_mentioning_one_does_not() -> None:
@@ -31,4 +31,4 @@ def test_an_error_event_ends_the_stream_and_a_text_mentioning_one_does_not() -> 
     progress.feed(_event("error", '{"type":"error","code":"x","message":"m"}'))
     assert progress.done
     progress.settle()
-    assert progress.usage is None  # no usage in an error: the relayed deltas count instead
+    assert progress.reported is None  # no usage in an error: the relayed deltas count instead
