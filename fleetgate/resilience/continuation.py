@@ -41,10 +41,11 @@ from typing import Any, Literal
 import msgspec
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.engines import Resume
 from fleetgate.http.errors import UpstreamError
 from fleetgate.http.sse import SseDecoder
 from fleetgate.lifecycle.events import Continued, Routed
-from fleetgate.openai_api import DONE, DONE_EVENT, error_event
+from fleetgate.openai_api import DONE, DONE_EVENT, error_event, response_error_event
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.replay import Replayer
 from fleetgate.upstream.attempt import Attempts, Broken, Exchange, error_code
@@ -65,8 +66,14 @@ class Plan:
     why: str = ""  # refused: why, for the client
 
 
-def plan_continuation(original: bytes, chat: bool, progress: StreamProgress) -> Plan:
-    """The way on for a stream the client has `progress` of."""
+def plan_continuation(
+    original: bytes,
+    chat: bool,
+    progress: StreamProgress,
+    resume: Resume = "continue_final_message",
+) -> Plan:
+    """The way on for a stream the client has `progress` of, on a backend whose engine
+    continues an answer by `resume` (fleet/engines.py; "none": it cannot, so prefill is out)."""
     progress.settle()
     try:
         body = msgspec.json.decode(original)
@@ -79,14 +86,16 @@ def plan_continuation(original: bytes, chat: bool, progress: StreamProgress) -> 
             return Plan("done")  # (without a seed, a usage never sent stays unsent)
         return Plan("replay", original)  # for the usage alone: the rest is the client's
     several = len(progress.choices) > 1 or body.get("n") not in (1, None)
-    if not several and not progress.tool_calls:
-        rest = continuation_body(original, chat, progress, body)
+    if not several and not progress.tool_calls and resume != "none":
+        rest = continuation_body(original, chat, progress, body, resume)
         if rest is not None:
             return Plan("prefill", rest)
     if not _deterministic(body):
         why = "several choices" if several else "a tool call under way"
         if not several and not progress.tool_calls:
             why = "the prompt or limits leave no room to append the answer"
+            if resume == "none":
+                why = "the other backends' engine cannot continue an answer"
         return Plan("refused", why=_NOT_RESUMABLE.format(why=why))
     return Plan("replay", original)
 
@@ -116,10 +125,13 @@ def continuation_body(
     chat: bool,
     progress: StreamProgress,
     body: dict[str, Any] | None = None,
+    resume: Resume = "continue_final_message",
 ) -> bytes | None:
     """The request that asks another backend for the rest of a one-choice text answer (the
     prefill way), or None where the prompt or limits do not allow it. `body`: `original`
-    decoded, if it was (it is changed)."""
+    decoded, if it was (it is changed). For chat, the partial answer is the last message:
+    vLLM and SGLang are told to continue it; llama.cpp's server does so unasked (its
+    assistant prefill), and is sent no fields it does not know."""
     progress.settle()
     if body is None:
         try:
@@ -145,8 +157,9 @@ def continuation_body(
         if not isinstance(messages, list):
             return None
         body["messages"] = [*messages, {"role": "assistant", "content": text}]
-        body["continue_final_message"] = True
-        body["add_generation_prompt"] = False
+        if resume == "continue_final_message":
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
@@ -231,6 +244,10 @@ class Continuation:
     async def finish(self, cluster: Cluster, ex: Exchange, broken: Broken) -> None:
         progress = broken.progress
         error: UpstreamError = broken.error
+        if ex.routing.endpoint == "responses":  # not continued: upstream/responses_progress.py
+            message = f"The stream broke off and could not go on: {error}"
+            ex.writer.end(response_error_event(message, error_code(error), progress.events))
+            return
         chat = ex.routing.endpoint == "chat"
         for _ in range(cluster.retries.max_attempts - 1):
             plan = plan_continuation(ex.body, chat, progress)
@@ -250,6 +267,12 @@ class Continuation:
             if state is None:
                 break
             ex.tried.append(state)
+            if plan.way == "prefill" and state.kind.resume != "continue_final_message":
+                plan = plan_continuation(ex.body, chat, progress, state.kind.resume)
+                if plan.way == "refused":
+                    message = f"The stream broke off and could not go on: {error}; {plan.why}."
+                    ex.writer.end(error_event(502, message, "stream_not_resumable"))
+                    return
             if emit.continued is not None:
                 emit.continued(Continued(ex.request_id, now, ex.model, state, progress.tokens))
             if plan.way == "prefill":

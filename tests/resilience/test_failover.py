@@ -155,9 +155,13 @@ class Harness:
         self.socket = ClientSocket()
 
     def exchange(
-        self, stream: bool, body: bytes = CHAT, timeouts: Timeouts | None = None
+        self,
+        stream: bool,
+        body: bytes = CHAT,
+        timeouts: Timeouts | None = None,
+        endpoint: str = "chat",
     ) -> Exchange:
-        routing = RoutingRequest("m", "chat", stream, 10, None, b'[{"content":"hi"}]')
+        routing = RoutingRequest("m", endpoint, stream, 10, None, b'[{"content":"hi"}]')
         writer = ResponseWriter(self.socket, keep_alive=True)
         c = self.cluster
         return Exchange(
@@ -166,10 +170,15 @@ class Harness:
         )  # fmt: skip
 
     async def forward(
-        self, stream: bool = False, body: bytes = CHAT, timeouts: Timeouts | None = None
+        self,
+        stream: bool = False,
+        body: bytes = CHAT,
+        timeouts: Timeouts | None = None,
+        endpoint: str = "chat",
     ) -> Answer:
         self.socket.data.clear()
-        await self.failover.forward(self.cluster, self.exchange(stream, body, timeouts))
+        exchange = self.exchange(stream, body, timeouts, endpoint)
+        await self.failover.forward(self.cluster, exchange)
         return Answer(bytes(self.socket.data))
 
     def sent_to(self) -> list[str]:
@@ -321,6 +330,23 @@ async def test_a_stream_that_cannot_go_on_ends_with_an_error_event_never_silentl
     last = got.events()[-1]
     assert last["error"]["code"] == "upstream_error"
     assert "could not go on" in last["error"]["message"]
+    h.assert_settled()
+
+
+async def test_a_responses_stream_cut_mid_answer_ends_with_its_own_error_event() -> None:
+    def answer(k: int, sent: Sent) -> Script:
+        created = b'event: response.created\ndata: {"type":"response.created"}\n\n'
+        delta = b'event: response.output_text.delta\ndata: {"type":"x","delta":"Hi"}\n\n'
+        return Script(200, [created, delta], error=ReadError("reset"), at_chunk=2)
+
+    h = Harness(2, answer, retries=FAST_RETRIES)
+    body = b'{"model":"m","input":"hi","stream":true,"seed":1}'
+    got = await h.forward(stream=True, body=body, endpoint="responses")
+    assert got.complete and len(h.transport.sent) == 1  # not continued, not replayed
+    tail = bytes(h.socket.data).rsplit(b"event: error\ndata: ", 1)[1]
+    error = msgspec.json.decode(tail.split(b"\n\n")[0])
+    assert error["type"] == "error" and error["sequence_number"] == 2
+    assert "could not go on" in error["message"]
     h.assert_settled()
 
 
