@@ -246,11 +246,11 @@ class Batcher(Generic[T, R]):
     def _expire(self, now: float) -> None:
         while (deadline := self._next_deadline()) is not None and deadline <= now:
             request = heapq.heappop(self._deadlines)[2]
-            waited_ms = (now - request.arrival) * 1000.0
+            limit_ms = (request.deadline - request.arrival) * 1000.0
             request.future.set_exception(
                 Overloaded(
-                    f"The request waited {waited_ms:.0f} ms in the queue, its limit; the server "
-                    "is busy, retry shortly.",
+                    f"The request waited its limit of {limit_ms:.0f} ms in the queue; the "
+                    "server is busy, retry shortly.",
                     "queue_timeout", self.retry_after_s(),
                 )
             )  # fmt: skip
