@@ -4,13 +4,14 @@ defaults: up to 32 inputs a batch) and off (`--max-batch-size 1`), side by side.
     .venv/bin/python benchmarks/embed_batching.py [--clients 1,4,16,32] [--step-seconds 4]
                                                   [--p99-ms 100]
 
-Each configuration is one `fleetgate worker embed` process on a free localhost port. Load is
-closed-loop: N clients, each sending one single-sentence request as soon as its last one is
-answered, for a fixed time per step (and at most 10 s of waiting per request), N rising step by
-step. Per step it prints texts/s, p50 and p99 latency, and the mean batch size the worker ran
-(from its /metrics). The headline: the highest throughput each configuration reached with p99
-within `--p99-ms`, and their ratio. Client and worker share this machine's cores (the worker's
-model uses one thread), so the figures are for this machine as it was during the run.
+Each configuration is one `fleetgate worker embed` process on a free localhost port; both run
+at once and are measured in turn, step by step. Load is closed-loop: N clients, each sending
+one single-sentence request as soon as its last one is answered, for a fixed time per step
+(and at most 10 s of waiting per request), N rising step by step. Per step it prints texts/s,
+p50 and p99 latency, and the mean batch size the worker ran (from its /metrics). The headline:
+the highest throughput each configuration reached with p99 within `--p99-ms`, and their ratio.
+Client and workers share this machine's cores (each worker's model uses one thread), so the
+figures are for this machine as it was during the run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import uvloop
@@ -91,19 +94,15 @@ async def _step(url: str, clients: int, seconds: float) -> Step:
                 len(errors))  # fmt: skip
 
 
-def _run(name: str, extra: list[str], levels: list[int], seconds: float) -> list[Step]:
+@contextmanager
+def _worker(extra: list[str]) -> Iterator[str]:
     args = [PY, "-m", "fleetgate", "worker", "embed", "--port", "0", *extra]
     with process(args) as worker:
         url = read_until(worker, r"on (http://\S+)").group(1)
         drain(worker)
         wait_http(url + "/health")
-        uvloop.run(_step(url, 2, 1.0))  # warm up: the first runs of a session are slow
-        steps = []
-        for clients in levels:
-            step = uvloop.run(_step(url, clients, seconds))
-            steps.append(step)
-            print(_row(name, step), flush=True)
-    return steps
+        uvloop.run(_step(url, 4, 2.0))  # warm up: a session's first runs of each shape are slow
+        yield url
 
 
 def _row(name: str, s: Step) -> str:
@@ -125,8 +124,15 @@ def main() -> int:
     levels = [int(c) for c in args.clients.split(",")]
     print(f"{'batching':<10}{'clients':>8}{'texts/s':>10}{'p50 ms':>9}{'p99 ms':>9}"
           f"{'mean batch':>12}{'errors':>8}")  # fmt: skip
-    on = _run("on", [], levels, args.step_seconds)
-    off = _run("off (1)", ["--max-batch-size", "1"], levels, args.step_seconds)
+    on: list[Step] = []
+    off: list[Step] = []
+    # Both at once, measured step by step in turn: a shared machine's speed drifts between
+    # runs by more than the difference measured (benchmarks/overhead.py does the same).
+    with _worker([]) as url_on, _worker(["--max-batch-size", "1"]) as url_off:
+        for clients in levels:
+            for name, url, steps in (("on", url_on, on), ("off (1)", url_off, off)):
+                steps.append(uvloop.run(_step(url, clients, args.step_seconds)))
+                print(_row(name, steps[-1]), flush=True)
     best_on, best_off = _best(on, args.p99_ms), _best(off, args.p99_ms)
     print(f"\nhighest throughput with p99 <= {args.p99_ms:g} ms:")
     for name, best in (("batching on", best_on), ("batching off", best_off)):
