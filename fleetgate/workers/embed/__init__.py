@@ -1,0 +1,1 @@
+"""A real embeddings server on the CPU: MiniLM through onnxruntime, behind a dynamic batcher."""
