@@ -378,6 +378,14 @@ def _check_tenants(config: Config) -> None:
             f"(not {config.server.host!r}); give tenants keys and `auth.admin_keys`, or "
             "`server.host: 127.0.0.1`"
         )
+    gpu = [i for i, pool in enumerate(config.pools) if pool.gpu.enabled]
+    if gpu and not config.auth_enabled and not _loopback(config.server.host):
+        # Anyone who reached the port could report a GPU fault and take a backend out.
+        raise ConfigError(
+            f"$.pools[{gpu[0]}].gpu.enabled: with auth off GPU readings are taken only on a "
+            f"loopback address (not {config.server.host!r}); give the agents "
+            "`auth.heartbeat_keys`, or `server.host: 127.0.0.1`"
+        )
 
 
 def _loopback(host: str) -> bool:

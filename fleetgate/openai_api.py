@@ -95,17 +95,21 @@ def with_fields(body: bytes, drop: tuple[str, ...] = (), **fields: object) -> by
 
 class Usage(msgspec.Struct):
     """What an answer says it used (`usage`): chat, completions and embeddings name its
-    parts prompt and completion tokens, the Responses API input and output tokens."""
+    parts prompt and completion tokens, the Responses API input and output tokens, a rerank
+    or score answer only its total (all prompt)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    total_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.input_tokens or self.output_tokens:  # a Response's: one way to read them
             self.prompt_tokens = self.prompt_tokens or self.input_tokens
             self.completion_tokens = self.completion_tokens or self.output_tokens
+        elif not self.prompt_tokens and not self.completion_tokens:
+            self.prompt_tokens = self.total_tokens
 
 
 class _WithUsage(msgspec.Struct):
@@ -116,8 +120,13 @@ _decode_usage = msgspec.json.Decoder(_WithUsage).decode
 
 
 def usage_of(body: bytes) -> Usage | None:
-    """The `usage` of a whole answer (chat, completion or embeddings); None without one."""
+    """The `usage` of a whole answer (chat, completions, embeddings, a Response, rerank);
+    None without one, or with none in tokens (a transcription's is in seconds): what was
+    reserved for it then stands."""
     try:
-        return _decode_usage(body).usage
+        usage = _decode_usage(body).usage
     except msgspec.DecodeError:
         return None
+    if usage is None or not (usage.prompt_tokens or usage.completion_tokens):
+        return None
+    return usage

@@ -173,6 +173,15 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
             {**one_pool(), "server": {"admin": True, "host": "0.0.0.0"}},
             "$.server.admin: with auth off the admin API listens only on a loopback address",
         ),
+        (
+            {
+                "pools": [
+                    {"model": "m", "backends": [{"url": "http://a"}], "gpu": {"enabled": True}}
+                ],
+                "server": {"host": "0.0.0.0"},
+            },
+            "$.pools[0].gpu.enabled: with auth off GPU readings are taken only on a loopback",
+        ),
         *(
             (
                 {**one_pool(), "server": {"passthrough_paths": [path]}},

@@ -71,3 +71,17 @@ def test_an_error_event_is_one_sse_event_with_the_same_body() -> None:
             "code": "no_backend",
         }
     }
+
+
+def test_usage_is_read_from_every_answer_that_counts_tokens() -> None:
+    from fleetgate.openai_api import usage_of
+
+    chat = usage_of(b'{"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}')
+    assert chat is not None and (chat.prompt_tokens, chat.completion_tokens) == (5, 2)
+    response = usage_of(b'{"usage":{"input_tokens":4,"output_tokens":3,"total_tokens":7}}')
+    assert response is not None and (response.prompt_tokens, response.completion_tokens) == (4, 3)
+    rerank = usage_of(b'{"results":[],"usage":{"total_tokens":12}}')
+    assert rerank is not None and (rerank.prompt_tokens, rerank.completion_tokens) == (12, 0)
+    # In seconds, or none at all: None, and what was reserved for the request stands.
+    assert usage_of(b'{"text":"hi","usage":{"type":"duration","seconds":3}}') is None
+    assert usage_of(b'{"text":"hi"}') is None

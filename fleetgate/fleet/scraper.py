@@ -54,8 +54,12 @@ class MetricsScraper:
         self._scraping: dict[BackendState, Callable[[], None]] = {}
 
     def start(self, states: Iterable[BackendState], settings: ScrapeSettings) -> None:
-        """Scrape each of `states` on its own jittered interval until `stop()`."""
+        """Scrape each of `states` on its own jittered interval until `stop()` (with scraping
+        off, only recognise each `auto` one, until it is)."""
         if not settings.enabled:
+            for state in states:
+                if state.kind is PENDING:
+                    self._recognise_only(state, settings)
             return
         for state in states:
 
@@ -65,6 +69,16 @@ class MetricsScraper:
             self._scraping[state] = self._tasks.every(
                 settings.interval_s, settings.jitter, scrape, wait_first=False
             )
+
+    def _recognise_only(self, state: BackendState, settings: ScrapeSettings) -> None:
+        async def recognise() -> None:
+            await self.recognise(state, settings)
+            if state.kind is not PENDING:
+                self.forget(state)
+
+        self._scraping[state] = self._tasks.every(
+            settings.interval_s, settings.jitter, recognise, wait_first=False
+        )
 
     def forget(self, state: BackendState) -> None:
         """Stop scraping `state` (it left its pool)."""

@@ -58,6 +58,9 @@ ENGINE_FIELDS = (
 )  # fmt: skip
 BATCH_ENGINE_PRIORITY = 3  # a batch-lane request's `priority` for the engine: after every class
 _ENGINE_FIELD = re.compile(b'"(' + b"|".join(f.encode() for f in ENGINE_FIELDS) + b')"')
+# The engines order their queues by `priority` (engine_priority) in these bodies: JSON the
+# gateway parsed (never a pass-through upload, which it leaves as it came).
+_PRIORITISED = frozenset(("chat", "completions"))
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
 # A client's own request id is echoed in answers and logs: only if it cannot forge either.
@@ -268,16 +271,6 @@ class Gateway:
                     entry = await entrance.enter(caller, exchange, headers, cluster.admission)
                 elif entry.waiting:
                     await entrance.wait(entry)
-                if cluster.engine_priority:  # the engines order their queues by it
-                    level = BATCH_ENGINE_PRIORITY if exchange.batch else exchange.priority
-                    exchange.body = with_fields(exchange.body, priority=level)
-                now = self._clock()
-                exchange.tenant, exchange.priority_label = caller.tenant.name, entry.priority.label
-                exchange.queued_s = now - started
-                if emit.admitted is not None:
-                    emit.admitted(Admitted(request_id, now, exchange.model, exchange.routing,
-                                           exchange.tenant, exchange.priority_label,
-                                           exchange.queued_s))  # fmt: skip
             except Refused as exc:  # a BadRequest too
                 self._refuse(writer, request_id, started, exc, caller, model)
                 return
@@ -287,7 +280,17 @@ class Gateway:
             except asyncio.CancelledError:  # the client left while the request waited its turn
                 self._finished_here(request_id, started, 499, "client_closed", model)
                 raise
-            try:
+            try:  # from here on the entry's holds are given back, whatever happens
+                if cluster.engine_priority and exchange.routing.endpoint in _PRIORITISED:
+                    level = BATCH_ENGINE_PRIORITY if exchange.batch else exchange.priority
+                    exchange.body = with_fields(exchange.body, priority=level)
+                now = self._clock()
+                exchange.tenant, exchange.priority_label = caller.tenant.name, entry.priority.label
+                exchange.queued_s = now - started
+                if emit.admitted is not None:
+                    emit.admitted(Admitted(request_id, now, exchange.model, exchange.routing,
+                                           exchange.tenant, exchange.priority_label,
+                                           exchange.queued_s))  # fmt: skip
                 await self._failover.forward(cluster, exchange)
             finally:
                 settled = self._entrance.leave(entry, exchange)
@@ -408,7 +411,7 @@ class Gateway:
         """GET /v1/models/{id}: one model's card; 404 for one this caller may not use."""
         name = unquote(request.path[len(b"/v1/models/") :].decode("latin-1"))
         card = self._model_cards.get(name)
-        if card is not None and self._door is not None and self._door.auth:
+        if self._door is not None and self._door.auth:  # the caller first: a 401 says nothing
             try:
                 if not self._door.identify(request.headers).tenant.may_use(name):
                     card = None

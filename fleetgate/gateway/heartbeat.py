@@ -45,6 +45,10 @@ class HeartbeatEndpoint:
             message = f'Send {{"backend": "host:port", "gpu": [...]?}}: {exc}'
             writer.send(400, headers, error_body(400, message, param))
             return
+        if beat.gpu is not None and len({r.index for r in beat.gpu}) < len(beat.gpu):
+            message = "Each GPU's reading once: two readings have the same `index`."
+            writer.send(400, headers, error_body(400, message, "gpu"))
+            return
         if beat.gpu is not None:
             if self._gpus is None or not self._gpus.record(beat.backend, beat.gpu):
                 message = (f"No pool takes GPU readings from {beat.backend!r}: set "

@@ -257,7 +257,8 @@ def is_form(headers: dict[bytes, bytes]) -> bool:
 
 def parse_passthrough(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     """A body for a pass-through path (`server.passthrough_paths`): JSON, or a form upload.
-    Relayed whole (not as a stream): none of these paths streams."""
+    Its answer is relayed whole: one that streams (a transcription asked to) is read to its
+    end first, then sent."""
     if is_form(headers):
         return parse_multipart_model(body, headers)
     return parse_model_path(body, headers)
@@ -285,7 +286,9 @@ def parse_multipart_model(body: bytes, headers: dict[bytes, bytes]) -> RoutingRe
 
 def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | None:
     """The value of the form field `name` in a `multipart/form-data` body, or None (RFC 7578:
-    parts separated by `--boundary` lines, each with a Content-Disposition naming it)."""
+    parts separated by `--boundary` lines, each with a Content-Disposition naming it).
+    `BadRequest` when the body names it twice: an engine that reads the other one would be
+    served a model the gateway did not route (and price) the request for."""
     kind, _, params = content_type.partition(b";")
     if kind.strip().lower() != b"multipart/form-data":
         return None
@@ -297,7 +300,9 @@ def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | No
     if not boundary or len(boundary) > 70:
         return None
     wanted = b'name="' + name + b'"'
-    for part in body.split(b"--" + boundary)[1:]:
+    found: bytes | None = None
+    # A delimiter starts a line (RFC 2046): text that merely contains it is a part's content.
+    for part in (b"\r\n" + body).split(b"\r\n--" + boundary)[1:]:
         head, sep, value = part.partition(b"\r\n\r\n")
         if not sep:
             continue
@@ -306,8 +311,12 @@ def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | No
             if field.strip().lower() != b"content-disposition":
                 continue
             if wanted in (p.strip() for p in disposition.split(b";")):  # not filename="..."
-                return value[:-2] if value.endswith(b"\r\n") else value
-    return None
+                if found is not None:
+                    raise BadRequest(
+                        f"The form names `{name.decode()}` twice; send it once.", name.decode()
+                    )
+                found = value
+    return found
 
 
 # Per-request overrides of the pool's timeouts, in seconds: shorter only. A longer one is

@@ -117,6 +117,9 @@ class GpuWatch:
         verdict = judge(readings, s)
         record = self._records.get(state)
         if record is None:
+            if len(self._records) >= len(pool.states):  # forget backends that left the pool
+                members = set(pool.states)
+                self._records = {m: r for m, r in self._records.items() if m in members}
             record = self._records[state] = _Record()
         totals = {} if state.gpus is None else dict(state.gpus.xid_totals)
         for r in readings:

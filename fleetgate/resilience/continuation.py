@@ -249,6 +249,7 @@ class Continuation:
             ex.writer.end(response_error_event(message, error_code(error), progress.events))
             return
         chat = ex.routing.endpoint == "chat"
+        refused = ""  # why the last backend picked could not continue it
         for _ in range(cluster.retries.max_attempts - 1):
             plan = plan_continuation(ex.body, chat, progress)
             if plan.way == "done":  # only [DONE] was missing: nothing left to generate
@@ -269,10 +270,10 @@ class Continuation:
             ex.tried.append(state)
             if plan.way == "prefill" and state.kind.resume != "continue_final_message":
                 plan = plan_continuation(ex.body, chat, progress, state.kind.resume)
-                if plan.way == "refused":
-                    message = f"The stream broke off and could not go on: {error}; {plan.why}."
-                    ex.writer.end(error_event(502, message, "stream_not_resumable"))
-                    return
+                if plan.way == "refused":  # this one's engine cannot: another's may
+                    refused = plan.why
+                    continue
+            refused = ""
             if emit.continued is not None:
                 emit.continued(Continued(ex.request_id, now, ex.model, state, progress.tokens))
             if plan.way == "prefill":
@@ -294,7 +295,11 @@ class Continuation:
                 return
             error = again
         message = f"The stream broke off and could not go on: {error}"
-        ex.writer.end(error_event(502, message, error_code(error)))
+        if refused:
+            message, code = f"{message}; {refused}.", "stream_not_resumable"
+        else:
+            code = error_code(error)
+        ex.writer.end(error_event(502, message, code))
 
     async def _replay(
         self,

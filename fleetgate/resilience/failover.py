@@ -65,7 +65,7 @@ class Failover:
         status = 499  # nginx's "client closed request", if the client leaves first
         outcome: Outcome = "client_closed"
         try:
-            if cluster.prefill is not None and routing.endpoint != "embeddings":
+            if cluster.prefill is not None and routing.endpoint in ("chat", "completions"):
                 ex.body = await cluster.prefill.handoff(ex)
             for attempt in range(retries.max_attempts):
                 now = self._clock()

@@ -35,7 +35,8 @@ class RoutingRequest:
         prompt: bytes | memoryview = b"",
     ) -> None:
         self.model = model
-        self.endpoint = endpoint  # "chat", "completions" or "embeddings"
+        # "chat", "completions", "embeddings", "responses", or "other" (a pass-through path)
+        self.endpoint = endpoint
         self.stream = stream
         self.max_tokens = max_tokens
         self.session_key = session_key

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -96,3 +97,17 @@ async def test_a_backend_that_does_not_answer_stays_pending_and_is_probed_again(
 def test_a_configured_engine_is_not_probed() -> None:
     state = BackendState(Backend("b", "http://127.0.0.1:9", ("m",), engine="ollama"))
     assert state.kind is ENGINES["ollama"] and state.kind.health_path == "/api/version"
+
+
+async def test_with_scraping_off_an_auto_backend_is_still_recognised_then_left_alone() -> None:
+    scraper, asked = _scraper({b"/v1/models": Script(200, [LLAMA_MODELS])})
+    state = BackendState(Backend("b", "http://127.0.0.1:9", ("m",)))
+    scraper.start([state], ScrapeSettings(enabled=False, interval_s=0.01))
+    for _ in range(100):
+        if state.kind is not PENDING:
+            break
+        await asyncio.sleep(0.01)
+    assert state.kind is ENGINES["llamacpp"]
+    await asyncio.sleep(0.05)
+    assert asked.count(b"/v1/models") == 1 and b"/metrics" not in asked  # then not again
+    scraper.stop()

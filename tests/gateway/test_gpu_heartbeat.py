@@ -83,6 +83,7 @@ async def test_readings_need_the_heartbeat_key(port: int) -> None:
         ([{**READING, "index": i} for i in range(65)], "length <= 64"),
         ([{**READING, "name": "x" * 201}], "length <= 200"),
         ({"index": 0}, "Expected `array"),
+        ([READING, READING], "same `index`"),
     ],
 )
 async def test_malformed_readings_are_refused_whole_in_openais_shape(

@@ -248,3 +248,23 @@ def test_a_form_s_model_field_is_found_and_a_file_named_model_is_not_it() -> Non
     assert multipart_field(only_file, ctype, b"model") is None
     assert multipart_field(body, b"application/json", b"model") is None
     assert multipart_field(body, b"multipart/form-data; boundary=" + b"x" * 71, b"model") is None
+
+
+def test_a_form_naming_its_model_twice_is_refused_and_a_delimiter_inside_a_line_is_content() -> (
+    None
+):
+    from fleetgate.gateway.requests import BadRequest, multipart_field
+
+    ctype = b"multipart/form-data; boundary=B"
+    model = b'--B\r\nContent-Disposition: form-data; name="model"\r\n\r\n%b\r\n'
+    twice = model % b"a" + model % b"b" + b"--B--\r\n"
+    with pytest.raises(BadRequest, match="`model` twice"):
+        multipart_field(twice, ctype, b"model")
+    # A file whose bytes hold "--B" and a fake part mid-line: not a part the engine sees.
+    hidden = (
+        b'--B\r\nContent-Disposition: form-data; name="file"; filename="a.wav"\r\n\r\n'
+        b'RIFF x--B\r\nContent-Disposition: form-data; name="model"\r\n\r\nevil\r\n'
+        + model % b"whisper-1"
+        + b"--B--\r\n"
+    )
+    assert multipart_field(hidden, ctype, b"model") == b"whisper-1"

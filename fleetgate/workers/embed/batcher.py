@@ -201,6 +201,16 @@ class Batcher(Generic[T, R]):
             self.waiting_requests -= 1
             request.queued = 0
             self._changed.set()
+            if len(self._items) > 2 * self.waiting_items + self.settings.max_batch_size:
+                self._compact()
+
+    def _compact(self) -> None:
+        """Drop the items of settled requests that the heap still holds (it drops them only
+        as they come up, and a low priority's may never): `max_queue_items` bounds the heap."""
+        self._items = [entry for entry in self._items if not entry[2].request.future.done()]
+        heapq.heapify(self._items)
+        self._deadlines = [entry for entry in self._deadlines if entry[2].queued]
+        heapq.heapify(self._deadlines)
 
     async def _serve(self) -> None:
         while True:

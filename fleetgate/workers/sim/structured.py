@@ -21,6 +21,7 @@ import msgspec
 from fleetgate.tokens import FILLER_WORDS
 
 _MAX_DEPTH = 8
+_MAX_ITEMS = 16  # an array's items at most, whatever minItems asks (a sim answers briefly)
 _FORMATS = ("text", "json_object", "json_schema")
 
 
@@ -77,8 +78,11 @@ def _value(schema: Any, root: dict[str, Any], rng: random.Random, depth: int) ->
     if isinstance(parts, list) and parts:
         merged: dict[str, Any] = {}
         for part in parts:
-            if isinstance(part, dict):
-                merged |= _resolve(part["$ref"], root) if "$ref" in part else part
+            resolved = (
+                _resolve(part["$ref"], root) if isinstance(part, dict) and "$ref" in part else part
+            )
+            if isinstance(resolved, dict):  # a $ref to nothing adds nothing
+                merged |= resolved
         return _value(merged, root, rng, depth + 1)
     kind = schema.get("type")
     if isinstance(kind, list):
@@ -96,7 +100,7 @@ def _typed(kind: Any, schema: dict[str, Any], root: dict[str, Any], rng: random.
             return {}
         return {name: _value(sub, root, rng, depth + 1) for name, sub in properties.items()}
     if kind == "array":
-        size = max(1, _int(schema.get("minItems"), 1))
+        size = min(max(1, _int(schema.get("minItems"), 1)), _MAX_ITEMS)
         size = min(size, _int(schema.get("maxItems"), size))
         if depth >= _MAX_DEPTH or size < 1:
             return []
@@ -130,8 +134,14 @@ def _int(value: Any, default: int) -> int:
 
 
 def _number(value: Any, default: float) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    return float(value) if ok else default
+    """A finite bound from the schema (a bound past a float's range, or not finite: none)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return default
+    try:
+        number = float(value)
+    except OverflowError:
+        return default
+    return number if math.isfinite(number) else default
 
 
 def _words(rng: random.Random, low: int, high: int) -> str:

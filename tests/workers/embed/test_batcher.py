@@ -217,6 +217,21 @@ async def test_a_request_given_up_leaves_the_queue(make: MakeBatcher, model: Fak
     assert await result(stays) == ["C"]
 
 
+async def test_items_of_requests_given_up_do_not_pile_up_behind_the_queue_bound(
+    make: MakeBatcher, model: FakeModel
+) -> None:
+    batcher = make(max_queue_items=8, max_batch_size=4)
+    batcher.submit(["busy"], 1)
+    running = await model.next()
+    for _ in range(50):  # low-priority requests whose clients leave while the model is busy
+        gone = batcher.submit(["x"] * 8, 9)
+        gone.cancel()
+        await asyncio.sleep(0)
+    assert batcher.waiting_items == 0
+    assert len(batcher._items) <= 2 * 0 + 4 + 8  # compacted, not 400 dead items
+    running.finish()
+
+
 async def test_a_failing_model_fails_its_batch_and_the_batcher_goes_on(clock: ManualClock) -> None:
     calls = 0
 

@@ -68,3 +68,16 @@ def test_response_formats(raw: object, expected: object) -> None:
 def test_malformed_response_formats_say_what_to_change(raw: object) -> None:
     with pytest.raises(ValueError, match="response_format"):
         check_response_format(raw)
+
+
+def test_schemas_a_client_can_send_never_break_the_sim() -> None:
+    import random
+
+    from fleetgate.workers.sim.structured import json_value
+
+    rng = random.Random(0)
+    assert json_value({"allOf": [{"$ref": "#/nope"}, {"type": "integer"}]}, rng) is not None
+    huge = json_value({"type": "integer", "minimum": 10**400}, rng)
+    assert isinstance(huge, int)
+    many = json_value({"type": "array", "minItems": 10**9, "items": {"type": "boolean"}}, rng)
+    assert isinstance(many, list) and 1 <= len(many) <= 16
