@@ -38,12 +38,17 @@ class Recorder:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode().split("\r\n")[1:]
+                request_line, *lines = head.decode().split("\r\n")
                 pairs = (line.split(": ", 1) for line in lines if line)
                 headers = {name.lower(): value for name, value in pairs}
                 sent = await reader.readexactly(int(headers.get("content-length", "0")))
-                self.heads.append(headers)
-                self.bodies.append(json.loads(sent))
+                if request_line.startswith("POST "):  # not the gateway's probes of the engine
+                    self.heads.append(headers)
+                try:
+                    if request_line.startswith("POST "):
+                        self.bodies.append(json.loads(sent))
+                except ValueError:  # a form upload, passed through as it came
+                    self.bodies.append({"raw": sent.decode("latin-1")})
                 body = json.dumps({
                     "id": "c1", "object": "chat.completion", "created": 1, "model": "m",
                     "choices": [{"index": 0, "finish_reason": "stop",

@@ -58,3 +58,17 @@ async def test_each_request_reaches_the_engine_with_its_class_as_priority(
     # critical 0, standard 1, sheddable 2, the batch lane after all: 3. The client's -5 never.
     assert [body["priority"] for body in recorder.bodies] == [0, 1, 2, 3]
     assert all(body["messages"] == [{"role": "user", "content": "x"}] for body in recorder.bodies)
+
+
+async def test_a_form_upload_goes_as_it_came_with_no_priority_written_into_it(
+    gateway: tuple[Recorder, str],
+) -> None:
+    recorder, url = gateway
+    client = openai.AsyncOpenAI(base_url=url, api_key=KEYS["gold"], max_retries=0)
+    raw = await client.audio.transcriptions.with_raw_response.create(
+        model="m", file=("a.wav", b"RIFF" + bytes(range(256)))
+    )
+    await client.close()
+    assert raw.http_request.headers["content-type"].startswith("multipart/form-data")
+    assert raw.status_code == 200  # it was a 500, the form read as JSON to add `priority`
+    assert "raw" in recorder.bodies[-1] and "priority" not in recorder.bodies[-1]["raw"]
