@@ -24,7 +24,7 @@ import pytest
 
 from tests.e2e.procs import Proc, free_port, gateway, get, metric, python, wait_ready
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]  # starting vLLM takes minutes
 MODEL = "gemma-3-270m"
 SERVER = Path(__file__).parents[1] / "engines" / "vllm_server.py"
 

@@ -43,15 +43,23 @@ def prepare() -> None:
         subprocess.run([str(python()), "-m", "pip", "uninstall", "-y", "-q", *BROKEN], check=False)
     if not (converted() / "config.json").exists():
         gguf = model_path()
-        script = (
-            "import sys\n"
-            "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+        script = (  # dequantized with transformers' own GGUF reader, saved as bf16
+            "import sys, torch\n"
+            "from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer\n"
+            "from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint\n"
             "folder, name, out = sys.argv[1], sys.argv[2], sys.argv[3]\n"
-            "model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name,"
-            " torch_dtype='bfloat16')\n"
+            "config = AutoConfig.from_pretrained(folder, gguf_file=name)\n"
+            "model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)\n"
+            "got = load_gguf_checkpoint(folder + '/' + name, return_tensors=True,"
+            " model_to_load=model, torch_dtype=torch.bfloat16)\n"
+            "state = {k: torch.as_tensor(v) for k, v in got['tensors'].items()}\n"
+            "missing, unexpected = model.load_state_dict(state, strict=False)\n"
+            "assert not unexpected, unexpected\n"
+            "model.tie_weights()\n"
             "model.save_pretrained(out, safe_serialization=True)\n"
             "tok = AutoTokenizer.from_pretrained(folder, gguf_file=name, add_bos_token=True)\n"
             "tok.save_pretrained(out)\n"
+            "print('missing', missing)\n"
         )
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         cmd = [str(python()), "-c", script, str(gguf.parent), gguf.name, str(converted())]
