@@ -286,6 +286,25 @@ def parse_multipart_model(body: bytes, headers: dict[bytes, bytes]) -> RoutingRe
 def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | None:
     """The value of the form field `name` in a `multipart/form-data` body, or None (RFC 7578:
     parts separated by `--boundary` lines, each with a Content-Disposition naming it)."""
+    part = _form_part(body, content_type, name)
+    return None if part is None else part[1]
+
+
+def multipart_file(body: bytes, content_type: bytes, name: bytes) -> tuple[str, bytes] | None:
+    """The file sent as form field `name`: its `filename` ("" without one) and content."""
+    part = _form_part(body, content_type, name)
+    if part is None:
+        return None
+    filename = ""
+    for param in part[0]:
+        key, _, value = param.partition(b"=")
+        if key.strip().lower() == b"filename":
+            filename = value.strip().strip(b'"').decode("utf-8", "replace")
+    return filename, part[1]
+
+
+def _form_part(body: bytes, content_type: bytes, name: bytes) -> tuple[list[bytes], bytes] | None:
+    """The Content-Disposition parameters and the value of the part named `name`."""
     kind, _, params = content_type.partition(b";")
     if kind.strip().lower() != b"multipart/form-data":
         return None
@@ -305,8 +324,9 @@ def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | No
             field, _, disposition = line.partition(b":")
             if field.strip().lower() != b"content-disposition":
                 continue
-            if wanted in (p.strip() for p in disposition.split(b";")):  # not filename="..."
-                return value[:-2] if value.endswith(b"\r\n") else value
+            found = [p.strip() for p in disposition.split(b";")]
+            if wanted in found:  # not filename="..."
+                return found, value[:-2] if value.endswith(b"\r\n") else value
     return None
 
 
