@@ -108,6 +108,9 @@ async def test_a_batch_runs_as_its_tenant_on_the_batch_lane(setup: Setup) -> Non
     # The engine saw each as a batch-lane request (priority 3), never streamed.
     assert [(b["priority"], b["stream"]) for b in setup.recorder.bodies] == [(3, False)] * 5
     assert all(ALICE not in json.dumps(head) for head in setup.recorder.heads)
+    # Its tokens are the tenant's, as any request's.
+    _, metrics = await setup.raw("GET", "/metrics")
+    assert b'fleetgate_tokens_total{kind="completion",model="m",tenant="alice"} 25.0' in metrics
     listed = await setup.alice.batches.list(limit=5)
     assert [b.id for b in listed.data] == [batch.id]
     output = await setup.alice.files.retrieve(batch.output_file_id)
