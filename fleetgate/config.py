@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 import yaml
 
+from fleetgate.batches.settings import BatchesSettings
 from fleetgate.fleet.calibration import WeightSettings
 from fleetgate.fleet.engines import KINDS
 from fleetgate.fleet.health import HealthSettings
@@ -60,7 +61,7 @@ PASSTHROUGH_PATHS = (
 # The gateway's own model paths (gateway/app.py): never passed through as they are.
 OWN_PATHS = frozenset(
     ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
-     "/v1/models", "/healthz", "/readyz", "/metrics", "/dashboard")
+     "/v1/models", "/healthz", "/readyz", "/metrics", "/dashboard", "/v1/files", "/v1/batches")
 )  # fmt: skip
 _PATH = re.compile(r"/[A-Za-z0-9._~/-]{1,200}").fullmatch
 
@@ -93,7 +94,9 @@ class ServerConfig(ServerLimits, frozen=True):
             if (
                 not _PATH(path)
                 or path in OWN_PATHS
-                or path.startswith(("/admin/", "/fleet/", "/dashboard"))
+                or path.startswith(
+                    ("/admin/", "/fleet/", "/dashboard", "/v1/files/", "/v1/batches/")
+                )
             ):
                 raise ValueError(
                     f"`passthrough_paths`: {path!r} is not a path a backend serves apart from "
@@ -299,6 +302,7 @@ class Config(Settings, frozen=True):
     limits: LimitsConfig = LimitsConfig()  # where limits are counted
     request_log: RequestLogSettings = RequestLogSettings()  # a line per request (observe/)
     tracing: TracingSettings = TracingSettings()  # OpenTelemetry spans over OTLP/HTTP, off
+    batches: BatchesSettings = BatchesSettings()  # the Batch API: files, batches, their runner
 
     @property
     def auth_enabled(self) -> bool:

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 
 import msgspec
 
+from fleetgate.batches.book import BatchBook
+from fleetgate.batches.files import FileShelf
+from fleetgate.batches.runner import BatchRunner
+from fleetgate.batches.store import BatchStore
 from fleetgate.config import (
     BackendConfig,
     Config,
@@ -34,6 +38,7 @@ from fleetgate.fleet.pool import Pool
 from fleetgate.fleet.scraper import MetricsScraper
 from fleetgate.gateway.admin import Admin
 from fleetgate.gateway.app import Gateway, RequestIds
+from fleetgate.gateway.batch_api import BatchApi
 from fleetgate.gateway.dashboard import Dashboard
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.health.active import ActiveChecker
@@ -301,13 +306,14 @@ class RunningGateway:
         gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
         limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
-        tracing: Tracing | None = None,
+        tracing: Tracing | None = None, batches: BatchRunner | None = None,
     ) -> None:  # fmt: skip
         self.server = server
         self.tls = tls
         self._limit_store = limit_store  # shared through Redis: its heartbeat and client
         self._request_log = request_log
         self._tracing = tracing
+        self._batches = batches  # stopped first: a request it has in flight runs again later
         self._checker = checker
         self._scraper = scraper
         self._background = background  # the TLS files' reload checks
@@ -322,6 +328,8 @@ class RunningGateway:
 
     async def drain(self, timeout_s: float) -> int:
         """Finish the requests in progress (up to `timeout_s`), then stop everything."""
+        if self._batches is not None:
+            await self._batches.stop()
         self._checker.stop()
         self._scraper.stop()
         self._background.stop()
@@ -331,6 +339,8 @@ class RunningGateway:
         return left
 
     async def close(self) -> None:
+        if self._batches is not None:
+            await self._batches.stop()
         self._checker.stop()
         self._scraper.stop()
         self._background.stop()
@@ -361,11 +371,14 @@ def compose(
     limit_store: LimitStore | None = None,
     request_log: RequestLog | None = None,
     tracing: Tracing | None = None,
+    batch_store: BatchStore | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
     scraper, when given, start probing the backends (a benchmark or a simulator gives none);
     limits are counted in `limit_store`, in this process's memory when none is given; each
-    request is written to `request_log` when one is given, and traced by `tracing`."""
+    request is written to `request_log` when one is given, and traced by `tracing`; the Batch
+    API keeps its files and batches in `batch_store` (none: the API is off), and the batches
+    it left running are resumed (their runner is started with the server: `start_gateway`)."""
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
     clusters: dict[str, Cluster] = {}
@@ -447,13 +460,19 @@ def compose(
     gpus.on_change = edge_emit.gpu_changed
     door, operators = build_front_door(config, tenants, clock, wall_clock, limit_store)
     render = metrics.render if config.server.metrics else None
+    batch_api = None
+    if batch_store is not None:
+        settings = config.batches
+        book = BatchBook(batch_store, settings, tenants, wall_clock)
+        book.resume()
+        batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock), book, door)
     gateway = Gateway(
         clusters, failover, edge_emit, render, clock, RequestIds(),
         int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
         RequestHeaders(config.server.deny_request_headers), door, operators,
         config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,
         None if live is None else Dashboard(clusters, slo, live, usage, clock, wall_clock),
-        config.server.passthrough_paths,
+        config.server.passthrough_paths, batch_api,
     )  # fmt: skip
     return gateway, clusters
 
@@ -514,13 +533,15 @@ async def start_gateway(
     background = PeriodicTasks(random.Random(rng.getrandbits(64)))
     store = build_limit_store(config.limits, clock, rng)
     shared = store if isinstance(store, RedisStore) else None
+    runner = None
     try:
         if shared is not None:
             shared.start()
+        batch_store = open_batch_store(config)
         gateway, clusters = compose(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
             checker=checker, scraper=scraper, limit_store=store, request_log=request_log,
-            tracing=tracing,
+            tracing=tracing, batch_store=batch_store,
         )  # fmt: skip
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
@@ -539,6 +560,11 @@ async def start_gateway(
             gateway.handle, gateway.send_error, s.host, s.port, s,
             tls.context if tls is not None else None,
         )  # fmt: skip
+        book = gateway.batch_book
+        if book is not None:
+            batch_rng = random.Random(rng.getrandbits(64))
+            runner = BatchRunner(book, gateway.serve_as, config.batches.concurrency, batch_rng)
+            runner.start()
     except BaseException:
         checker.stop()
         scraper.stop()
@@ -564,7 +590,19 @@ async def start_gateway(
         shared,
         request_log,
         tracing,
+        runner,
     )
+
+
+def open_batch_store(config: Config) -> BatchStore | None:
+    """The Batch API's store, its objects read (None when `batches.enabled` is off). Its ids
+    are drawn from the system's randomness, never the config's seed: a restarted gateway must
+    not draw the ids it drew before."""
+    if not config.batches.enabled:
+        return None
+    batch_store = BatchStore(config.batches.directory(), random.Random(secrets.randbits(128)))
+    batch_store.load()
+    return batch_store
 
 
 def banner(running: RunningGateway, host: str) -> str:

@@ -294,6 +294,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
 
     import msgspec
 
+    from fleetgate.batches.settings import BatchesSettings
     from fleetgate.config import (
         AuthConfig,
         BackendConfig,
@@ -346,7 +347,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].admission.batch_lane.", BatchLaneSettings),
                            ("request_log.", RequestLogSettings),
                            ("pools[].slo.", SloSettings),
-                           ("tracing.", TracingSettings)):  # fmt: skip
+                           ("tracing.", TracingSettings),
+                           ("batches.", BatchesSettings)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

@@ -7,13 +7,16 @@ import itertools
 import os
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol
 from urllib.parse import unquote
 
 import msgspec
 
+from fleetgate.batches.book import BatchBook
 from fleetgate.gateway.admin import Admin
+from fleetgate.gateway.batch_api import BatchApi
 from fleetgate.gateway.dashboard import Dashboard
-from fleetgate.gateway.entrance import Entrance
+from fleetgate.gateway.entrance import LANE_HEADER, Entrance
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.requests import (
     BadRequest,
@@ -63,6 +66,21 @@ _ENGINE_FIELD = re.compile(b'"(' + b"|".join(f.encode() for f in ENGINE_FIELDS) 
 _PRIORITISED = frozenset(("chat", "completions"))
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
+
+
+class _Inference(Protocol):
+    """A model endpoint's handler; `as_caller`, when given, is whose request it is (the batch
+    runner's, through `Gateway.serve_as`: then no key is read from the headers)."""
+
+    async def __call__(
+        self,
+        request: Request,
+        writer: ResponseWriter,
+        request_id: bytes,
+        as_caller: Caller | None = None,
+    ) -> None: ...
+
+
 # A client's own request id is echoed in answers and logs: only if it cannot forge either.
 _CLIENT_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}").fullmatch
 
@@ -108,6 +126,7 @@ class Gateway:
         audit: AuditLog | None = None,
         dashboard: Dashboard | None = None,
         passthrough: Sequence[str] = (),
+        batches: BatchApi | None = None,
     ) -> None:
         self._audit = audit  # operator endpoints' failed keys are written there
         self._clusters = dict(clusters)
@@ -131,12 +150,14 @@ class Gateway:
         self._models_body = msgspec.json.encode(
             {"object": "list", "data": list(self._model_cards.values())}
         )
-        post: dict[bytes, _Handler] = {
+        # The model endpoints, which a batch's requests may go to as well (`serve_as`).
+        self._batchable: dict[bytes, _Inference] = {
             b"/v1/chat/completions": self._inference(parse_chat),
             b"/v1/completions": self._inference(parse_completion),
             b"/v1/embeddings": self._inference(parse_embedding),
             b"/v1/responses": self._inference(parse_responses),
         }
+        post: dict[bytes, _Handler] = {**self._batchable}
         for other in passthrough:  # other model paths, routed by their `model`
             post[other.encode()] = self._inference(parse_passthrough)
         get: dict[bytes, _Handler] = {
@@ -150,6 +171,10 @@ class Gateway:
         if admin is not None:
             for (method, path), handler in admin.routes().items():
                 tables.setdefault(method, {})[path] = self._operator("admin", handler)
+        self._batches = batches
+        if batches is not None:
+            for (method, path), handler in batches.routes().items():
+                tables.setdefault(method, {})[path] = handler
         if heartbeats is not None:
             post[b"/fleet/heartbeat"] = self._operator("heartbeat", heartbeats.beat)
         self._dashboard = dashboard
@@ -160,6 +185,12 @@ class Gateway:
         for method, table in tables.items():
             for path, handler in table.items():
                 self._routes.setdefault(path, {})[method] = handler
+
+    @property
+    def batch_book(self) -> BatchBook | None:
+        """The Batch API's batches, for the runner the server starts (serve.py); None when the
+        API is off."""
+        return None if self._batches is None else self._batches.book
 
     @property
     def has_dashboard(self) -> bool:
@@ -181,6 +212,9 @@ class Gateway:
         if methods is None:
             if request.path.startswith(b"/v1/models/") and request.method == b"GET":
                 self._model(request, writer, request_id)
+                return
+            if self._batches is not None and self._batches.serves(request.path):
+                await self._batches.item(request, writer, request_id)
                 return
             paths = ", ".join(sorted(p.decode() for p in self._routes))
             self._error(
@@ -250,17 +284,33 @@ class Gateway:
 
         return guarded
 
-    def _inference(self, parse: _Parser) -> _Handler:
-        async def handle(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+    async def serve_as(
+        self, caller: Caller, path: bytes, body: bytes, writer: ResponseWriter
+    ) -> None:
+        """`body` as a POST to the model endpoint `path`, made by `caller` in this process
+        and on the batch lane: the batch runner's way in (batches/runner.py). It goes the way
+        a client's request goes (the caller's limits, admission, routing, retries, events);
+        its answer is written to `writer` (an http/captured.py CapturedResponse)."""
+        headers = {b"content-type": JSON, LANE_HEADER: b"batch"}
+        request = Request(b"POST", path, b"", headers, body, True, False)
+        await self._batchable[path](request, writer, self._ids.next(), caller)
+
+    def _inference(self, parse: _Parser) -> _Inference:
+        async def handle(
+            request: Request,
+            writer: ResponseWriter,
+            request_id: bytes,
+            as_caller: Caller | None = None,
+        ) -> None:
             started = self._clock()
             emit, door = self._emit, self._door
             if emit.received is not None:
                 traceparent = request.headers.get(b"traceparent")
                 emit.received(Received(request_id, started, request.path, traceparent))
-            caller = ANONYMOUS_CALLER
+            caller = ANONYMOUS_CALLER if as_caller is None else as_caller
             model = ""  # the pool's, once known (never the client's string: metrics label it)
             try:
-                if door is not None:
+                if door is not None and as_caller is None:
                     caller = door.identify(request.headers)
                 cluster, exchange = self._prepare(parse, request, writer, request_id, started,
                                                   caller)  # fmt: skip

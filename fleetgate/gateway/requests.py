@@ -289,6 +289,26 @@ def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | No
     parts separated by `--boundary` lines, each with a Content-Disposition naming it).
     `BadRequest` when the body names it twice: an engine that reads the other one would be
     served a model the gateway did not route (and price) the request for."""
+    part = _form_part(body, content_type, name)
+    return None if part is None else part[1]
+
+
+def multipart_file(body: bytes, content_type: bytes, name: bytes) -> tuple[str, bytes] | None:
+    """The file sent as form field `name`: its `filename` ("" without one) and content."""
+    part = _form_part(body, content_type, name)
+    if part is None:
+        return None
+    filename = ""
+    for param in part[0]:
+        key, _, value = param.partition(b"=")
+        if key.strip().lower() == b"filename":
+            filename = value.strip().strip(b'"').decode("utf-8", "replace")
+    return filename, part[1]
+
+
+def _form_part(body: bytes, content_type: bytes, name: bytes) -> tuple[list[bytes], bytes] | None:
+    """The Content-Disposition parameters and the value of the part named `name` (None when
+    there is none; `BadRequest` when there are two)."""
     kind, _, params = content_type.partition(b";")
     if kind.strip().lower() != b"multipart/form-data":
         return None
@@ -300,7 +320,7 @@ def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | No
     if not boundary or len(boundary) > 70:
         return None
     wanted = b'name="' + name + b'"'
-    found: bytes | None = None
+    found: tuple[list[bytes], bytes] | None = None
     # A delimiter starts a line (RFC 2046): text that merely contains it is a part's content.
     for part in (b"\r\n" + body).split(b"\r\n--" + boundary)[1:]:
         head, sep, value = part.partition(b"\r\n\r\n")
@@ -310,12 +330,13 @@ def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | No
             field, _, disposition = line.partition(b":")
             if field.strip().lower() != b"content-disposition":
                 continue
-            if wanted in (p.strip() for p in disposition.split(b";")):  # not filename="..."
+            fields = [p.strip() for p in disposition.split(b";")]
+            if wanted in fields:  # not filename="..."
                 if found is not None:
                     raise BadRequest(
                         f"The form names `{name.decode()}` twice; send it once.", name.decode()
                     )
-                found = value
+                found = fields, value
     return found
 
 

@@ -1,0 +1,125 @@
+"""The batch runner: `concurrency` workers that take requests from the book (book.py) and run
+each through the gateway's own request path, in this process, as the batch's tenant and on the
+batch lane (`Serve`: gateway/app.py's `Gateway.serve_as`). So a batch meets the same limits,
+admission (interactive traffic first), routing, retries and metrics as a client's request.
+
+A 429 or 503 (a rate limit or budget, a full pool, no backend) is not a request's answer: it
+waits its Retry-After (1 to 60 s, jittered) and goes again while its batch runs. A request
+cut off by the gateway stopping has no line, and runs again after the restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from fleetgate.batches.book import BatchBook, Run
+from fleetgate.batches.validation import BatchRequest
+from fleetgate.http.captured import CapturedResponse
+from fleetgate.http.writer import ResponseWriter
+from fleetgate.traffic.door import Caller
+
+log = logging.getLogger(__name__)
+
+# Runs a request body as a POST to a path for a caller, its answer written to the writer.
+Serve = Callable[[Caller, bytes, bytes, ResponseWriter], Awaitable[None]]
+RETRY_STATUSES = (429, 503)
+MAX_WAIT_S = 60.0
+TICK_S = 5.0  # between two looks for expired batches and those past their retention
+
+
+class BatchRunner:
+    def __init__(
+        self,
+        book: BatchBook,
+        serve: Serve,
+        concurrency: int,
+        rng: random.Random,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._book = book
+        self._serve = serve
+        self._concurrency = concurrency
+        self._rng = rng
+        self._sleep = sleep
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        """Start the workers (and the ticks); batches resumed or created are taken up."""
+        self._book.on_work = self._wake.set
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._work()) for _ in range(self._concurrency)]
+        self._tasks.append(loop.create_task(self._ticks()))
+        self._wake.set()
+
+    async def stop(self) -> None:
+        """Stop at once: requests in flight are dropped (and run again after a restart)."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def _work(self) -> None:
+        book = self._book
+        while True:
+            job = book.take()
+            if job is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            run, request = job
+            try:
+                await self._run(run, request)
+            except Exception:  # the gateway's own fault: the request's line says so
+                log.exception("batch %s: request %r failed", run.stored.batch.id,
+                              request.custom_id)  # fmt: skip
+                try:
+                    book.fail(run, request, "gateway_error", "The gateway failed running it.")
+                except Exception:  # its store cannot be written: it runs again after a restart
+                    log.exception("batch %s: cannot write its result", run.stored.batch.id)
+
+    async def _run(self, run: Run, request: BatchRequest) -> None:
+        book = self._book
+        while True:
+            caller = book.caller(run)
+            if caller is None:
+                message = (
+                    f"The batch's tenant {run.stored.owner!r} is no longer in the gateway's config."
+                )
+                book.fail(run, request, "tenant_not_found", message)
+                return
+            answer = CapturedResponse()
+            await self._serve(caller, run.path, request.body, answer)
+            if answer.status in RETRY_STATUSES:
+                if book.running(run) and await self._pause(run, answer):
+                    continue
+                book.unrun(run, request)
+                return
+            request_id = (answer.header(b"x-request-id") or b"").decode("latin-1")
+            book.record(run, request, answer.status or 500, request_id, answer.body)
+            return
+
+    async def _pause(self, run: Run, answer: CapturedResponse) -> bool:
+        """Wait as the answer asked; False if the batch stopped meanwhile."""
+        try:
+            asked = float(answer.header(b"retry-after") or 1)
+        except ValueError:
+            asked = 1.0
+        wait = min(MAX_WAIT_S, max(1.0, asked)) * self._rng.uniform(1.0, 1.2)
+        while wait > 0:
+            await self._sleep(min(wait, 1.0))
+            wait -= 1.0
+            if not self._book.running(run):
+                return False
+        return True
+
+    async def _ticks(self) -> None:
+        while True:
+            await self._sleep(TICK_S)
+            try:
+                self._book.tick()
+            except Exception:
+                log.exception("batches: the periodic check failed")

@@ -1,0 +1,252 @@
+"""Batches from creation to their end on a real store in a temporary directory, with the wall
+clock injected: completion, failed validation, cancel, expiry, retention, ownership, and a
+gateway's restart (the store reopened) resuming what was running."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetgate.batches.book import WINDOW_S, BatchBook
+from fleetgate.batches.files import FileShelf
+from fleetgate.batches.settings import BatchesSettings
+from fleetgate.batches.store import BatchStore
+from fleetgate.traffic.door import Caller, Refused
+from fleetgate.traffic.tenants import Tenant, TenantSettings
+from tests.batches.test_batch_store import SEED, Clock
+
+CHAT = "/v1/chat/completions"
+ALICE = Tenant.of(TenantSettings(name="alice"))
+BOB = Tenant.of(TenantSettings(name="bob"))
+TENANTS = {"alice": ALICE, "bob": BOB}
+SETTINGS = BatchesSettings(retention_s=1000.0)
+ANSWER = b'{"id":"c","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}'
+
+
+def _input(n: int) -> bytes:
+    lines = (
+        {"custom_id": f"r{i}", "method": "POST", "url": CHAT,
+         "body": {"model": "m", "messages": [{"role": "user", "content": str(i)}]}}
+        for i in range(n)
+    )  # fmt: skip
+    return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+
+
+class Setup:
+    def __init__(self, root: Path, clock: Clock, tenants: dict[str, Tenant] = TENANTS) -> None:
+        self.store = BatchStore(root, random.Random(SEED))
+        self.store.load()
+        self.clock = clock
+        self.shelf = FileShelf(self.store, SETTINGS, clock)
+        self.book = BatchBook(self.store, SETTINGS, tenants, clock)
+        self.book.resume()
+
+    def start(self, n: int, owner: Tenant = ALICE) -> str:
+        file = self.shelf.upload(owner.name, "in.jsonl", "batch", _input(n))
+        batch = self.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", {"job": "x"})
+        assert batch.status == "in_progress"
+        return batch.id
+
+    def lines(self, file_id: str | None) -> list[dict[str, Any]]:
+        assert file_id is not None
+        return [json.loads(line) for line in self.store.content(file_id).splitlines()]
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return Setup(tmp_path, Clock(1_000_000.0))
+
+
+def test_a_batch_runs_to_completed_with_its_answers_in_the_output_file(setup: Setup) -> None:
+    book = setup.book
+    batch_id = setup.start(3)
+    taken = [book.take() for _ in range(3)]
+    assert book.take() is None
+    for i, job in enumerate(taken):
+        assert job is not None
+        run, request = job
+        assert book.get("alice", batch_id).status == "in_progress"
+        book.record(run, request, 200 if i < 2 else 400, f"rid-{i}", ANSWER)
+    batch = book.get("alice", batch_id)
+    assert batch.status == "completed" and batch.completed_at == 1_000_000
+    assert batch.finalizing_at == 1_000_000 and batch.in_progress_at == 1_000_000
+    counts = batch.request_counts
+    assert (counts.total, counts.completed, counts.failed) == (3, 2, 1)
+    assert (batch.usage.input_tokens, batch.usage.output_tokens) == (6, 4)
+    output = setup.lines(batch.output_file_id)
+    assert [line["custom_id"] for line in output] == ["r0", "r1"]
+    assert output[0]["response"] == {"status_code": 200, "request_id": "rid-0",
+                                     "body": json.loads(ANSWER)}  # fmt: skip
+    assert output[0]["error"] is None and str(output[0]["id"]).startswith("batch_req_")
+    errors = setup.lines(batch.error_file_id)
+    assert [line["custom_id"] for line in errors] == ["r2"]
+    assert setup.shelf.get("alice", batch.output_file_id or "").purpose == "batch_output"
+
+
+def test_a_file_with_a_bad_line_makes_a_failed_batch(setup: Setup) -> None:
+    data = _input(1) + b'{"custom_id": "x"}\n'
+    file = setup.shelf.upload("alice", "in.jsonl", "batch", data)
+    batch = setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
+    assert batch.status == "failed" and batch.failed_at == 1_000_000
+    assert batch.errors is not None
+    assert [(e.code, e.line) for e in batch.errors.data] == [("missing_required_parameter", 2)]
+    assert setup.book.take() is None
+
+
+def test_cancel_stops_new_requests_and_ends_once_those_in_flight_end(setup: Setup) -> None:
+    book = setup.book
+    batch_id = setup.start(4)
+    job = book.take()
+    assert job is not None
+    assert book.cancel("alice", batch_id).status == "cancelling"
+    assert book.take() is None  # nothing more starts
+    book.record(*job, 200, "rid", ANSWER)
+    batch = book.get("alice", batch_id)
+    assert batch.status == "cancelled" and batch.cancelled_at is not None
+    assert (batch.request_counts.completed, batch.request_counts.total) == (1, 4)
+    assert [line["custom_id"] for line in setup.lines(batch.output_file_id)] == ["r0"]
+    assert book.cancel("alice", batch_id).status == "cancelled"  # again: the same answer
+
+
+def test_only_a_batch_in_progress_can_be_cancelled(setup: Setup) -> None:
+    file = setup.shelf.upload("alice", "in.jsonl", "batch", b"{}\n")
+    failed = setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
+    with pytest.raises(Refused) as info:
+        setup.book.cancel("alice", failed.id)
+    assert info.value.status == 409
+
+
+def test_past_its_window_a_batch_expires_and_what_never_ran_is_an_error(setup: Setup) -> None:
+    book = setup.book
+    batch_id = setup.start(3)
+    job = book.take()
+    assert job is not None
+    setup.clock.now += WINDOW_S
+    assert book.take() is None
+    book.record(*job, 200, "rid", ANSWER)
+    batch = book.get("alice", batch_id)
+    assert batch.status == "expired" and batch.expired_at == 1_000_000 + WINDOW_S
+    errors = setup.lines(batch.error_file_id)
+    assert [e["custom_id"] for e in errors] == ["r1", "r2"]
+    assert all(e["error"]["code"] == "batch_expired" and e["response"] is None for e in errors)
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (1, 2)
+
+
+def test_a_tick_expires_a_batch_with_nothing_in_flight(setup: Setup) -> None:
+    batch_id = setup.start(2)
+    setup.clock.now += WINDOW_S + 1
+    setup.book.tick()
+    assert setup.book.get("alice", batch_id).status == "expired"
+
+
+def test_batches_and_files_go_after_their_retention(setup: Setup) -> None:
+    batch_id = setup.start(1)
+    job = setup.book.take()
+    assert job is not None
+    setup.book.record(*job, 200, "rid", ANSWER)
+    setup.clock.now += SETTINGS.retention_s
+    setup.book.tick()
+    assert not setup.store.batches and not setup.store.files
+    with pytest.raises(Refused):
+        setup.book.get("alice", batch_id)
+
+
+def test_another_tenant_s_batch_and_file_are_not_found(setup: Setup) -> None:
+    batch_id = setup.start(1)
+    file_id = setup.book.get("alice", batch_id).input_file_id
+    asks = [
+        lambda: setup.book.get("bob", batch_id),
+        lambda: setup.book.cancel("bob", batch_id),
+        lambda: setup.shelf.get("bob", file_id),
+        lambda: setup.book.get("alice", "../x"),
+    ]
+    for ask in asks:
+        with pytest.raises(Refused) as info:
+            ask()
+        assert info.value.status == 404
+    assert setup.book.listing("bob", 20, None) == ([], False)
+    with pytest.raises(Refused) as info:  # nor may it run one from alice's file
+        setup.book.create(Caller(BOB, "k2"), file_id, CHAT, "24h", None)
+    assert info.value.status == 400 and info.value.param == "input_file_id"
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "window", "metadata", "param"),
+    [
+        ("/v1/moderations", "24h", None, "endpoint"),
+        (CHAT, "1h", None, "completion_window"),
+        (CHAT, "24h", {str(i): "v" for i in range(17)}, "metadata"),
+        (CHAT, "24h", {"k": "v" * 513}, "metadata"),
+    ],
+)
+def test_a_bad_request_is_a_400_naming_its_field(
+    setup: Setup, endpoint: str, window: str, metadata: dict[str, str] | None, param: str
+) -> None:
+    file = setup.shelf.upload("alice", "in.jsonl", "batch", _input(1))
+    with pytest.raises(Refused) as info:
+        setup.book.create(Caller(ALICE, "k1"), file.id, endpoint, window, metadata)
+    assert (info.value.status, info.value.param) == (400, param)
+
+
+def test_listing_is_newest_first_and_pages_with_after(setup: Setup) -> None:
+    ids = []
+    for _ in range(3):
+        ids.append(setup.start(1))
+        setup.clock.now += 1
+    page, more = setup.book.listing("alice", 2, None)
+    assert [b.id for b in page] == ids[::-1][:2] and more
+    page, more = setup.book.listing("alice", 2, ids[1])
+    assert [b.id for b in page] == [ids[0]] and not more
+
+
+def test_a_restart_resumes_without_running_an_answered_request_again(tmp_path: Path) -> None:
+    clock = Clock(1_000_000.0)
+    first = Setup(tmp_path, clock)
+    batch_id = first.start(4)
+    jobs = [first.book.take() for _ in range(3)]
+    assert jobs[0] is not None and jobs[1] is not None
+    first.book.record(*jobs[0], 200, "rid", ANSWER)
+    first.book.record(*jobs[1], 500, "rid", b"oops")
+    stored = first.store.batches[batch_id]
+    with (tmp_path / "files" / f"{stored.output_id}.jsonl").open("ab") as out:
+        out.write(b'{"id":"batch_req_x","custom_id":"r2","resp')  # the crash cut this line
+    # The gateway stops (r2 in flight, r3 never started) and a new one opens the same store.
+    second = Setup(tmp_path, clock)
+    assert second.book.get("alice", batch_id).request_counts.completed == 1
+    left = []
+    while (job := second.book.take()) is not None:
+        left.append(job)
+    assert sorted(request.custom_id for _, request in left) == ["r2", "r3"]
+    for job in left:
+        second.book.record(*job, 200, "rid", ANSWER)
+    batch = second.book.get("alice", batch_id)
+    assert batch.status == "completed"
+    answered = [line["custom_id"] for line in second.lines(batch.output_file_id)]
+    answered += [line["custom_id"] for line in second.lines(batch.error_file_id)]
+    assert sorted(answered) == ["r0", "r1", "r2", "r3"]
+
+
+def test_a_restart_finishes_a_batch_that_was_cancelling(tmp_path: Path) -> None:
+    clock = Clock(1_000_000.0)
+    first = Setup(tmp_path, clock)
+    batch_id = first.start(2)
+    assert first.book.take() is not None
+    first.book.cancel("alice", batch_id)
+    second = Setup(tmp_path, clock)  # what was in flight went with the old process
+    assert second.book.get("alice", batch_id).status == "cancelled"
+
+
+def test_a_batch_whose_tenant_left_the_config_has_no_caller(tmp_path: Path) -> None:
+    clock = Clock(1_000_000.0)
+    Setup(tmp_path, clock).start(1)
+    second = Setup(tmp_path, clock, tenants={"bob": BOB})
+    job = second.book.take()
+    assert job is not None
+    assert second.book.caller(job[0]) is None
+    second.book.fail(*job, "tenant_not_found", "gone")
+    batch = second.book.get("alice", job[0].stored.batch.id)
+    assert batch.status == "completed" and batch.request_counts.failed == 1

@@ -1,0 +1,134 @@
+"""The runner over a real gateway built by the composition root (a mock transport in place of
+the network, the runner's waits injected): a 503 with Retry-After is waited out and tried
+again, a batch cancelled meanwhile leaves it unrun, and a tenant gone from the config gets an
+error line instead of a run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from fleetgate.batches.book import BatchBook
+from fleetgate.batches.files import FileShelf
+from fleetgate.batches.runner import BatchRunner
+from fleetgate.batches.settings import BatchesSettings
+from fleetgate.batches.store import BatchStore
+from fleetgate.config import parse_config
+from fleetgate.fleet.backend import Backend
+from fleetgate.http.mock import MockTransport, Script, Sent
+from fleetgate.serve import ResolvedPool, compose
+from fleetgate.traffic.door import Caller
+from fleetgate.traffic.tenants import Tenant, TenantSettings
+from tests.batches.test_batch_book import CHAT, _input
+from tests.batches.test_batch_store import SEED, Clock
+
+ANSWER = json.dumps({"id": "c", "choices": [{"message": {"content": "hi"}}],
+                     "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()  # fmt: skip
+JSON = [(b"content-type", b"application/json")]
+URL = "http://127.0.0.1:9"
+
+
+class Setup:
+    def __init__(self, root: Path, answer: Callable[[Sent], Script], tenants: list[str]) -> None:
+        config = parse_config({
+            "pools": [{"model": "m", "backends": [{"url": URL}], "retries": {"max_attempts": 1},
+                       "health_check": {"enabled": False}, "engine_metrics": {"enabled": False}}],
+            "tenants": [{"name": t, "keys": [f"sk-{t}-runner-key"]} for t in tenants],
+            "batches": {"dir": str(root)},
+        })  # fmt: skip
+        self.store = BatchStore(root, random.Random(SEED))
+        self.store.load()
+        self.transport = MockTransport(answer)
+        self.clock = Clock(1_000_000.0)
+        gateway, _ = compose(
+            config, [ResolvedPool(config.pools[0], (Backend("b", URL, ("m",)),))],
+            transport=self.transport, clock=time.monotonic, rng=random.Random(0),
+            wall_clock=self.clock, batch_store=self.store,
+        )  # fmt: skip
+        book = gateway.batch_book
+        assert book is not None
+        self.book: BatchBook = book
+        self.waits: list[float] = []
+        self.retrying = asyncio.Event()  # a request waits to be tried again
+        self.runner = BatchRunner(book, gateway.serve_as, 2, random.Random(0), self.sleep)
+
+    async def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if seconds <= 1.0:  # a retry's wait goes in steps of at most 1 s (the ticks' are 5 s)
+            self.retrying.set()
+        await asyncio.sleep(0)
+
+    def start(self, n: int, owner: str = "alice") -> str:
+        tenant = Tenant.of(TenantSettings(name=owner))
+        shelf = FileShelf(self.store, BatchesSettings(), self.clock)
+        file = shelf.upload(owner, "in.jsonl", "batch", _input(n))
+        return self.book.create(Caller(tenant, "k"), file.id, CHAT, "24h", None).id
+
+    async def ended(self, batch_id: str, owner: str = "alice") -> str:
+        """Let the runner work (no time passes: its waits are injected) until the batch ends."""
+        for _ in range(10_000):
+            status = self.book.get(owner, batch_id).status
+            if status in ("completed", "cancelled", "expired"):
+                return status
+            await asyncio.sleep(0)
+        raise AssertionError(f"still {status}")
+
+
+def lines(setup: Setup, file_id: str | None) -> list[dict[str, Any]]:
+    assert file_id is not None
+    return [json.loads(line) for line in setup.store.content(file_id).splitlines()]
+
+
+async def test_a_503_is_waited_out_as_it_asks_then_tried_again(tmp_path: Path) -> None:
+    answers = iter([Script(503, [b'{"error":{}}'], [*JSON, (b"retry-after", b"3")])])
+
+    def answer(sent: Sent) -> Script:
+        return next(answers, Script(200, [ANSWER], JSON))
+
+    setup = Setup(tmp_path, answer, ["alice"])
+    batch_id = setup.start(2)
+    setup.runner.start()
+    try:
+        assert await setup.ended(batch_id) == "completed"
+    finally:
+        await setup.runner.stop()
+    batch = setup.book.get("alice", batch_id)
+    assert batch.request_counts.completed == 2 and batch.error_file_id is None
+    assert len(setup.transport.sent) == 3  # the 503's request went again
+    assert sum(w for w in setup.waits if w <= 1.0) >= 3.0  # Retry-After: 3, in steps of 1 s
+    assert all(name != b"x-fleetgate-lane" for s in setup.transport.sent for name, _ in s.headers)
+
+
+async def test_a_batch_cancelled_while_a_request_waits_leaves_it_unrun(tmp_path: Path) -> None:
+    setup = Setup(tmp_path, lambda sent: Script(503, [b"{}"], [*JSON, (b"retry-after", b"60")]),
+                  ["alice"])  # fmt: skip
+    batch_id = setup.start(1)
+    setup.runner.start()
+    try:
+        await setup.retrying.wait()
+        setup.book.cancel("alice", batch_id)
+        assert await setup.ended(batch_id) == "cancelled"
+    finally:
+        await setup.runner.stop()
+    batch = setup.book.get("alice", batch_id)
+    assert batch.output_file_id is None and batch.error_file_id is None
+    assert (batch.request_counts.completed, batch.request_counts.failed) == (0, 0)
+
+
+async def test_a_tenant_gone_from_the_config_gets_an_error_line(tmp_path: Path) -> None:
+    setup = Setup(tmp_path, lambda sent: Script(200, [ANSWER], JSON), ["bob"])
+    batch_id = setup.start(2, owner="alice")  # alice's batch, made before she was removed
+    setup.runner.start()
+    try:
+        assert await setup.ended(batch_id) == "completed"
+    finally:
+        await setup.runner.stop()
+    batch = setup.book.get("alice", batch_id)
+    errors = lines(setup, batch.error_file_id)
+    assert [e["error"]["code"] for e in errors] == ["tenant_not_found"] * 2
+    assert "'alice'" in errors[0]["error"]["message"] and not setup.transport.sent
