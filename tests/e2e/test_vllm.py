@@ -53,7 +53,6 @@ def url(engines: list[tuple[str, Proc]], tmp_path_factory: pytest.TempPathFactor
             "backends": [{"url": u} for u, _ in engines],
             "engine_metrics": {"interval_s": 0.25},
             "retries": {"max_attempts": 2},
-            "timeouts": {"first_byte_s": 120, "total_s": 300},
         }],
     }  # fmt: skip
     path = tmp_path_factory.mktemp("vllm") / "gw.yaml"
