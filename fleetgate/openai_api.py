@@ -104,12 +104,20 @@ class Usage(msgspec.Struct):
     output_tokens: int = 0
     total_tokens: int = 0
 
-    def __post_init__(self) -> None:
-        if self.input_tokens or self.output_tokens:  # a Response's: one way to read them
-            self.prompt_tokens = self.prompt_tokens or self.input_tokens
-            self.completion_tokens = self.completion_tokens or self.output_tokens
-        elif not self.prompt_tokens and not self.completion_tokens:
-            self.prompt_tokens = self.total_tokens
+
+def in_tokens(usage: Usage | None) -> Usage | None:
+    """`usage` read as prompt and completion tokens whatever its API named them; None when it
+    counts no tokens (a transcription's is in seconds): what was reserved then stands. Not
+    a __post_init__: that would be a Python call on every answer's decode."""
+    if usage is None or usage.prompt_tokens or usage.completion_tokens:
+        return usage
+    if usage.input_tokens or usage.output_tokens:  # a Response's
+        usage.prompt_tokens, usage.completion_tokens = usage.input_tokens, usage.output_tokens
+    elif usage.total_tokens:  # rerank, score: all prompt
+        usage.prompt_tokens = usage.total_tokens
+    else:
+        return None
+    return usage
 
 
 class _WithUsage(msgspec.Struct):
@@ -124,9 +132,6 @@ def usage_of(body: bytes) -> Usage | None:
     None without one, or with none in tokens (a transcription's is in seconds): what was
     reserved for it then stands."""
     try:
-        usage = _decode_usage(body).usage
+        return in_tokens(_decode_usage(body).usage)
     except msgspec.DecodeError:
         return None
-    if usage is None or not (usage.prompt_tokens or usage.completion_tokens):
-        return None
-    return usage

@@ -15,7 +15,7 @@ import re
 
 import msgspec
 
-from fleetgate.openai_api import Usage
+from fleetgate.openai_api import Usage, in_tokens
 from fleetgate.upstream.progress import StreamProgress
 
 _TERMINAL = re.compile(rb"(?:^|\n)event: ?(?:response\.(?:completed|incomplete|failed)|error)\r?\n")
@@ -65,5 +65,5 @@ class ResponsesProgress(StreamProgress):
             except msgspec.DecodeError:
                 terminal = _Terminal()
             self._last = b""
-            if terminal.response is not None and terminal.response.usage is not None:
-                self.reported = terminal.response.usage
+            if terminal.response is not None:
+                self.reported = in_tokens(terminal.response.usage)
