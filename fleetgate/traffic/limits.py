@@ -142,6 +142,9 @@ class Limits:
         s, p = tenant.settings, self._prefix
         plan = _Plan((*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
                       *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True)))  # fmt: skip
+        if self._local is not None:  # its buckets are asked for with every request of the key
+            plan.cells = self._local.pin(plan.buckets)
+            plan.token_cells = [plan.cells[i] for i in plan.token_at]
         self._plans[key_id or f"tenant:{tenant.name}"] = plan
         return plan
 
@@ -180,14 +183,15 @@ class Limits:
             return None
         if tenant.settings.budget is not None:
             plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
-        else:  # `_ask` inline: the common case, a few calls fewer a request
+            taken = local.take_now(plan.buckets, costs)
+        else:  # `_ask` inline, through the key's own cells: the common case, made cheap
             plan = self._plans.get(key_id or f"tenant:{tenant.name}") or self._plan(tenant, key_id)
             output = max_tokens if max_tokens is not None else self._assumed
             costs = plan.unit.copy()
             tokens = prompt_tokens + output
             for i in plan.token_at:
                 costs[i] = tokens
-        taken = local.take_now(plan.buckets, costs)
+            taken = local.take_cells(plan.cells, costs)
         if taken.ok:
             return Reservation(plan, prompt_tokens, output, pricing, plan.head(taken.levels))
         return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
@@ -248,7 +252,7 @@ class Limits:
                 return None
             back = [float(unused)] * len(plan.token_buckets)
             if self._local is not None:
-                self._local.give_now(plan.token_buckets, back)
+                self._local.give_cells(plan.token_cells, back)
                 return None
             return self._store.give(plan.token_buckets, back)
         buckets, amounts = [], []
@@ -279,13 +283,17 @@ class _Plan:
     """A key's limits, with what each request recomputes made once."""
 
     __slots__ = (
-        "buckets", "budgeted", "by_kind", "counts_tokens", "limits", "per_request", "pick",
-        "single", "template", "tightest", "token_at", "token_buckets", "unit",
+        "buckets", "budgeted", "by_kind", "cells", "counts_tokens", "limits", "per_request",
+        "pick", "single", "template", "tightest", "token_at", "token_buckets", "token_cells",
+        "unit",
     )  # fmt: skip
 
     def __init__(self, limits: tuple[_Limit, ...]) -> None:
         self.limits = limits
         self.buckets = tuple(limit.bucket for limit in limits)
+        # Its buckets' cells in this process's store (Limits._plan), when the store is one.
+        self.cells: list[list[Any]] = []
+        self.token_cells: list[list[Any]] = []
         self.per_request = tuple(limit.kind == "requests" for limit in limits)
         self.token_buckets = tuple(lim.bucket for lim in limits if lim.kind == "tokens")
         self.budgeted = any(limit.kind == "budget" for limit in limits)

@@ -62,16 +62,35 @@ def wait_for(level: float, cost: float, rate_per_s: float) -> float:
 
 
 class MemoryStore:
-    """Buckets in this process's memory, on the injected clock."""
+    """Buckets in this process's memory, on the injected clock. Each bucket's state is a
+    cell (`_cell`), a list changed in place; a caller that asks for the same buckets with
+    every request (a key's limits: traffic/limits.py) may `pin` their cells and take and give
+    through them, without finding them again each time."""
 
     _SWEEP_EVERY = 4096  # takes between sweeps of forgotten buckets
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
-        # A bucket's key -> [level, when it was that, capacity, rate, the bucket] (`_cell`): a
-        # list, changed in place.
-        self._cells: dict[str, list[Any]] = {}
+        self._cells: dict[str, list[Any]] = {}  # by the bucket's key
         self._calls = 0
+
+    def pin(self, buckets: Sequence[Bucket]) -> list[list[Any]]:
+        """The cells of `buckets` (full ones for those not remembered), never swept: for a
+        caller that keeps them (bounded by the config: one set per key)."""
+        cells = self._cells_of(buckets, self._clock())
+        for cell in cells:
+            cell[_PINNED] = True
+        return cells
+
+    def _cells_of(self, buckets: Sequence[Bucket], now: float) -> list[list[Any]]:
+        cells = self._cells
+        found = []
+        for bucket in buckets:
+            cell = cells.get(bucket.key)
+            if cell is None:  # a full bucket: remembered as one, the same state
+                cell = cells[bucket.key] = _cell(bucket, bucket.capacity, now)
+            found.append(cell)
+        return found
 
     async def take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         return self.take_now(buckets, costs)
@@ -79,16 +98,20 @@ class MemoryStore:
     def take_now(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         """`take`, without a coroutine (the store of one process never waits)."""
         now = self._clock()
+        return self.take_cells(self._cells_of(buckets, now), costs, now)
+
+    def take_cells(
+        self, cells: Sequence[list[Any]], costs: Sequence[float], now: float | None = None
+    ) -> Taken:
+        """`take_now` from cells (`pin`'s), at `now` (None: the clock's)."""
+        if now is None:
+            now = self._clock()
         self._calls += 1
         if self._calls >= self._SWEEP_EVERY:
             self._sweep(now)
-        cells = self._cells
         found = []
-        for bucket, cost in zip(buckets, costs):  # noqa: B905 (same length; strict costs time)
-            cell = cells.get(bucket.key)
-            if cell is None:  # a full bucket: remembered as one, the same state
-                cell = cells[bucket.key] = _cell(bucket, bucket.capacity, now)
-            level, then, capacity, rate, _ = cell
+        for cell, cost in zip(cells, costs):  # noqa: B905 (same length; strict costs time)
+            level, then, capacity, rate, bucket, _ = cell
             if rate:  # `_level` inline: two calls a request were a tenth of this
                 if now > then:
                     level += rate * (now - then)
@@ -97,7 +120,7 @@ class MemoryStore:
             else:
                 level = _level(cell, bucket, now)
             if level < cost:  # why, at the same instant (a later one may have refilled it)
-                return self._refused(buckets, costs, now)
+                return _refused(cells, costs, now)
             found.append((cell, level - cost))
         left = []
         for cell, level in found:
@@ -106,48 +129,37 @@ class MemoryStore:
             left.append(level)
         return Taken(True, left, 0.0)
 
-    def _refused(self, buckets: Sequence[Bucket], costs: Sequence[float], now: float) -> Taken:
-        """What `take` answers when a bucket is short: every bucket's level, and the wait."""
-        cells = self._cells
-        levels = [
-            bucket.capacity
-            if (cell := cells.get(bucket.key)) is None
-            else _level(cell, bucket, now)
-            for bucket in buckets
-        ]
-        wait = max(
-            wait_for(level, cost, bucket.rate_per_s)
-            for bucket, level, cost in zip(buckets, levels, costs)  # noqa: B905
-        )
-        return Taken(False, levels, wait)
-
     async def give(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
         self.give_now(buckets, amounts)
 
     def give_now(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
         now = self._clock()
-        cells = self._cells
-        for bucket, amount in zip(buckets, amounts):  # noqa: B905 (same length)
-            cell = cells.get(bucket.key)
-            if cell is None:
-                cells[bucket.key] = _cell(
-                    bucket, min(bucket.capacity, bucket.capacity + amount), now
-                )
-            elif amount >= 0 and bucket.rate_per_s > 0:
+        self.give_cells(self._cells_of(buckets, now), amounts, now)
+
+    def give_cells(
+        self, cells: Sequence[list[Any]], amounts: Sequence[float], now: float | None = None
+    ) -> None:
+        """`give_now` to cells (`pin`'s)."""
+        for cell, amount in zip(cells, amounts):  # noqa: B905 (same length)
+            if amount >= 0 and cell[_RATE] > 0:
                 # Added to the level as it was, not as it is: the same level at every later
                 # time, the cap applied when it is read (a debt, below, must see the cap now).
                 cell[0] += amount
             else:
+                if now is None:
+                    now = self._clock()
+                bucket = cell[_BUCKET]
                 cell[0], cell[1] = min(bucket.capacity, _level(cell, bucket, now) + amount), now
 
     def _sweep(self, now: float) -> None:
-        """Forget the buckets that are full again, and the budgets whose period is over."""
+        """Forget the buckets that are full again, and the budgets whose period is over (not
+        a pinned one)."""
         self._calls = 0
         cells = self._cells
         for key in [
             k
-            for k, (level, then, _, _, bucket) in cells.items()
-            if now >= bucket.expires(level, then)
+            for k, (level, then, _, _, bucket, pinned) in cells.items()
+            if not pinned and now >= bucket.expires(level, then)
         ]:
             del cells[key]
 
@@ -155,9 +167,22 @@ class MemoryStore:
         return len(self._cells)
 
 
+def _refused(cells: Sequence[list[Any]], costs: Sequence[float], now: float) -> Taken:
+    """What `take` answers when a bucket is short: every bucket's level, and the wait."""
+    levels = [_level(cell, cell[_BUCKET], now) for cell in cells]
+    wait = max(
+        wait_for(level, cost, cell[_BUCKET].rate_per_s)
+        for cell, level, cost in zip(cells, levels, costs)  # noqa: B905
+    )
+    return Taken(False, levels, wait)
+
+
+_RATE, _BUCKET, _PINNED = 3, 4, 5  # a cell's fields: [level, then, capacity, rate, bucket, pinned]
+
+
 def _cell(bucket: Bucket, level: float, now: float) -> list[Any]:
-    """A bucket's state in memory: its level at `now`, with what `take_now` reads of it."""
-    return [level, now, bucket.capacity, bucket.rate_per_s, bucket]
+    """A bucket's state in memory: its level at `now`, with what `take_cells` reads of it."""
+    return [level, now, bucket.capacity, bucket.rate_per_s, bucket, False]
 
 
 def _level(cell: list[Any], bucket: Bucket, now: float) -> float:

@@ -105,3 +105,18 @@ def test_a_debt_right_after_a_give_back_is_taken_from_the_capped_level() -> None
     store.give_now([tpm], [500])  # capped at 100 when read, at this instant too
     store.give_now([tpm], [-150])
     assert store.take_now([tpm], [1]).levels == [pytest.approx(-50)]
+
+
+def test_pinned_cells_are_never_swept_and_take_and_give_as_the_buckets_do() -> None:
+    clock = Clock()
+    store = MemoryStore(clock)
+    kept, other = Bucket("kept", 10, 1.0), Bucket("other", 10, 1.0)
+    cells = store.pin([kept])
+    assert store.take_cells(cells, [4]).levels == [6]
+    store.give_cells(cells, [1])
+    assert store.take_now([kept], [0]).levels == [7]  # the same state, by either way
+    store.take_now([other], [1])
+    clock.now += 100  # both full again: the unpinned one is forgotten at the next sweep
+    store._sweep(clock())
+    assert len(store) == 1
+    assert store.take_cells(cells, [10]).ok and store.take_now([kept], [1]).ok is False
