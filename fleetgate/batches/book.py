@@ -7,9 +7,12 @@
                                          the error file with code `batch_expired`
 
 The runner (runner.py) takes requests with `take` and hands each back with `record`, `fail` or
-`unrun`. A result is appended to the output file (2xx) or the error file (anything else) as it
-comes; a batch's object is written at each change of status. `resume` picks up, after a
-restart, every batch still running: requests with a line in either file are not run again.
+`defer` (a 429 or 503: back at the front of its batch, which starts nothing before the time
+given). `take` goes round robin across tenants, then across each tenant's batches, so neither a
+tenant with many batches nor one whose requests wait can hold every worker. A result is
+appended to the output file (2xx) or the error file (anything else) as it comes; a batch's
+object is written at each change of status. `resume` picks up, after a restart, every batch
+still running: requests with a line in either file are not run again.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ class Run:
 
     stored: StoredBatch
     pending: deque[BatchRequest]
+    seq: int = 0  # its place in the round robin among its tenant's batches
+    not_before: float = 0.0  # wall time before which none of its requests starts (`defer`)
     in_flight: int = 0
     completed: int = 0
     failed: int = 0
@@ -76,7 +81,9 @@ class BatchBook:
         self._tenants = tenants  # the config's: a batch runs as its tenant as configured now
         self._clock = wall_clock
         self._runs: dict[str, Run] = {}  # the batches running, oldest first
-        self._turn = 0  # round robin across them
+        self._seq = 0  # the last Run.seq given
+        self._last_tenant = ""  # the round robin's last turns: the tenant's name...
+        self._last_run: dict[str, int] = {}  # ...and, for each tenant, its batch's seq
         self.on_work: Callable[[], None] = lambda: None  # requests to take: the runner's wake
 
     def resume(self) -> None:
@@ -98,8 +105,7 @@ class BatchBook:
         except OSError:
             data = b""
         checked = check_input(data, batch.endpoint, self._settings.max_requests)
-        run = Run(stored, deque())
-        self._runs[batch.id] = run
+        run = self._add(Run(stored, deque()))
         answered = read_back(self._store.lines(stored.output_id))
         failed = read_back(self._store.lines(stored.error_id))
         run.completed, run.failed = answered.lines, failed.lines
@@ -177,7 +183,7 @@ class BatchBook:
         batch.request_counts.total = len(checked.requests)
         batch.model = checked.model
         store.keep_input(batch.id, input_file_id)
-        self._runs[batch.id] = run
+        self._add(run)
         self._change(run, "in_progress")
         self.on_work()
         return self.view(stored)
@@ -226,16 +232,34 @@ class BatchBook:
     # What the runner asks.
 
     def take(self) -> tuple[Run, BatchRequest] | None:
-        """The next request to start, round robin across the running batches; None when
-        none is left to start."""
+        """The next request to start: the tenants (by name) take turns, and within a tenant
+        its batches (oldest first); None when none is ready to start."""
         now = self._clock()
-        ready = [r for r in self._runs.values() if r.pending and self._running(r, now)]
+        ready: dict[str, list[Run]] = {}
+        for run in self._runs.values():
+            if run.pending and run.not_before <= now and self._running(run, now):
+                ready.setdefault(run.stored.owner, []).append(run)
         if not ready:
             return None
-        run = ready[self._turn % len(ready)]
-        self._turn += 1
+        # The first after the last turn's, else the first: fair while batches come and go.
+        owners = sorted(ready)
+        owner = next((o for o in owners if o > self._last_tenant), owners[0])
+        runs = ready[owner]  # by seq: `_runs` keeps the order they were added in
+        last = self._last_run.get(owner, 0)
+        run = next((r for r in runs if r.seq > last), runs[0])
+        self._last_tenant, self._last_run[owner] = owner, run.seq
         run.in_flight += 1
         return run, run.pending.popleft()
+
+    def ready_at(self) -> float | None:
+        """The wall time the first deferred request may start; None when none waits."""
+        now = self._clock()
+        waiting = [r.not_before for r in self._runs.values() if r.pending and self._running(r, now)]
+        return min(waiting, default=None)
+
+    def now(self) -> float:
+        """The book's wall clock: what `defer`'s times are measured on."""
+        return self._clock()
 
     def running(self, run: Run) -> bool:
         """Whether the batch may still start requests (not cancelled, nor past its window)."""
@@ -267,10 +291,13 @@ class BatchBook:
         run.in_flight -= 1
         self._settle(run)
 
-    def unrun(self, run: Run, request: BatchRequest) -> None:
-        """A request taken but not run (its batch stopped while it waited to retry)."""
+    def defer(self, run: Run, request: BatchRequest, not_before: float) -> None:
+        """A request turned away for now (429, 503): it goes first again, and its batch starts
+        nothing before `not_before` (a rate limit or a missing backend is the batch's, not
+        one request's)."""
         run.in_flight -= 1
         run.pending.appendleft(request)
+        run.not_before = max(run.not_before, not_before)
         self._settle(run)
 
     def tick(self) -> None:
@@ -290,6 +317,12 @@ class BatchBook:
                 self._store.delete_file(file.file.id)
 
     # The state machine.
+
+    def _add(self, run: Run) -> Run:
+        self._seq += 1
+        run.seq = self._seq
+        self._runs[run.stored.batch.id] = run
+        return run
 
     def _running(self, run: Run, now: float) -> bool:
         batch = run.stored.batch

@@ -250,3 +250,33 @@ def test_a_batch_whose_tenant_left_the_config_has_no_caller(tmp_path: Path) -> N
     second.book.fail(*job, "tenant_not_found", "gone")
     batch = second.book.get("alice", job[0].stored.batch.id)
     assert batch.status == "completed" and batch.request_counts.failed == 1
+
+
+def test_take_goes_round_robin_across_tenants_then_across_their_batches(setup: Setup) -> None:
+    alices = [setup.start(2) for _ in range(3)]
+    bobs = setup.start(2, owner=BOB)
+    taken = []
+    for _ in range(4):
+        job = setup.book.take()
+        assert job is not None
+        taken.append(job[0].stored.batch.id)
+    assert taken == [alices[0], bobs, alices[1], bobs]  # not alice's three batches first
+
+
+def test_a_deferred_request_goes_first_once_its_time_has_come(setup: Setup) -> None:
+    book = setup.book
+    alices = setup.start(2)
+    bobs = setup.start(1, owner=BOB)
+    job = book.take()
+    assert job is not None and job[0].stored.batch.id == alices
+    book.defer(*job, setup.clock.now + 10)
+    ready = book.ready_at()
+    assert ready is not None and ready <= setup.clock.now  # bob's is ready now
+    later = book.take()
+    assert later is not None and later[0].stored.batch.id == bobs
+    assert book.take() is None  # alice's starts nothing before its time
+    assert book.ready_at() == setup.clock.now + 10
+    setup.clock.now += 10
+    again = book.take()
+    assert again is not None and again[1].custom_id == "r0"
+    assert book.get("alice", alices).status == "in_progress"
