@@ -45,6 +45,7 @@ from fleetgate.traffic.tenants import Tenant
 log = logging.getLogger(__name__)
 
 WINDOW_S = 86400  # "24h", the only completion window
+STORE_RETRY_S = 30.0  # a request whose line could not be written runs again this much later
 
 
 @dataclass(eq=False, slots=True)
@@ -60,6 +61,7 @@ class Run:
     failed: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    ending: Status | None = None  # how it ends, once decided: a retry ends it the same way
 
     @property
     def path(self) -> bytes:
@@ -277,9 +279,9 @@ class BatchBook:
         """A request's answer: to the output file when 2xx, else to the error file."""
         good = 200 <= status < 300
         line_id = self._store.random_id("batch_req_")
-        self._write(run, answer_line(line_id, request.custom_id, status, request_id, body), good)
+        line = answer_line(line_id, request.custom_id, status, request_id, body)
         run.in_flight -= 1
-        if good:
+        if self._written(run, request, line, good) and good:
             prompt, completion = tokens(body)
             run.input_tokens += prompt
             run.output_tokens += completion
@@ -287,8 +289,8 @@ class BatchBook:
 
     def fail(self, run: Run, request: BatchRequest, code: str, message: str) -> None:
         """A request the gateway could not run at all."""
-        self._write(run, self._error_line(request, code, message), False)
         run.in_flight -= 1
+        self._written(run, request, self._error_line(request, code, message), False)
         self._settle(run)
 
     def defer(self, run: Run, request: BatchRequest, not_before: float) -> None:
@@ -304,17 +306,17 @@ class BatchBook:
         """End what has ended (a window passed with nothing in flight), and delete the
         batches and files past their retention."""
         for run in list(self._runs.values()):
-            self._settle(run)
+            self._settle(run)  # each on its own: one that fails stops none of the others
         now = self._clock()
         retention = self._settings.retention_s
         for stored in list(self._store.batches.values()):
             ended = stored.ended_at
             if ended is not None and ended + retention <= now:
-                self._store.delete_batch(stored.batch.id)
+                _logged(self._store.delete_batch, stored.batch.id)
         for file in list(self._store.files.values()):
             expires = file.file.expires_at
             if expires is not None and expires <= now:
-                self._store.delete_file(file.file.id)
+                _logged(self._store.delete_file, file.file.id)
 
     # The state machine.
 
@@ -330,25 +332,35 @@ class BatchBook:
 
     def _settle(self, run: Run) -> None:
         """Move the batch on if nothing of it is in flight and it is done, cancelled or past
-        its window."""
+        its window. What its store cannot write now (a full disk) is logged, and the next
+        `tick` tries again."""
+        try:
+            self._move_on(run)
+        except Exception:
+            log.exception("batches: cannot end batch %s now; tried again", run.stored.batch.id)
+
+    def _move_on(self, run: Run) -> None:
         if run.in_flight:
             return
         status = run.stored.batch.status
-        if status == "cancelling":
+        if run.ending is not None:
+            self._end(run, run.ending)
+        elif status == "cancelling":
             self._end(run, "cancelled")
         elif status == "finalizing" or (status == "in_progress" and not run.pending):
             self._end(run, "completed")
         elif status == "in_progress" and not self._running(run, self._clock()):
             message = "The batch's 24h completion window ended before this request ran."
             while run.pending:
-                line = self._error_line(run.pending.popleft(), "batch_expired", message)
-                self._write(run, line, False)
+                self._write(run, self._error_line(run.pending[0], "batch_expired", message), False)
+                run.pending.popleft()
             self._end(run, "expired")
 
     def _end(self, run: Run, status: Status) -> None:
+        run.ending = status
         stored, batch = run.stored, run.stored.batch
         batch.request_counts, batch.usage = _counts(run), _usage(run)
-        if status == "completed" and batch.status != "finalizing":
+        if status == "completed" and batch.finalizing_at is None:
             self._change(run, "finalizing")
         now = int(self._clock())
         for file_id, count, kind in ((stored.output_id, run.completed, "output"),
@@ -398,6 +410,19 @@ class BatchBook:
     def _error_line(self, request: BatchRequest, code: str, message: str) -> bytes:
         return error_line(self._store.random_id("batch_req_"), request.custom_id, code, message)
 
+    def _written(self, run: Run, request: BatchRequest, line: bytes, good: bool) -> bool:
+        """Whether the request's line was written; if not (a full disk), the request goes
+        back to its batch, to run again `STORE_RETRY_S` later."""
+        try:
+            self._write(run, line, good)
+        except Exception:
+            log.exception("batch %s: cannot write the line of %r; it runs again later",
+                          run.stored.batch.id, request.custom_id)  # fmt: skip
+            run.pending.appendleft(request)
+            run.not_before = max(run.not_before, self._clock() + STORE_RETRY_S)
+            return False
+        return True
+
     def _write(self, run: Run, line: bytes, good: bool) -> None:
         stored = run.stored
         self._store.append(stored.output_id if good else stored.error_id, line)
@@ -405,6 +430,13 @@ class BatchBook:
             run.completed += 1
         else:
             run.failed += 1
+
+
+def _logged(delete: Callable[[str], None], item_id: str) -> None:
+    try:
+        delete(item_id)
+    except OSError:
+        log.exception("batches: cannot delete %s now; tried again", item_id)
 
 
 def _counts(run: Run) -> RequestCounts:

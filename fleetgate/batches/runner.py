@@ -74,13 +74,8 @@ class BatchRunner:
             run, request = job
             try:
                 await self._run(run, request)
-            except Exception:  # the gateway's own fault: the request's line says so
-                log.exception("batch %s: request %r failed", run.stored.batch.id,
-                              request.custom_id)  # fmt: skip
-                try:
-                    book.fail(run, request, "gateway_error", "The gateway failed running it.")
-                except Exception:  # its store cannot be written: it runs again after a restart
-                    log.exception("batch %s: cannot write its result", run.stored.batch.id)
+            except Exception:  # a fault of the book's (it logs its store's): the worker goes on
+                log.exception("batch %s: request %r lost", run.stored.batch.id, request.custom_id)
 
     async def _idle(self) -> None:
         """Wait for new work, or for the first deferred request's time."""
@@ -108,7 +103,12 @@ class BatchRunner:
             book.fail(run, request, "tenant_not_found", message)
             return
         answer = CapturedResponse()
-        await self._serve(caller, run.path, request.body, answer)
+        try:
+            await self._serve(caller, run.path, request.body, answer)
+        except Exception:  # the gateway's own fault: the request's line says so
+            log.exception("batch %s: request %r failed", run.stored.batch.id, request.custom_id)
+            book.fail(run, request, "gateway_error", "The gateway failed running it.")
+            return
         if answer.status in RETRY_STATUSES:
             book.defer(run, request, book.now() + self._wait(answer))
             return

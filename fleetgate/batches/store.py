@@ -116,9 +116,15 @@ class BatchStore:
     def append(self, file_id: str, line: bytes) -> None:
         path = self._path("files", file_id, ".jsonl")
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("ab") as out:
-            out.write(line + b"\n")
-            out.flush()
+        with path.open("ab", buffering=0) as out:  # unbuffered: each write(2) seen here
+            end = out.tell()
+            left = memoryview(line + b"\n")
+            try:
+                while left:
+                    left = left[out.write(left) or 0 :]
+            except OSError:  # a full disk: no half line left for the next one to follow
+                out.truncate(end)
+                raise
 
     def lines(self, file_id: str) -> list[bytes]:
         """The complete lines of a results file; a last line cut by a crash is removed from the

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from fleetgate.batches.book import WINDOW_S, BatchBook
+from fleetgate.batches.book import STORE_RETRY_S, WINDOW_S, BatchBook
 from fleetgate.batches.files import FileShelf
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.batches.store import BatchStore
@@ -280,3 +280,70 @@ def test_a_deferred_request_goes_first_once_its_time_has_come(setup: Setup) -> N
     again = book.take()
     assert again is not None and again[1].custom_id == "r0"
     assert book.get("alice", alices).status == "in_progress"
+
+
+def _disk_full(*args: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
+def test_a_publish_that_fails_is_tried_again_by_the_next_tick(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = setup.start(1)
+    job = setup.book.take()
+    assert job is not None
+    with monkeypatch.context() as patch:
+        patch.setattr(setup.store, "publish", _disk_full)
+        setup.book.record(*job, 200, "rid", ANSWER)  # logged, not raised
+        assert job[0].in_flight == 0
+        assert setup.book.get("alice", batch_id).status == "finalizing"
+        setup.book.tick()
+        assert setup.book.get("alice", batch_id).status == "finalizing"
+    setup.book.tick()
+    batch = setup.book.get("alice", batch_id)
+    assert batch.status == "completed" and batch.request_counts.completed == 1
+    assert [line["custom_id"] for line in setup.lines(batch.output_file_id)] == ["r0"]
+    assert batch.error_file_id is None  # not also failed as a gateway_error
+
+
+def test_a_line_that_cannot_be_written_runs_again_later(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = setup.start(2)
+    job = setup.book.take()
+    assert job is not None
+    with monkeypatch.context() as patch:
+        patch.setattr(setup.store, "append", _disk_full)
+        setup.book.record(*job, 200, "rid", ANSWER)
+    assert job[0].in_flight == 0 and setup.book.take() is None  # the batch waits a while
+    setup.clock.now += STORE_RETRY_S
+    again = setup.book.take()
+    assert again is not None and again[1].custom_id == "r0"
+    setup.book.record(*again, 200, "rid", ANSWER)
+    last = setup.book.take()
+    assert last is not None
+    setup.book.record(*last, 200, "rid", ANSWER)
+    batch = setup.book.get("alice", batch_id)
+    assert batch.status == "completed" and batch.request_counts.completed == 2
+
+
+def test_a_batch_that_cannot_end_stops_no_other_s_end(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stuck, other = setup.start(1), setup.start(1, owner=BOB)
+    stuck_errors = setup.store.batches[stuck].error_id
+    append = setup.store.append
+
+    def full_for_one(file_id: str, line: bytes) -> None:
+        if file_id == stuck_errors:
+            _disk_full()
+        append(file_id, line)
+
+    monkeypatch.setattr(setup.store, "append", full_for_one)
+    setup.clock.now += WINDOW_S
+    setup.book.tick()
+    assert setup.book.get("alice", stuck).status == "in_progress"
+    assert setup.book.get("bob", other).status == "expired"
+    monkeypatch.undo()
+    setup.book.tick()
+    assert setup.book.get("alice", stuck).status == "expired"
