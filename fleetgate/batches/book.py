@@ -95,10 +95,20 @@ class BatchBook:
             try:
                 self._reopen(stored)
             except Exception:  # its files cannot be read or written: the others go on
-                log.exception("batches: cannot resume batch %s", stored.batch.id)
+                log.exception("batches: cannot resume batch %s; it fails", stored.batch.id)
                 self._runs.pop(stored.batch.id, None)
+                self._unresumable(stored)
         if self._runs:
             self.on_work()
+
+    def _unresumable(self, stored: StoredBatch) -> None:
+        """Failed, not left running on disk where nothing would ever run, expire or delete
+        it (and it would count towards its tenant's batches)."""
+        message = "The batch could not be resumed after a restart; create it again."
+        try:
+            self._fail(Run(stored, deque()), [BatchError(code="resume_failed", message=message)])
+        except Exception:
+            log.exception("batches: cannot mark batch %s failed", stored.batch.id)
 
     def _reopen(self, stored: StoredBatch) -> None:
         batch = stored.batch
@@ -106,7 +116,9 @@ class BatchBook:
             data = self._store.input_of(batch.id)
         except OSError:
             data = b""
-        checked = check_input(data, batch.endpoint, self._settings.max_requests)
+        # Checked as it was at creation: a lower `max_requests` since then does not fail it.
+        most = max(self._settings.max_requests, batch.request_counts.total)
+        checked = check_input(data, batch.endpoint, most)
         run = self._add(Run(stored, deque()))
         answered = read_back(self._store.lines(stored.output_id))
         failed = read_back(self._store.lines(stored.error_id))

@@ -37,12 +37,15 @@ def _input(n: int) -> bytes:
 
 
 class Setup:
-    def __init__(self, root: Path, clock: Clock, tenants: dict[str, Tenant] = TENANTS) -> None:
+    def __init__(
+        self, root: Path, clock: Clock, tenants: dict[str, Tenant] = TENANTS,
+        settings: BatchesSettings = SETTINGS,
+    ) -> None:  # fmt: skip
         self.store = BatchStore(root, random.Random(SEED))
         self.store.load()
         self.clock = clock
-        self.shelf = FileShelf(self.store, SETTINGS, clock)
-        self.book = BatchBook(self.store, SETTINGS, tenants, clock)
+        self.shelf = FileShelf(self.store, settings, clock)
+        self.book = BatchBook(self.store, settings, tenants, clock)
         self.book.resume()
 
     def start(self, n: int, owner: Tenant = ALICE) -> str:
@@ -347,3 +350,29 @@ def test_a_batch_that_cannot_end_stops_no_other_s_end(
     monkeypatch.undo()
     setup.book.tick()
     assert setup.book.get("alice", stuck).status == "expired"
+
+
+def test_a_batch_that_cannot_be_resumed_fails_instead_of_staying_in_progress(
+    tmp_path: Path,
+) -> None:
+    clock = Clock(1_000_000.0)
+    first = Setup(tmp_path, clock)
+    batch_id = first.start(2)
+    output = tmp_path / "files" / f"{first.store.batches[batch_id].output_id}.jsonl"
+    output.mkdir(parents=True)  # its results file can no longer be read
+    second = Setup(tmp_path, clock)
+    batch = second.book.get("alice", batch_id)
+    assert batch.status == "failed" and batch.failed_at == 1_000_000
+    assert batch.errors is not None and batch.errors.data[0].code == "resume_failed"
+    assert second.book.take() is None
+    third = Setup(tmp_path, clock)  # as it is on disk
+    assert third.book.get("alice", batch_id).status == "failed"
+
+
+def test_a_batch_resumes_under_a_lower_max_requests(tmp_path: Path) -> None:
+    clock = Clock(1_000_000.0)
+    batch_id = Setup(tmp_path, clock).start(3)
+    second = Setup(tmp_path, clock, settings=BatchesSettings(max_requests=2))
+    assert second.book.get("alice", batch_id).status == "in_progress"
+    taken = [second.book.take() for _ in range(4)]
+    assert [job[1].custom_id for job in taken if job is not None] == ["r0", "r1", "r2"]
