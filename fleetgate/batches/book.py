@@ -173,6 +173,7 @@ class BatchBook:
                 "(`batches.max_batches_per_tenant`); they go `batches.retention_s` after they "
                 "end.", "too_many_batches",
             )  # fmt: skip
+        self._check_running(owner)
         now = int(self._clock())
         store = self._store
         batch = Batch(
@@ -201,6 +202,23 @@ class BatchBook:
         self._change(run, "in_progress")
         self.on_work()
         return self.view(stored)
+
+    def _check_running(self, owner: str) -> None:
+        """`Refused` (429) over the caps on batches running, which bound their memory."""
+        settings = self._settings
+        mine = sum(1 for r in self._runs.values() if r.stored.owner == owner)
+        if mine >= settings.max_running_batches_per_tenant:
+            raise Refused(
+                429, f"You have {mine} batches running, the most allowed here "
+                "(`batches.max_running_batches_per_tenant`); create this one once one of them "
+                "has ended, or put more requests in one batch.", "too_many_running_batches",
+            )  # fmt: skip
+        if len(self._runs) >= settings.max_running_batches:
+            raise Refused(
+                429, "The gateway runs as many batches as it may "
+                "(`batches.max_running_batches`); create this one later.",
+                "too_many_running_batches",
+            )  # fmt: skip
 
     def get(self, owner: str, batch_id: str) -> Batch:
         return self.view(self._owned(owner, batch_id))

@@ -376,3 +376,27 @@ def test_a_batch_resumes_under_a_lower_max_requests(tmp_path: Path) -> None:
     assert second.book.get("alice", batch_id).status == "in_progress"
     taken = [second.book.take() for _ in range(4)]
     assert [job[1].custom_id for job in taken if job is not None] == ["r0", "r1", "r2"]
+
+
+@pytest.mark.parametrize(
+    ("caps", "owner", "says"),
+    [
+        ({"max_running_batches_per_tenant": 2}, ALICE, "max_running_batches_per_tenant"),
+        ({"max_running_batches": 2}, BOB, "max_running_batches`"),
+    ],
+)
+def test_batches_running_at_once_are_capped(
+    tmp_path: Path, caps: dict[str, int], owner: Tenant, says: str
+) -> None:
+    setup = Setup(tmp_path, Clock(1_000_000.0), settings=BatchesSettings(**caps))
+    first = setup.start(1)
+    setup.start(1)
+    file = setup.shelf.upload(owner.name, "in.jsonl", "batch", _input(1))
+    with pytest.raises(Refused) as info:
+        setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None)
+    assert (info.value.status, info.value.code) == (429, "too_many_running_batches")
+    assert says in info.value.message
+    setup.book.cancel("alice", first)  # one ends: room for another
+    assert (
+        setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None).status == "in_progress"
+    )
