@@ -409,12 +409,14 @@ class BatchBook:
                 batch.error_file_id = file_id
         self._change(run, status)
         del self._runs[batch.id]
+        _logged(self._store.delete_input, batch.id)
 
     def _fail(self, run: Run, errors: list[BatchError]) -> None:
         batch = run.stored.batch
         batch.errors = Errors(data=errors)
         self._runs.pop(batch.id, None)
         self._change(run, "failed")
+        _logged(self._store.delete_input, batch.id)
 
     def _change(self, run: Run, status: Status) -> None:
         """The batch's new status and its time, written at once."""

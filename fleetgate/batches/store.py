@@ -4,7 +4,8 @@
     files/<id>.jsonl           its content; an output or error file's grows a line per result
     batches/<id>.json          a batch's object, owner, and the ids of its files
     batches/<id>.input.jsonl   its requests: a hard link to (or a copy of) its input file, so
-                               deleting the input file cannot take them from a running batch
+                               deleting the input file cannot take them from a running batch;
+                               deleted when the batch ends
 
 Objects are written whole (a temp file, fsync, then rename), result lines appended and flushed
 one write each, so a crash leaves at most a half-written last line (`lines` drops it). Ids are
@@ -53,7 +54,10 @@ class BatchStore:
         self._rng = rng
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, StoredBatch] = {}
-        self.stored_bytes = 0  # of the files whose objects are known (outputs once published)
+        # Of the files kept, result files counted as their lines are written (before they are
+        # published): what bounds the disk (`max_files_bytes`).
+        self.stored_bytes = 0
+        self._growing: dict[str, int] = {}  # bytes of the result files not yet published
 
     def load(self) -> None:
         """Read every object under `root` (none when it does not exist yet); one that cannot be
@@ -97,7 +101,8 @@ class BatchStore:
         stored = StoredFile(file=file, owner=owner)
         _write_whole(self._path("files", file.id, ".json"), msgspec.json.encode(stored))
         old = self.files.get(file.id)
-        self.stored_bytes += file.bytes - (old.file.bytes if old is not None else 0)
+        counted = old.file.bytes if old is not None else self._growing.pop(file.id, 0)
+        self.stored_bytes += file.bytes - counted
         self.files[file.id] = stored
         return stored
 
@@ -108,6 +113,7 @@ class BatchStore:
         stored = self.files.pop(file_id, None)
         if stored is not None:
             self.stored_bytes -= stored.file.bytes
+        self.stored_bytes -= self._growing.pop(file_id, 0)
         for suffix in (".json", ".jsonl"):  # the object first: a file half gone is not seen
             self._path("files", file_id, suffix).unlink(missing_ok=True)
 
@@ -125,6 +131,7 @@ class BatchStore:
             except OSError:  # a full disk: no half line left for the next one to follow
                 out.truncate(end)
                 raise
+        self._count(file_id, end + len(line) + 1)
 
     def lines(self, file_id: str) -> list[bytes]:
         """The complete lines of a results file; a last line cut by a crash is removed from the
@@ -139,7 +146,14 @@ class BatchStore:
             log.warning("batches: dropping a half-written line at the end of %s", path)
             with path.open("r+b") as out:
                 out.truncate(whole)
+        self._count(file_id, whole)
         return data[:whole].splitlines()
+
+    def _count(self, file_id: str, size: int) -> None:
+        """A result file not yet published is `size` bytes now."""
+        if file_id not in self.files:
+            self.stored_bytes += size - self._growing.get(file_id, 0)
+            self._growing[file_id] = size
 
     def size(self, file_id: str) -> int:
         try:
@@ -166,6 +180,10 @@ class BatchStore:
 
     def input_of(self, batch_id: str) -> bytes:
         return self._path("batches", batch_id, ".input.jsonl").read_bytes()
+
+    def delete_input(self, batch_id: str) -> None:
+        """A batch that has ended needs its requests no more."""
+        self._path("batches", batch_id, ".input.jsonl").unlink(missing_ok=True)
 
     def delete_batch(self, batch_id: str) -> None:
         self.batches.pop(batch_id, None)

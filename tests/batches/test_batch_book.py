@@ -400,3 +400,40 @@ def test_batches_running_at_once_are_capped(
     assert (
         setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None).status == "in_progress"
     )
+
+
+def test_result_lines_count_in_stored_bytes_as_they_are_written(setup: Setup) -> None:
+    batch_id = setup.start(2)
+    uploaded = setup.store.stored_bytes
+    first = setup.book.take()
+    assert first is not None
+    setup.book.record(*first, 200, "rid", ANSWER)
+    output_id = setup.store.batches[batch_id].output_id
+    assert setup.store.stored_bytes == uploaded + setup.store.size(output_id)  # not yet published
+    second = setup.book.take()
+    assert second is not None
+    setup.book.record(*second, 500, "rid", b"oops")
+    batch = setup.book.get("alice", batch_id)
+    results = [setup.store.size(f or "") for f in (batch.output_file_id, batch.error_file_id)]
+    assert setup.store.stored_bytes == uploaded + sum(results)  # published: counted once
+    again = BatchStore(setup.store.root, random.Random(SEED))
+    again.load()
+    assert again.stored_bytes == setup.store.stored_bytes
+
+
+@pytest.mark.parametrize("end", ["completed", "cancelled", "expired"])
+def test_a_batch_s_input_copy_goes_when_it_ends(setup: Setup, end: str) -> None:
+    batch_id = setup.start(1)
+    copy = setup.store.root / "batches" / f"{batch_id}.input.jsonl"
+    assert copy.exists()
+    if end == "completed":
+        job = setup.book.take()
+        assert job is not None
+        setup.book.record(*job, 200, "rid", ANSWER)
+    elif end == "cancelled":
+        setup.book.cancel("alice", batch_id)
+    else:
+        setup.clock.now += WINDOW_S
+        setup.book.tick()
+    assert setup.book.get("alice", batch_id).status == end
+    assert not copy.exists()
