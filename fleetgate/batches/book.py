@@ -381,9 +381,10 @@ class BatchBook:
             self._end(run, "completed")
         elif status == "in_progress" and not self._running(run, self._clock()):
             message = "The batch's 24h completion window ended before this request ran."
-            while run.pending:
-                self._write(run, self._error_line(run.pending[0], "batch_expired", message), False)
-                run.pending.popleft()
+            lines = [self._error_line(r, "batch_expired", message) for r in run.pending]
+            self._store.append(run.stored.error_id, *lines)  # one write for up to 50k lines
+            run.failed += len(lines)
+            run.pending.clear()
             self._end(run, "expired")
 
     def _end(self, run: Run, status: Status) -> None:

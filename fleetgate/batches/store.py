@@ -91,10 +91,23 @@ class BatchStore:
 
     # Files.
 
-    def put_file(self, file: FileObject, owner: str, data: bytes) -> StoredFile:
-        """Keep an uploaded file: its content first, then its object (which makes it seen)."""
+    def write_file(self, file: FileObject, owner: str, data: bytes) -> StoredFile:
+        """Write an upload to disk, its content first, then its object; touches nothing in
+        memory, so it may run in a thread (it fsyncs). `add` then makes it seen."""
         _write_whole(self._path("files", file.id, ".jsonl"), data)
-        return self.publish(file, owner)
+        stored = StoredFile(file=file, owner=owner)
+        _write_whole(self._path("files", file.id, ".json"), msgspec.json.encode(stored))
+        return stored
+
+    def add(self, stored: StoredFile) -> None:
+        self.stored_bytes += stored.file.bytes
+        self.files[stored.file.id] = stored
+
+    def put_file(self, file: FileObject, owner: str, data: bytes) -> StoredFile:
+        """`write_file` and `add`, on the caller's thread."""
+        stored = self.write_file(file, owner, data)
+        self.add(stored)
+        return stored
 
     def publish(self, file: FileObject, owner: str) -> StoredFile:
         """Write a file's object (for an output file: its content is already appended)."""
@@ -107,7 +120,10 @@ class BatchStore:
         return stored
 
     def content(self, file_id: str) -> bytes:
-        return self._path("files", file_id, ".jsonl").read_bytes()
+        return self.content_path(file_id).read_bytes()
+
+    def content_path(self, file_id: str) -> Path:
+        return self._path("files", file_id, ".jsonl")
 
     def delete_file(self, file_id: str) -> None:
         stored = self.files.pop(file_id, None)
@@ -119,19 +135,21 @@ class BatchStore:
 
     # Result lines of an output or error file.
 
-    def append(self, file_id: str, line: bytes) -> None:
+    def append(self, file_id: str, *lines: bytes) -> None:
+        """Add result lines to a results file, in one write."""
         path = self._path("files", file_id, ".jsonl")
         path.parent.mkdir(parents=True, exist_ok=True)
+        data = b"".join(line + b"\n" for line in lines)
         with path.open("ab", buffering=0) as out:  # unbuffered: each write(2) seen here
             end = out.tell()
-            left = memoryview(line + b"\n")
+            left = memoryview(data)
             try:
                 while left:
                     left = left[out.write(left) or 0 :]
             except OSError:  # a full disk: no half line left for the next one to follow
                 out.truncate(end)
                 raise
-        self._count(file_id, end + len(line) + 1)
+        self._count(file_id, end + len(data))
 
     def lines(self, file_id: str) -> list[bytes]:
         """The complete lines of a results file; a last line cut by a crash is removed from the

@@ -4,8 +4,10 @@ gateway's restart (the store reopened) resuming what was running."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 
 from fleetgate.batches.book import STORE_RETRY_S, WINDOW_S, BatchBook
 from fleetgate.batches.files import FileShelf
+from fleetgate.batches.objects import FileObject, StoredFile
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.batches.store import BatchStore
 from fleetgate.traffic.door import Caller, Refused
@@ -36,6 +39,10 @@ def _input(n: int) -> bytes:
     return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
 
 
+def upload(shelf: FileShelf, owner: str, data: bytes) -> FileObject:
+    return asyncio.run(shelf.upload(owner, "in.jsonl", "batch", data))
+
+
 class Setup:
     def __init__(
         self, root: Path, clock: Clock, tenants: dict[str, Tenant] = TENANTS,
@@ -49,7 +56,7 @@ class Setup:
         self.book.resume()
 
     def start(self, n: int, owner: Tenant = ALICE) -> str:
-        file = self.shelf.upload(owner.name, "in.jsonl", "batch", _input(n))
+        file = upload(self.shelf, owner.name, _input(n))
         batch = self.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", {"job": "x"})
         assert batch.status == "in_progress"
         return batch.id
@@ -92,7 +99,7 @@ def test_a_batch_runs_to_completed_with_its_answers_in_the_output_file(setup: Se
 
 def test_a_file_with_a_bad_line_makes_a_failed_batch(setup: Setup) -> None:
     data = _input(1) + b'{"custom_id": "x"}\n'
-    file = setup.shelf.upload("alice", "in.jsonl", "batch", data)
+    file = upload(setup.shelf, "alice", data)
     batch = setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
     assert batch.status == "failed" and batch.failed_at == 1_000_000
     assert batch.errors is not None
@@ -116,7 +123,7 @@ def test_cancel_stops_new_requests_and_ends_once_those_in_flight_end(setup: Setu
 
 
 def test_only_a_batch_in_progress_can_be_cancelled(setup: Setup) -> None:
-    file = setup.shelf.upload("alice", "in.jsonl", "batch", b"{}\n")
+    file = upload(setup.shelf, "alice", b"{}\n")
     failed = setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
     with pytest.raises(Refused) as info:
         setup.book.cancel("alice", failed.id)
@@ -189,7 +196,7 @@ def test_another_tenant_s_batch_and_file_are_not_found(setup: Setup) -> None:
 def test_a_bad_request_is_a_400_naming_its_field(
     setup: Setup, endpoint: str, window: str, metadata: dict[str, str] | None, param: str
 ) -> None:
-    file = setup.shelf.upload("alice", "in.jsonl", "batch", _input(1))
+    file = upload(setup.shelf, "alice", _input(1))
     with pytest.raises(Refused) as info:
         setup.book.create(Caller(ALICE, "k1"), file.id, endpoint, window, metadata)
     assert (info.value.status, info.value.param) == (400, param)
@@ -337,10 +344,10 @@ def test_a_batch_that_cannot_end_stops_no_other_s_end(
     stuck_errors = setup.store.batches[stuck].error_id
     append = setup.store.append
 
-    def full_for_one(file_id: str, line: bytes) -> None:
+    def full_for_one(file_id: str, *lines: bytes) -> None:
         if file_id == stuck_errors:
             _disk_full()
-        append(file_id, line)
+        append(file_id, *lines)
 
     monkeypatch.setattr(setup.store, "append", full_for_one)
     setup.clock.now += WINDOW_S
@@ -391,7 +398,7 @@ def test_batches_running_at_once_are_capped(
     setup = Setup(tmp_path, Clock(1_000_000.0), settings=BatchesSettings(**caps))
     first = setup.start(1)
     setup.start(1)
-    file = setup.shelf.upload(owner.name, "in.jsonl", "batch", _input(1))
+    file = upload(setup.shelf, owner.name, _input(1))
     with pytest.raises(Refused) as info:
         setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None)
     assert (info.value.status, info.value.code) == (429, "too_many_running_batches")
@@ -437,3 +444,38 @@ def test_a_batch_s_input_copy_goes_when_it_ends(setup: Setup, end: str) -> None:
         setup.book.tick()
     assert setup.book.get("alice", batch_id).status == end
     assert not copy.exists()
+
+
+def test_expiry_writes_what_never_ran_in_one_write(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = setup.start(50)
+    writes: list[int] = []
+    append = setup.store.append
+
+    def counted(file_id: str, *lines: bytes) -> None:
+        writes.append(len(lines))
+        append(file_id, *lines)
+
+    monkeypatch.setattr(setup.store, "append", counted)
+    setup.clock.now += WINDOW_S
+    setup.book.tick()
+    batch = setup.book.get("alice", batch_id)
+    assert batch.status == "expired" and writes == [50]
+    assert len(setup.lines(batch.error_file_id)) == 50
+
+
+def test_an_upload_is_written_off_the_event_loop(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[int] = []
+    write_file = setup.store.write_file
+
+    def recorded(file: FileObject, owner: str, data: bytes) -> StoredFile:
+        threads.append(threading.get_ident())
+        return write_file(file, owner, data)
+
+    monkeypatch.setattr(setup.store, "write_file", recorded)
+    file = upload(setup.shelf, "alice", _input(1))
+    assert threads and threads[0] != threading.get_ident()
+    assert setup.shelf.get("alice", file.id) == file

@@ -67,10 +67,10 @@ class Setup:
         self.clock.now += seconds
         await asyncio.sleep(0)
 
-    def start(self, n: int, owner: str = "alice") -> str:
+    async def start(self, n: int, owner: str = "alice") -> str:
         tenant = Tenant.of(TenantSettings(name=owner))
         shelf = FileShelf(self.store, BatchesSettings(), self.clock)
-        file = shelf.upload(owner, "in.jsonl", "batch", _input(n))
+        file = await shelf.upload(owner, "in.jsonl", "batch", _input(n))
         return self.book.create(Caller(tenant, "k"), file.id, CHAT, "24h", None).id
 
     async def ended(self, batch_id: str, owner: str = "alice") -> str:
@@ -97,7 +97,7 @@ async def test_a_503_is_tried_again_once_its_retry_after_has_passed(tmp_path: Pa
         return next(answers, Script(200, [ANSWER], JSON))
 
     setup = Setup(tmp_path, answer, ["alice"])
-    batch_id = setup.start(2)
+    batch_id = await setup.start(2)
     setup.runner.start()
     try:
         assert await setup.ended(batch_id) == "completed"
@@ -118,7 +118,7 @@ async def test_a_batch_cancelled_while_a_request_waits_leaves_it_unrun(tmp_path:
         return Script(503, [b"{}"], [*JSON, (b"retry-after", b"60")])
 
     setup = Setup(tmp_path, answer, ["alice"])
-    batch_id = setup.start(1)
+    batch_id = await setup.start(1)
     setup.runner.start()
     try:
         await sent.wait()
@@ -136,8 +136,8 @@ async def test_a_tenant_over_its_rate_limit_holds_no_worker(tmp_path: Path) -> N
     # gateway itself. With every wait endless, a worker that waited there would be held.
     setup = Setup(tmp_path, lambda sent: Script(200, [ANSWER], JSON), ["alice", "bob"],
                   limits={"alice": {"requests_per_minute": 1}}, waits_end=False)  # fmt: skip
-    alices = setup.start(4, owner="alice")
-    bobs = setup.start(4, owner="bob")
+    alices = await setup.start(4, owner="alice")
+    bobs = await setup.start(4, owner="bob")
     setup.runner.start()
     try:
         assert await setup.ended(bobs, owner="bob") == "completed"
@@ -150,7 +150,7 @@ async def test_a_tenant_over_its_rate_limit_holds_no_worker(tmp_path: Path) -> N
 
 async def test_a_tenant_gone_from_the_config_gets_an_error_line(tmp_path: Path) -> None:
     setup = Setup(tmp_path, lambda sent: Script(200, [ANSWER], JSON), ["bob"])
-    batch_id = setup.start(2, owner="alice")  # alice's batch, made before she was removed
+    batch_id = await setup.start(2, owner="alice")  # alice's batch, made before she was removed
     setup.runner.start()
     try:
         assert await setup.ended(batch_id) == "completed"
