@@ -398,6 +398,7 @@ class BatchBook:
                                      (stored.error_id, run.failed, "error")):  # fmt: skip
             if not count:
                 continue
+            self._store.sync(file_id)  # a power cut cannot keep `completed` and lose lines
             file = FileObject(
                 id=file_id, bytes=self._store.size(file_id), created_at=now,
                 filename=f"{batch.id}_{kind}.jsonl", purpose="batch_output",

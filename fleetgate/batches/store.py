@@ -7,11 +7,11 @@
                                deleting the input file cannot take them from a running batch;
                                deleted when the batch ends
 
-Objects are written whole (a temp file, fsync, then rename), result lines appended and flushed
-one write each, so a crash leaves at most a half-written last line (`lines` drops it). Ids are
-drawn here from the injected random source, and a path is only ever built from an id that
-`valid_id` passed. The directory is made at the first write, not before. One gateway per
-directory: two would run the same batches.
+Objects are written whole (a temp file, fsync, then rename), result lines appended one write
+each (fsynced once, when their batch ends), so a crash leaves at most a half-written last line
+(`lines` drops it). Ids are drawn here from the injected random source, and a path is only
+ever built from an id that `valid_id` passed. The directory is made at the first write, not
+before. One gateway per directory: two would run the same batches.
 """
 
 from __future__ import annotations
@@ -166,6 +166,11 @@ class BatchStore:
                 out.truncate(whole)
         self._count(file_id, whole)
         return data[:whole].splitlines()
+
+    def sync(self, file_id: str) -> None:
+        """Make a results file's lines durable (before the object saying they are all there)."""
+        with self._path("files", file_id, ".jsonl").open("rb") as lines:
+            os.fsync(lines.fileno())
 
     def _count(self, file_id: str, size: int) -> None:
         """A result file not yet published is `size` bytes now."""

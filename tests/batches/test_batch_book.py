@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import threading
 from pathlib import Path
@@ -479,3 +480,25 @@ def test_an_upload_is_written_off_the_event_loop(
     file = upload(setup.shelf, "alice", _input(1))
     assert threads and threads[0] != threading.get_ident()
     assert setup.shelf.get("alice", file.id) == file
+
+
+def test_the_results_files_are_fsynced_before_the_batch_ends(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = setup.start(2)
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    for status in (200, 500):
+        job = setup.book.take()
+        assert job is not None
+        setup.book.record(*job, status, "rid", ANSWER)
+    stored = setup.store.batches[batch_id]
+    results = [f"{stored.output_id}.jsonl", f"{stored.error_id}.jsonl"]
+    assert all(name in synced for name in results)
+    assert synced[-1] == f".{batch_id}.json.tmp"  # `completed` is written after them
