@@ -77,10 +77,12 @@ class BatchBook:
         settings: BatchesSettings,
         tenants: Mapping[str, Tenant],
         wall_clock: Callable[[], float],
+        keys: frozenset[tuple[str, str]] | None = None,
     ) -> None:
         self._store = store
         self._settings = settings
         self._tenants = tenants  # the config's: a batch runs as its tenant as configured now
+        self._keys = keys  # (tenant, key id) of the keys configured now; None: auth off
         self._clock = wall_clock
         self._runs: dict[str, Run] = {}  # the batches running, oldest first
         self._seq = 0  # the last Run.seq given
@@ -299,9 +301,14 @@ class BatchBook:
 
     def caller(self, run: Run) -> Caller | None:
         """Whose requests these are, from the config as it is now; None when its tenant is
-        no longer there."""
-        tenant = self._tenants.get(run.stored.owner)
-        return None if tenant is None else Caller(tenant, run.stored.key_id)
+        no longer there or, with auth on, neither is the key that made it."""
+        stored = run.stored
+        tenant = self._tenants.get(stored.owner)
+        if tenant is None or (
+            self._keys is not None and (stored.owner, stored.key_id) not in self._keys
+        ):  # with auth on, a batch made with auth off (anonymous's), or with a removed key
+            return None
+        return Caller(tenant, stored.key_id)
 
     def record(
         self, run: Run, request: BatchRequest, status: int, request_id: str, body: bytes

@@ -99,7 +99,10 @@ class BatchRunner:
         caller = book.caller(run)
         if caller is None:
             owner = run.stored.owner
-            message = f"The batch's tenant {owner!r} is no longer in the gateway's config."
+            message = (
+                f"The batch's tenant {owner!r}, or the API key that created the batch, is no "
+                "longer in the gateway's config."
+            )
             book.fail(run, request, "tenant_not_found", message)
             return
         answer = CapturedResponse()

@@ -20,7 +20,7 @@ from fleetgate.batches.objects import FileObject, StoredFile
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.batches.store import BatchStore
 from fleetgate.traffic.door import Caller, Refused
-from fleetgate.traffic.tenants import Tenant, TenantSettings
+from fleetgate.traffic.tenants import ANONYMOUS, Tenant, TenantSettings
 from tests.batches.test_batch_store import SEED, Clock
 
 CHAT = "/v1/chat/completions"
@@ -47,13 +47,13 @@ def upload(shelf: FileShelf, owner: str, data: bytes) -> FileObject:
 class Setup:
     def __init__(
         self, root: Path, clock: Clock, tenants: dict[str, Tenant] = TENANTS,
-        settings: BatchesSettings = SETTINGS,
+        settings: BatchesSettings = SETTINGS, keys: frozenset[tuple[str, str]] | None = None,
     ) -> None:  # fmt: skip
         self.store = BatchStore(root, random.Random(SEED))
         self.store.load()
         self.clock = clock
         self.shelf = FileShelf(self.store, settings, clock)
-        self.book = BatchBook(self.store, settings, tenants, clock)
+        self.book = BatchBook(self.store, settings, tenants, clock, keys)
         self.book.resume()
 
     def start(self, n: int, owner: Tenant = ALICE) -> str:
@@ -502,3 +502,21 @@ def test_the_results_files_are_fsynced_before_the_batch_ends(
     results = [f"{stored.output_id}.jsonl", f"{stored.error_id}.jsonl"]
     assert all(name in synced for name in results)
     assert synced[-1] == f".{batch_id}.json.tmp"  # `completed` is written after them
+
+
+@pytest.mark.parametrize(("owner", "key_id"), [(ANONYMOUS, ""), (ALICE, "k-removed")])
+def test_with_auth_on_a_batch_whose_key_is_not_configured_has_no_caller(
+    tmp_path: Path, owner: Tenant, key_id: str
+) -> None:
+    clock = Clock(1_000_000.0)
+    first = Setup(tmp_path, clock, tenants={**TENANTS, ANONYMOUS.name: ANONYMOUS})
+    file = upload(first.shelf, owner.name, _input(1))  # made with auth off, or a key since gone
+    first.book.create(Caller(owner, key_id), file.id, CHAT, "24h", None)
+    second = Setup(tmp_path, clock, tenants={**TENANTS, ANONYMOUS.name: ANONYMOUS},
+                   keys=frozenset({("alice", "k1")}))  # fmt: skip
+    job = second.book.take()
+    assert job is not None and second.book.caller(job[0]) is None
+    mine = Setup(tmp_path / "other", clock, keys=frozenset({("alice", "k1")}))
+    mine.start(1)  # alice's key k1 is configured: hers runs
+    kept = mine.book.take()
+    assert kept is not None and mine.book.caller(kept[0]) == Caller(ALICE, "k1")

@@ -24,6 +24,7 @@ from fleetgate.fleet.backend import Backend
 from fleetgate.http.mock import MockTransport, Script, Sent
 from fleetgate.serve import ResolvedPool, compose
 from fleetgate.traffic.door import Caller
+from fleetgate.traffic.keys import digest_of
 from fleetgate.traffic.tenants import Tenant, TenantSettings
 from tests.batches.test_batch_book import CHAT, _input
 from tests.batches.test_batch_store import SEED, Clock
@@ -71,7 +72,8 @@ class Setup:
         tenant = Tenant.of(TenantSettings(name=owner))
         shelf = FileShelf(self.store, BatchesSettings(), self.clock)
         file = await shelf.upload(owner, "in.jsonl", "batch", _input(n))
-        return self.book.create(Caller(tenant, "k"), file.id, CHAT, "24h", None).id
+        key_id = digest_of(f"sk-{owner}-runner-key").hex()[:16]  # as the front door's
+        return self.book.create(Caller(tenant, key_id), file.id, CHAT, "24h", None).id
 
     async def ended(self, batch_id: str, owner: str = "alice") -> str:
         """Let the runner work (no time passes: its waits are injected) until the batch ends."""
