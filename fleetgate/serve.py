@@ -463,7 +463,8 @@ def compose(
     batch_api = None
     if batch_store is not None:
         settings = config.batches
-        book = BatchBook(batch_store, settings, tenants, wall_clock)
+        keys = None if door is None else door.callers()
+        book = BatchBook(batch_store, settings, tenants, wall_clock, keys)
         book.resume()
         batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock), book, door)
     gateway = Gateway(

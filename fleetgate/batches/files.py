@@ -3,7 +3,9 @@ write; each its owner's alone, within the `batches:` bounds."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 from fleetgate.batches.objects import FileObject
 from fleetgate.batches.settings import BatchesSettings
@@ -23,8 +25,9 @@ class FileShelf:
         self._settings = settings
         self._clock = wall_clock
 
-    def upload(self, owner: str, filename: str, purpose: str, data: bytes) -> FileObject:
-        """Keep an upload; `Refused` (400, 413) when it may not be kept, saying why."""
+    async def upload(self, owner: str, filename: str, purpose: str, data: bytes) -> FileObject:
+        """Keep an upload; `Refused` (400, 413) when it may not be kept, saying why. It is
+        written (and fsynced) in a thread, off the event loop."""
         if purpose != "batch":
             raise Refused(
                 400, f"`purpose` {purpose[:40]!r} is not accepted here: this gateway keeps "
@@ -54,7 +57,12 @@ class FileShelf:
             filename=_clean(filename), purpose="batch",
             expires_at=now + int(settings.retention_s),
         )  # fmt: skip
-        store.put_file(file, owner, data)
+        store.stored_bytes += len(data)  # held while it is written: uploads meanwhile see it
+        try:
+            stored = await asyncio.to_thread(store.write_file, file, owner, data)
+        finally:
+            store.stored_bytes -= len(data)
+        store.add(stored)
         return file
 
     def get(self, owner: str, file_id: str) -> FileObject:
@@ -63,13 +71,9 @@ class FileShelf:
             raise Refused(404, f"No such file: {file_id[:80]!r}.", "not_found")
         return stored.file
 
-    def content(self, owner: str, file_id: str) -> bytes:
-        file = self.get(owner, file_id)
-        try:
-            return self._store.content(file.id)
-        except OSError:
-            raise Refused(404, f"The file {file.id!r} has no content any more.",
-                          "not_found") from None  # fmt: skip
+    def content_path(self, owner: str, file_id: str) -> Path:
+        """Where the owner's file's content is (to be read off the event loop)."""
+        return self._store.content_path(self.get(owner, file_id).id)
 
     def delete(self, owner: str, file_id: str) -> None:
         """Delete a file; a batch running from it keeps its requests (store.py)."""

@@ -4,8 +4,10 @@ batch lane (`Serve`: gateway/app.py's `Gateway.serve_as`). So a batch meets the 
 admission (interactive traffic first), routing, retries and metrics as a client's request.
 
 A 429 or 503 (a rate limit or budget, a full pool, no backend) is not a request's answer: it
-waits its Retry-After (1 to 60 s, jittered) and goes again while its batch runs. A request
-cut off by the gateway stopping has no line, and runs again after the restart.
+goes back to its batch, which starts nothing for its Retry-After (1 to 60 s, jittered), and the
+worker moves on to other batches' requests; so one tenant over its budget, or one model with no
+backend, never holds the workers. A request cut off by the gateway stopping has no line, and
+runs again after the restart.
 """
 
 from __future__ import annotations
@@ -67,54 +69,63 @@ class BatchRunner:
         while True:
             job = book.take()
             if job is None:
-                self._wake.clear()
-                await self._wake.wait()
+                await self._idle()
                 continue
             run, request = job
             try:
                 await self._run(run, request)
-            except Exception:  # the gateway's own fault: the request's line says so
-                log.exception("batch %s: request %r failed", run.stored.batch.id,
-                              request.custom_id)  # fmt: skip
-                try:
-                    book.fail(run, request, "gateway_error", "The gateway failed running it.")
-                except Exception:  # its store cannot be written: it runs again after a restart
-                    log.exception("batch %s: cannot write its result", run.stored.batch.id)
+            except Exception:  # a fault of the book's (it logs its store's): the worker goes on
+                log.exception("batch %s: request %r lost", run.stored.batch.id, request.custom_id)
+
+    async def _idle(self) -> None:
+        """Wait for new work, or for the first deferred request's time."""
+        self._wake.clear()
+        ready_at = self._book.ready_at()
+        if ready_at is None:
+            await self._wake.wait()
+            return
+        waits = [
+            asyncio.ensure_future(self._wake.wait()),
+            asyncio.ensure_future(self._sleep(max(0.0, ready_at - self._book.now()))),
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def _run(self, run: Run, request: BatchRequest) -> None:
         book = self._book
-        while True:
-            caller = book.caller(run)
-            if caller is None:
-                message = (
-                    f"The batch's tenant {run.stored.owner!r} is no longer in the gateway's config."
-                )
-                book.fail(run, request, "tenant_not_found", message)
-                return
-            answer = CapturedResponse()
-            await self._serve(caller, run.path, request.body, answer)
-            if answer.status in RETRY_STATUSES:
-                if book.running(run) and await self._pause(run, answer):
-                    continue
-                book.unrun(run, request)
-                return
-            request_id = (answer.header(b"x-request-id") or b"").decode("latin-1")
-            book.record(run, request, answer.status or 500, request_id, answer.body)
+        caller = book.caller(run)
+        if caller is None:
+            owner = run.stored.owner
+            message = (
+                f"The batch's tenant {owner!r}, or the API key that created the batch, is no "
+                "longer in the gateway's config."
+            )
+            book.fail(run, request, "tenant_not_found", message)
             return
+        answer = CapturedResponse()
+        try:
+            await self._serve(caller, run.path, request.body, answer)
+        except Exception:  # the gateway's own fault: the request's line says so
+            log.exception("batch %s: request %r failed", run.stored.batch.id, request.custom_id)
+            book.fail(run, request, "gateway_error", "The gateway failed running it.")
+            return
+        if answer.status in RETRY_STATUSES:
+            book.defer(run, request, book.now() + self._wait(answer))
+            return
+        request_id = (answer.header(b"x-request-id") or b"").decode("latin-1")
+        book.record(run, request, answer.status or 500, request_id, answer.body)
 
-    async def _pause(self, run: Run, answer: CapturedResponse) -> bool:
-        """Wait as the answer asked; False if the batch stopped meanwhile."""
+    def _wait(self, answer: CapturedResponse) -> float:
+        """The seconds the answer asked to wait (1 to 60), jittered up to 20 % longer so
+        that what waited together does not come back together."""
         try:
             asked = float(answer.header(b"retry-after") or 1)
         except ValueError:
             asked = 1.0
-        wait = min(MAX_WAIT_S, max(1.0, asked)) * self._rng.uniform(1.0, 1.2)
-        while wait > 0:
-            await self._sleep(min(wait, 1.0))
-            wait -= 1.0
-            if not self._book.running(run):
-                return False
-        return True
+        return min(MAX_WAIT_S, max(1.0, asked)) * self._rng.uniform(1.0, 1.2)
 
     async def _ticks(self) -> None:
         while True:

@@ -21,6 +21,10 @@ class BatchesSettings(Settings, frozen=True):
     max_files_bytes: int = 10 * 1024**3  # bytes of all files stored (outputs included)
     max_files_per_tenant: int = 1000  # files one tenant may keep (outputs included)
     max_batches_per_tenant: int = 1000  # batches one tenant may keep, any status
+    # Batches running (not yet ended) at once: each holds its requests' bodies in memory (up
+    # to `server.max_body_bytes`) and a copy of its input file on disk.
+    max_running_batches_per_tenant: int = 16
+    max_running_batches: int = 256  # all tenants together
     # Finished batches, and every file, are deleted this long after they end or were made.
     retention_s: float = 30 * 86400.0
 
@@ -32,6 +36,8 @@ class BatchesSettings(Settings, frozen=True):
         at_least("max_files_bytes", self.max_files_bytes, 1)
         at_least("max_files_per_tenant", self.max_files_per_tenant, 1)
         at_least("max_batches_per_tenant", self.max_batches_per_tenant, 1)
+        at_least("max_running_batches_per_tenant", self.max_running_batches_per_tenant, 1)
+        at_least("max_running_batches", self.max_running_batches, 1)
         positive_seconds("retention_s", self.retention_s)
 
     def directory(self, environ: Mapping[str, str] = os.environ) -> Path:

@@ -4,13 +4,14 @@
     files/<id>.jsonl           its content; an output or error file's grows a line per result
     batches/<id>.json          a batch's object, owner, and the ids of its files
     batches/<id>.input.jsonl   its requests: a hard link to (or a copy of) its input file, so
-                               deleting the input file cannot take them from a running batch
+                               deleting the input file cannot take them from a running batch;
+                               deleted when the batch ends
 
-Objects are written whole (a temp file, fsync, then rename), result lines appended and flushed
-one write each, so a crash leaves at most a half-written last line (`lines` drops it). Ids are
-drawn here from the injected random source, and a path is only ever built from an id that
-`valid_id` passed. The directory is made at the first write, not before. One gateway per
-directory: two would run the same batches.
+Objects are written whole (a temp file, fsync, then rename), result lines appended one write
+each (fsynced once, when their batch ends), so a crash leaves at most a half-written last line
+(`lines` drops it). Ids are drawn here from the injected random source, and a path is only
+ever built from an id that `valid_id` passed. The directory is made at the first write, not
+before. One gateway per directory: two would run the same batches.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ class BatchStore:
         self._rng = rng
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, StoredBatch] = {}
-        self.stored_bytes = 0  # of the files whose objects are known (outputs once published)
+        # Of the files kept, result files counted as their lines are written (before they are
+        # published): what bounds the disk (`max_files_bytes`).
+        self.stored_bytes = 0
+        self._growing: dict[str, int] = {}  # bytes of the result files not yet published
 
     def load(self) -> None:
         """Read every object under `root` (none when it does not exist yet); one that cannot be
@@ -87,38 +91,65 @@ class BatchStore:
 
     # Files.
 
-    def put_file(self, file: FileObject, owner: str, data: bytes) -> StoredFile:
-        """Keep an uploaded file: its content first, then its object (which makes it seen)."""
+    def write_file(self, file: FileObject, owner: str, data: bytes) -> StoredFile:
+        """Write an upload to disk, its content first, then its object; touches nothing in
+        memory, so it may run in a thread (it fsyncs). `add` then makes it seen."""
         _write_whole(self._path("files", file.id, ".jsonl"), data)
-        return self.publish(file, owner)
+        stored = StoredFile(file=file, owner=owner)
+        _write_whole(self._path("files", file.id, ".json"), msgspec.json.encode(stored))
+        return stored
+
+    def add(self, stored: StoredFile) -> None:
+        self.stored_bytes += stored.file.bytes
+        self.files[stored.file.id] = stored
+
+    def put_file(self, file: FileObject, owner: str, data: bytes) -> StoredFile:
+        """`write_file` and `add`, on the caller's thread."""
+        stored = self.write_file(file, owner, data)
+        self.add(stored)
+        return stored
 
     def publish(self, file: FileObject, owner: str) -> StoredFile:
         """Write a file's object (for an output file: its content is already appended)."""
         stored = StoredFile(file=file, owner=owner)
         _write_whole(self._path("files", file.id, ".json"), msgspec.json.encode(stored))
         old = self.files.get(file.id)
-        self.stored_bytes += file.bytes - (old.file.bytes if old is not None else 0)
+        counted = old.file.bytes if old is not None else self._growing.pop(file.id, 0)
+        self.stored_bytes += file.bytes - counted
         self.files[file.id] = stored
         return stored
 
     def content(self, file_id: str) -> bytes:
-        return self._path("files", file_id, ".jsonl").read_bytes()
+        return self.content_path(file_id).read_bytes()
+
+    def content_path(self, file_id: str) -> Path:
+        return self._path("files", file_id, ".jsonl")
 
     def delete_file(self, file_id: str) -> None:
         stored = self.files.pop(file_id, None)
         if stored is not None:
             self.stored_bytes -= stored.file.bytes
+        self.stored_bytes -= self._growing.pop(file_id, 0)
         for suffix in (".json", ".jsonl"):  # the object first: a file half gone is not seen
             self._path("files", file_id, suffix).unlink(missing_ok=True)
 
     # Result lines of an output or error file.
 
-    def append(self, file_id: str, line: bytes) -> None:
+    def append(self, file_id: str, *lines: bytes) -> None:
+        """Add result lines to a results file, in one write."""
         path = self._path("files", file_id, ".jsonl")
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("ab") as out:
-            out.write(line + b"\n")
-            out.flush()
+        data = b"".join(line + b"\n" for line in lines)
+        with path.open("ab", buffering=0) as out:  # unbuffered: each write(2) seen here
+            end = out.tell()
+            left = memoryview(data)
+            try:
+                while left:
+                    left = left[out.write(left) or 0 :]
+            except OSError:  # a full disk: no half line left for the next one to follow
+                out.truncate(end)
+                raise
+        self._count(file_id, end + len(data))
 
     def lines(self, file_id: str) -> list[bytes]:
         """The complete lines of a results file; a last line cut by a crash is removed from the
@@ -133,7 +164,19 @@ class BatchStore:
             log.warning("batches: dropping a half-written line at the end of %s", path)
             with path.open("r+b") as out:
                 out.truncate(whole)
+        self._count(file_id, whole)
         return data[:whole].splitlines()
+
+    def sync(self, file_id: str) -> None:
+        """Make a results file's lines durable (before the object saying they are all there)."""
+        with self._path("files", file_id, ".jsonl").open("rb") as lines:
+            os.fsync(lines.fileno())
+
+    def _count(self, file_id: str, size: int) -> None:
+        """A result file not yet published is `size` bytes now."""
+        if file_id not in self.files:
+            self.stored_bytes += size - self._growing.get(file_id, 0)
+            self._growing[file_id] = size
 
     def size(self, file_id: str) -> int:
         try:
@@ -160,6 +203,10 @@ class BatchStore:
 
     def input_of(self, batch_id: str) -> bytes:
         return self._path("batches", batch_id, ".input.jsonl").read_bytes()
+
+    def delete_input(self, batch_id: str) -> None:
+        """A batch that has ended needs its requests no more."""
+        self._path("batches", batch_id, ".input.jsonl").unlink(missing_ok=True)
 
     def delete_batch(self, batch_id: str) -> None:
         self.batches.pop(batch_id, None)

@@ -16,6 +16,7 @@ are answered 404, as if they did not exist.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from urllib.parse import parse_qs
@@ -34,9 +35,10 @@ from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
 log = logging.getLogger(__name__)
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
 # An endpoint's work: (content type, body) of its 200 answer, or `Refused`.
-_Action = Callable[[Request, Caller, str], tuple[bytes, bytes]]
+_Action = Callable[[Request, Caller, str], Awaitable[tuple[bytes, bytes]]]
 _FILES, _BATCHES = b"/v1/files/", b"/v1/batches/"
 _OCTETS = b"application/octet-stream"
+_CHUNK = 256 * 1024  # bytes of a file's content read (in a thread) and sent at a time
 
 
 class _CreateBatch(msgspec.Struct):
@@ -97,23 +99,26 @@ class BatchApi:
             refused = Refused(405, message, "method_not_allowed", [(b"allow", allowed.encode())])
             _send_error(writer, request_id, refused)
             return
-        self._answer(request, writer, request_id, action, item)
+        if action == self._content:  # streamed, not answered whole
+            await self._send_content(request, writer, request_id, item)
+            return
+        await self._answer(request, writer, request_id, action, item)
 
     def _handler(self, action: _Action) -> _Handler:
         async def handle(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
-            self._answer(request, writer, request_id, action, "")
+            await self._answer(request, writer, request_id, action, "")
 
         return handle
 
-    def _answer(
+    def _caller(self, request: Request) -> Caller:
+        return ANONYMOUS_CALLER if self._door is None else self._door.identify(request.headers)
+
+    async def _answer(
         self, request: Request, writer: ResponseWriter, request_id: bytes, action: _Action,
         item: str,
     ) -> None:  # fmt: skip
         try:
-            caller = (
-                ANONYMOUS_CALLER if self._door is None else self._door.identify(request.headers)
-            )
-            content_type, body = action(request, caller, item)
+            content_type, body = await action(request, self._caller(request), item)
         except Refused as exc:
             _send_error(writer, request_id, exc)
             return
@@ -126,7 +131,7 @@ class BatchApi:
 
     # Files.
 
-    def _upload(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+    async def _upload(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
         if request.body_too_large:
             raise Refused(
                 413, "The file is larger than this gateway accepts (`server.max_body_bytes`); "
@@ -143,12 +148,12 @@ class BatchApi:
                           "`purpose=batch`.", "invalid_value", param="file")  # fmt: skip
         purpose = multipart_field(request.body, content_type, b"purpose") or b""
         filename, data = sent
-        file = self._shelf.upload(
+        file = await self._shelf.upload(
             caller.tenant.name, filename, purpose.decode("utf-8", "replace"), data
         )
         return JSON, _encode(file)
 
-    def _files(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+    async def _files(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
         query = _query(request)
         limit = _limit(query, 10_000, 10_000)
         order = query.get("order", "desc")
@@ -159,19 +164,47 @@ class BatchApi:
         )
         return JSON, _listing(files, [f.id for f in files], more)
 
-    def _file(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+    async def _file(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
         return JSON, _encode(self._shelf.get(caller.tenant.name, item))
 
-    def _content(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
-        return _OCTETS, self._shelf.content(caller.tenant.name, item)
+    async def _content(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+        raise NotImplementedError("streamed by _send_content")  # named in `item`'s table only
 
-    def _delete_file(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+    async def _send_content(
+        self, request: Request, writer: ResponseWriter, request_id: bytes, item: str
+    ) -> None:
+        """A file's content, read in a thread and sent a chunk at a time: a large output file
+        neither blocks the loop nor sits whole in memory."""
+        try:
+            path = self._shelf.content_path(self._caller(request).tenant.name, item)
+            source = await asyncio.to_thread(path.open, "rb")
+        except Refused as exc:
+            _send_error(writer, request_id, exc)
+            return
+        except OSError:
+            refused = Refused(404, f"The file {item!r} has no content any more.", "not_found")
+            _send_error(writer, request_id, refused)
+            return
+        try:
+            writer.start(200, [(b"content-type", _OCTETS), (b"x-request-id", request_id)])
+            while chunk := await asyncio.to_thread(source.read, _CHUNK):
+                if not writer.write(chunk):
+                    await writer.drain()
+            writer.end()
+        finally:
+            source.close()
+
+    async def _delete_file(
+        self, request: Request, caller: Caller, item: str
+    ) -> tuple[bytes, bytes]:
         self._shelf.delete(caller.tenant.name, item)
         return JSON, _encode({"id": item, "object": "file", "deleted": True})
 
     # Batches.
 
-    def _create_batch(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+    async def _create_batch(
+        self, request: Request, caller: Caller, item: str
+    ) -> tuple[bytes, bytes]:
         try:
             sent = _create.decode(request.body)
         except msgspec.DecodeError as exc:
@@ -184,16 +217,16 @@ class BatchApi:
         )
         return JSON, _encode(batch)
 
-    def _batches(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+    async def _batches(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
         query = _query(request)
         limit = _limit(query, 20, 100)
         batches, more = self.book.listing(caller.tenant.name, limit, query.get("after"))
         return JSON, _listing(batches, [b.id for b in batches], more)
 
-    def _batch(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+    async def _batch(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
         return JSON, _encode(self.book.get(caller.tenant.name, item))
 
-    def _cancel(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
+    async def _cancel(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
         return JSON, _encode(self.book.cancel(caller.tenant.name, item))
 
 

@@ -78,6 +78,12 @@ class FrontDoor:
     def auth(self) -> bool:
         return self._keys is not None
 
+    def callers(self) -> frozenset[tuple[str, str]] | None:
+        """(tenant, key id) of every key configured; None with auth off."""
+        if self._keys is None:
+            return None
+        return frozenset((c.tenant.name, c.key_id) for c in self._keys.owners())
+
     def identify(self, headers: dict[bytes, bytes]) -> Caller:
         if self._keys is None:
             return ANONYMOUS_CALLER

@@ -93,6 +93,10 @@ class KeyRing(Generic[T]):
             return None
         return self._owners.get(hashlib.sha256(key).digest())
 
+    def owners(self) -> list[T]:
+        """What every key belongs to."""
+        return list(self._owners.values())
+
     def __len__(self) -> int:
         return len(self._owners)
 

@@ -4,19 +4,23 @@ gateway's restart (the store reopened) resuming what was running."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fleetgate.batches.book import WINDOW_S, BatchBook
+from fleetgate.batches.book import STORE_RETRY_S, WINDOW_S, BatchBook
 from fleetgate.batches.files import FileShelf
+from fleetgate.batches.objects import FileObject, StoredFile
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.batches.store import BatchStore
 from fleetgate.traffic.door import Caller, Refused
-from fleetgate.traffic.tenants import Tenant, TenantSettings
+from fleetgate.traffic.tenants import ANONYMOUS, Tenant, TenantSettings
 from tests.batches.test_batch_store import SEED, Clock
 
 CHAT = "/v1/chat/completions"
@@ -36,17 +40,24 @@ def _input(n: int) -> bytes:
     return b"".join(json.dumps(line).encode() + b"\n" for line in lines)
 
 
+def upload(shelf: FileShelf, owner: str, data: bytes) -> FileObject:
+    return asyncio.run(shelf.upload(owner, "in.jsonl", "batch", data))
+
+
 class Setup:
-    def __init__(self, root: Path, clock: Clock, tenants: dict[str, Tenant] = TENANTS) -> None:
+    def __init__(
+        self, root: Path, clock: Clock, tenants: dict[str, Tenant] = TENANTS,
+        settings: BatchesSettings = SETTINGS, keys: frozenset[tuple[str, str]] | None = None,
+    ) -> None:  # fmt: skip
         self.store = BatchStore(root, random.Random(SEED))
         self.store.load()
         self.clock = clock
-        self.shelf = FileShelf(self.store, SETTINGS, clock)
-        self.book = BatchBook(self.store, SETTINGS, tenants, clock)
+        self.shelf = FileShelf(self.store, settings, clock)
+        self.book = BatchBook(self.store, settings, tenants, clock, keys)
         self.book.resume()
 
     def start(self, n: int, owner: Tenant = ALICE) -> str:
-        file = self.shelf.upload(owner.name, "in.jsonl", "batch", _input(n))
+        file = upload(self.shelf, owner.name, _input(n))
         batch = self.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", {"job": "x"})
         assert batch.status == "in_progress"
         return batch.id
@@ -89,7 +100,7 @@ def test_a_batch_runs_to_completed_with_its_answers_in_the_output_file(setup: Se
 
 def test_a_file_with_a_bad_line_makes_a_failed_batch(setup: Setup) -> None:
     data = _input(1) + b'{"custom_id": "x"}\n'
-    file = setup.shelf.upload("alice", "in.jsonl", "batch", data)
+    file = upload(setup.shelf, "alice", data)
     batch = setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
     assert batch.status == "failed" and batch.failed_at == 1_000_000
     assert batch.errors is not None
@@ -113,7 +124,7 @@ def test_cancel_stops_new_requests_and_ends_once_those_in_flight_end(setup: Setu
 
 
 def test_only_a_batch_in_progress_can_be_cancelled(setup: Setup) -> None:
-    file = setup.shelf.upload("alice", "in.jsonl", "batch", b"{}\n")
+    file = upload(setup.shelf, "alice", b"{}\n")
     failed = setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
     with pytest.raises(Refused) as info:
         setup.book.cancel("alice", failed.id)
@@ -186,7 +197,7 @@ def test_another_tenant_s_batch_and_file_are_not_found(setup: Setup) -> None:
 def test_a_bad_request_is_a_400_naming_its_field(
     setup: Setup, endpoint: str, window: str, metadata: dict[str, str] | None, param: str
 ) -> None:
-    file = setup.shelf.upload("alice", "in.jsonl", "batch", _input(1))
+    file = upload(setup.shelf, "alice", _input(1))
     with pytest.raises(Refused) as info:
         setup.book.create(Caller(ALICE, "k1"), file.id, endpoint, window, metadata)
     assert (info.value.status, info.value.param) == (400, param)
@@ -250,3 +261,262 @@ def test_a_batch_whose_tenant_left_the_config_has_no_caller(tmp_path: Path) -> N
     second.book.fail(*job, "tenant_not_found", "gone")
     batch = second.book.get("alice", job[0].stored.batch.id)
     assert batch.status == "completed" and batch.request_counts.failed == 1
+
+
+def test_take_goes_round_robin_across_tenants_then_across_their_batches(setup: Setup) -> None:
+    alices = [setup.start(2) for _ in range(3)]
+    bobs = setup.start(2, owner=BOB)
+    taken = []
+    for _ in range(4):
+        job = setup.book.take()
+        assert job is not None
+        taken.append(job[0].stored.batch.id)
+    assert taken == [alices[0], bobs, alices[1], bobs]  # not alice's three batches first
+
+
+def test_a_deferred_request_goes_first_once_its_time_has_come(setup: Setup) -> None:
+    book = setup.book
+    alices = setup.start(2)
+    bobs = setup.start(1, owner=BOB)
+    job = book.take()
+    assert job is not None and job[0].stored.batch.id == alices
+    book.defer(*job, setup.clock.now + 10)
+    ready = book.ready_at()
+    assert ready is not None and ready <= setup.clock.now  # bob's is ready now
+    later = book.take()
+    assert later is not None and later[0].stored.batch.id == bobs
+    assert book.take() is None  # alice's starts nothing before its time
+    assert book.ready_at() == setup.clock.now + 10
+    setup.clock.now += 10
+    again = book.take()
+    assert again is not None and again[1].custom_id == "r0"
+    assert book.get("alice", alices).status == "in_progress"
+
+
+def _disk_full(*args: object) -> None:
+    raise OSError(28, "No space left on device")
+
+
+def test_a_publish_that_fails_is_tried_again_by_the_next_tick(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = setup.start(1)
+    job = setup.book.take()
+    assert job is not None
+    with monkeypatch.context() as patch:
+        patch.setattr(setup.store, "publish", _disk_full)
+        setup.book.record(*job, 200, "rid", ANSWER)  # logged, not raised
+        assert job[0].in_flight == 0
+        assert setup.book.get("alice", batch_id).status == "finalizing"
+        setup.book.tick()
+        assert setup.book.get("alice", batch_id).status == "finalizing"
+    setup.book.tick()
+    batch = setup.book.get("alice", batch_id)
+    assert batch.status == "completed" and batch.request_counts.completed == 1
+    assert [line["custom_id"] for line in setup.lines(batch.output_file_id)] == ["r0"]
+    assert batch.error_file_id is None  # not also failed as a gateway_error
+
+
+def test_a_line_that_cannot_be_written_runs_again_later(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = setup.start(2)
+    job = setup.book.take()
+    assert job is not None
+    with monkeypatch.context() as patch:
+        patch.setattr(setup.store, "append", _disk_full)
+        setup.book.record(*job, 200, "rid", ANSWER)
+    assert job[0].in_flight == 0 and setup.book.take() is None  # the batch waits a while
+    setup.clock.now += STORE_RETRY_S
+    again = setup.book.take()
+    assert again is not None and again[1].custom_id == "r0"
+    setup.book.record(*again, 200, "rid", ANSWER)
+    last = setup.book.take()
+    assert last is not None
+    setup.book.record(*last, 200, "rid", ANSWER)
+    batch = setup.book.get("alice", batch_id)
+    assert batch.status == "completed" and batch.request_counts.completed == 2
+
+
+def test_a_batch_that_cannot_end_stops_no_other_s_end(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stuck, other = setup.start(1), setup.start(1, owner=BOB)
+    stuck_errors = setup.store.batches[stuck].error_id
+    append = setup.store.append
+
+    def full_for_one(file_id: str, *lines: bytes) -> None:
+        if file_id == stuck_errors:
+            _disk_full()
+        append(file_id, *lines)
+
+    monkeypatch.setattr(setup.store, "append", full_for_one)
+    setup.clock.now += WINDOW_S
+    setup.book.tick()
+    assert setup.book.get("alice", stuck).status == "in_progress"
+    assert setup.book.get("bob", other).status == "expired"
+    monkeypatch.undo()
+    setup.book.tick()
+    assert setup.book.get("alice", stuck).status == "expired"
+
+
+def test_a_batch_that_cannot_be_resumed_fails_instead_of_staying_in_progress(
+    tmp_path: Path,
+) -> None:
+    clock = Clock(1_000_000.0)
+    first = Setup(tmp_path, clock)
+    batch_id = first.start(2)
+    output = tmp_path / "files" / f"{first.store.batches[batch_id].output_id}.jsonl"
+    output.mkdir(parents=True)  # its results file can no longer be read
+    second = Setup(tmp_path, clock)
+    batch = second.book.get("alice", batch_id)
+    assert batch.status == "failed" and batch.failed_at == 1_000_000
+    assert batch.errors is not None and batch.errors.data[0].code == "resume_failed"
+    assert second.book.take() is None
+    third = Setup(tmp_path, clock)  # as it is on disk
+    assert third.book.get("alice", batch_id).status == "failed"
+
+
+def test_a_batch_resumes_under_a_lower_max_requests(tmp_path: Path) -> None:
+    clock = Clock(1_000_000.0)
+    batch_id = Setup(tmp_path, clock).start(3)
+    second = Setup(tmp_path, clock, settings=BatchesSettings(max_requests=2))
+    assert second.book.get("alice", batch_id).status == "in_progress"
+    taken = [second.book.take() for _ in range(4)]
+    assert [job[1].custom_id for job in taken if job is not None] == ["r0", "r1", "r2"]
+
+
+@pytest.mark.parametrize(
+    ("caps", "owner", "says"),
+    [
+        ({"max_running_batches_per_tenant": 2}, ALICE, "max_running_batches_per_tenant"),
+        ({"max_running_batches": 2}, BOB, "max_running_batches`"),
+    ],
+)
+def test_batches_running_at_once_are_capped(
+    tmp_path: Path, caps: dict[str, int], owner: Tenant, says: str
+) -> None:
+    setup = Setup(tmp_path, Clock(1_000_000.0), settings=BatchesSettings(**caps))
+    first = setup.start(1)
+    setup.start(1)
+    file = upload(setup.shelf, owner.name, _input(1))
+    with pytest.raises(Refused) as info:
+        setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None)
+    assert (info.value.status, info.value.code) == (429, "too_many_running_batches")
+    assert says in info.value.message
+    setup.book.cancel("alice", first)  # one ends: room for another
+    assert (
+        setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None).status == "in_progress"
+    )
+
+
+def test_result_lines_count_in_stored_bytes_as_they_are_written(setup: Setup) -> None:
+    batch_id = setup.start(2)
+    uploaded = setup.store.stored_bytes
+    first = setup.book.take()
+    assert first is not None
+    setup.book.record(*first, 200, "rid", ANSWER)
+    output_id = setup.store.batches[batch_id].output_id
+    assert setup.store.stored_bytes == uploaded + setup.store.size(output_id)  # not yet published
+    second = setup.book.take()
+    assert second is not None
+    setup.book.record(*second, 500, "rid", b"oops")
+    batch = setup.book.get("alice", batch_id)
+    results = [setup.store.size(f or "") for f in (batch.output_file_id, batch.error_file_id)]
+    assert setup.store.stored_bytes == uploaded + sum(results)  # published: counted once
+    again = BatchStore(setup.store.root, random.Random(SEED))
+    again.load()
+    assert again.stored_bytes == setup.store.stored_bytes
+
+
+@pytest.mark.parametrize("end", ["completed", "cancelled", "expired"])
+def test_a_batch_s_input_copy_goes_when_it_ends(setup: Setup, end: str) -> None:
+    batch_id = setup.start(1)
+    copy = setup.store.root / "batches" / f"{batch_id}.input.jsonl"
+    assert copy.exists()
+    if end == "completed":
+        job = setup.book.take()
+        assert job is not None
+        setup.book.record(*job, 200, "rid", ANSWER)
+    elif end == "cancelled":
+        setup.book.cancel("alice", batch_id)
+    else:
+        setup.clock.now += WINDOW_S
+        setup.book.tick()
+    assert setup.book.get("alice", batch_id).status == end
+    assert not copy.exists()
+
+
+def test_expiry_writes_what_never_ran_in_one_write(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = setup.start(50)
+    writes: list[int] = []
+    append = setup.store.append
+
+    def counted(file_id: str, *lines: bytes) -> None:
+        writes.append(len(lines))
+        append(file_id, *lines)
+
+    monkeypatch.setattr(setup.store, "append", counted)
+    setup.clock.now += WINDOW_S
+    setup.book.tick()
+    batch = setup.book.get("alice", batch_id)
+    assert batch.status == "expired" and writes == [50]
+    assert len(setup.lines(batch.error_file_id)) == 50
+
+
+def test_an_upload_is_written_off_the_event_loop(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[int] = []
+    write_file = setup.store.write_file
+
+    def recorded(file: FileObject, owner: str, data: bytes) -> StoredFile:
+        threads.append(threading.get_ident())
+        return write_file(file, owner, data)
+
+    monkeypatch.setattr(setup.store, "write_file", recorded)
+    file = upload(setup.shelf, "alice", _input(1))
+    assert threads and threads[0] != threading.get_ident()
+    assert setup.shelf.get("alice", file.id) == file
+
+
+def test_the_results_files_are_fsynced_before_the_batch_ends(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    batch_id = setup.start(2)
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        synced.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    for status in (200, 500):
+        job = setup.book.take()
+        assert job is not None
+        setup.book.record(*job, status, "rid", ANSWER)
+    stored = setup.store.batches[batch_id]
+    results = [f"{stored.output_id}.jsonl", f"{stored.error_id}.jsonl"]
+    assert all(name in synced for name in results)
+    assert synced[-1] == f".{batch_id}.json.tmp"  # `completed` is written after them
+
+
+@pytest.mark.parametrize(("owner", "key_id"), [(ANONYMOUS, ""), (ALICE, "k-removed")])
+def test_with_auth_on_a_batch_whose_key_is_not_configured_has_no_caller(
+    tmp_path: Path, owner: Tenant, key_id: str
+) -> None:
+    clock = Clock(1_000_000.0)
+    first = Setup(tmp_path, clock, tenants={**TENANTS, ANONYMOUS.name: ANONYMOUS})
+    file = upload(first.shelf, owner.name, _input(1))  # made with auth off, or a key since gone
+    first.book.create(Caller(owner, key_id), file.id, CHAT, "24h", None)
+    second = Setup(tmp_path, clock, tenants={**TENANTS, ANONYMOUS.name: ANONYMOUS},
+                   keys=frozenset({("alice", "k1")}))  # fmt: skip
+    job = second.book.take()
+    assert job is not None and second.book.caller(job[0]) is None
+    mine = Setup(tmp_path / "other", clock, keys=frozenset({("alice", "k1")}))
+    mine.start(1)  # alice's key k1 is configured: hers runs
+    kept = mine.book.take()
+    assert kept is not None and mine.book.caller(kept[0]) == Caller(ALICE, "k1")

@@ -1,7 +1,8 @@
 """The runner over a real gateway built by the composition root (a mock transport in place of
-the network, the runner's waits injected): a 503 with Retry-After is waited out and tried
-again, a batch cancelled meanwhile leaves it unrun, and a tenant gone from the config gets an
-error line instead of a run."""
+the network, the runner's waits injected, moving the wall clock): a 503 with Retry-After is
+tried again once that time has passed, a batch cancelled meanwhile leaves it unrun, a tenant
+over its rate limit holds no worker, and a tenant gone from the config gets an error line
+instead of a run."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from fleetgate.fleet.backend import Backend
 from fleetgate.http.mock import MockTransport, Script, Sent
 from fleetgate.serve import ResolvedPool, compose
 from fleetgate.traffic.door import Caller
+from fleetgate.traffic.keys import digest_of
 from fleetgate.traffic.tenants import Tenant, TenantSettings
 from tests.batches.test_batch_book import CHAT, _input
 from tests.batches.test_batch_store import SEED, Clock
@@ -34,11 +36,15 @@ URL = "http://127.0.0.1:9"
 
 
 class Setup:
-    def __init__(self, root: Path, answer: Callable[[Sent], Script], tenants: list[str]) -> None:
+    def __init__(
+        self, root: Path, answer: Callable[[Sent], Script], tenants: list[str],
+        limits: dict[str, dict[str, float]] | None = None, waits_end: bool = True,
+    ) -> None:  # fmt: skip
         config = parse_config({
             "pools": [{"model": "m", "backends": [{"url": URL}], "retries": {"max_attempts": 1},
                        "health_check": {"enabled": False}, "engine_metrics": {"enabled": False}}],
-            "tenants": [{"name": t, "keys": [f"sk-{t}-runner-key"]} for t in tenants],
+            "tenants": [{"name": t, "keys": [f"sk-{t}-runner-key"],
+                         "limits": (limits or {}).get(t, {})} for t in tenants],
             "batches": {"dir": str(root)},
         })  # fmt: skip
         self.store = BatchStore(root, random.Random(SEED))
@@ -53,21 +59,21 @@ class Setup:
         book = gateway.batch_book
         assert book is not None
         self.book: BatchBook = book
-        self.waits: list[float] = []
-        self.retrying = asyncio.Event()  # a request waits to be tried again
+        self.waits_end = waits_end  # False: a wait never ends (a worker in one is held)
         self.runner = BatchRunner(book, gateway.serve_as, 2, random.Random(0), self.sleep)
 
     async def sleep(self, seconds: float) -> None:
-        self.waits.append(seconds)
-        if seconds <= 1.0:  # a retry's wait goes in steps of at most 1 s (the ticks' are 5 s)
-            self.retrying.set()
+        if not self.waits_end:
+            await asyncio.Event().wait()
+        self.clock.now += seconds
         await asyncio.sleep(0)
 
-    def start(self, n: int, owner: str = "alice") -> str:
+    async def start(self, n: int, owner: str = "alice") -> str:
         tenant = Tenant.of(TenantSettings(name=owner))
         shelf = FileShelf(self.store, BatchesSettings(), self.clock)
-        file = shelf.upload(owner, "in.jsonl", "batch", _input(n))
-        return self.book.create(Caller(tenant, "k"), file.id, CHAT, "24h", None).id
+        file = await shelf.upload(owner, "in.jsonl", "batch", _input(n))
+        key_id = digest_of(f"sk-{owner}-runner-key").hex()[:16]  # as the front door's
+        return self.book.create(Caller(tenant, key_id), file.id, CHAT, "24h", None).id
 
     async def ended(self, batch_id: str, owner: str = "alice") -> str:
         """Let the runner work (no time passes: its waits are injected) until the batch ends."""
@@ -84,14 +90,16 @@ def lines(setup: Setup, file_id: str | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in setup.store.content(file_id).splitlines()]
 
 
-async def test_a_503_is_waited_out_as_it_asks_then_tried_again(tmp_path: Path) -> None:
+async def test_a_503_is_tried_again_once_its_retry_after_has_passed(tmp_path: Path) -> None:
     answers = iter([Script(503, [b'{"error":{}}'], [*JSON, (b"retry-after", b"3")])])
+    sent_at: list[float] = []
 
     def answer(sent: Sent) -> Script:
+        sent_at.append(setup.clock.now)
         return next(answers, Script(200, [ANSWER], JSON))
 
     setup = Setup(tmp_path, answer, ["alice"])
-    batch_id = setup.start(2)
+    batch_id = await setup.start(2)
     setup.runner.start()
     try:
         assert await setup.ended(batch_id) == "completed"
@@ -100,17 +108,22 @@ async def test_a_503_is_waited_out_as_it_asks_then_tried_again(tmp_path: Path) -
     batch = setup.book.get("alice", batch_id)
     assert batch.request_counts.completed == 2 and batch.error_file_id is None
     assert len(setup.transport.sent) == 3  # the 503's request went again
-    assert sum(w for w in setup.waits if w <= 1.0) >= 3.0  # Retry-After: 3, in steps of 1 s
+    assert sent_at[-1] >= sent_at[0] + 3.0  # Retry-After: 3
     assert all(name != b"x-fleetgate-lane" for s in setup.transport.sent for name, _ in s.headers)
 
 
 async def test_a_batch_cancelled_while_a_request_waits_leaves_it_unrun(tmp_path: Path) -> None:
-    setup = Setup(tmp_path, lambda sent: Script(503, [b"{}"], [*JSON, (b"retry-after", b"60")]),
-                  ["alice"])  # fmt: skip
-    batch_id = setup.start(1)
+    sent = asyncio.Event()
+
+    def answer(_: Sent) -> Script:
+        sent.set()
+        return Script(503, [b"{}"], [*JSON, (b"retry-after", b"60")])
+
+    setup = Setup(tmp_path, answer, ["alice"])
+    batch_id = await setup.start(1)
     setup.runner.start()
     try:
-        await setup.retrying.wait()
+        await sent.wait()
         setup.book.cancel("alice", batch_id)
         assert await setup.ended(batch_id) == "cancelled"
     finally:
@@ -120,9 +133,26 @@ async def test_a_batch_cancelled_while_a_request_waits_leaves_it_unrun(tmp_path:
     assert (batch.request_counts.completed, batch.request_counts.failed) == (0, 0)
 
 
+async def test_a_tenant_over_its_rate_limit_holds_no_worker(tmp_path: Path) -> None:
+    # alice may send one request a minute: the rest of her batch is answered 429 by the
+    # gateway itself. With every wait endless, a worker that waited there would be held.
+    setup = Setup(tmp_path, lambda sent: Script(200, [ANSWER], JSON), ["alice", "bob"],
+                  limits={"alice": {"requests_per_minute": 1}}, waits_end=False)  # fmt: skip
+    alices = await setup.start(4, owner="alice")
+    bobs = await setup.start(4, owner="bob")
+    setup.runner.start()
+    try:
+        assert await setup.ended(bobs, owner="bob") == "completed"
+    finally:
+        await setup.runner.stop()
+    alice = setup.book.get("alice", alices)
+    assert alice.status == "in_progress" and alice.request_counts.completed == 1
+    assert alice.error_file_id is None  # a 429 is not an answer: no line
+
+
 async def test_a_tenant_gone_from_the_config_gets_an_error_line(tmp_path: Path) -> None:
     setup = Setup(tmp_path, lambda sent: Script(200, [ANSWER], JSON), ["bob"])
-    batch_id = setup.start(2, owner="alice")  # alice's batch, made before she was removed
+    batch_id = await setup.start(2, owner="alice")  # alice's batch, made before she was removed
     setup.runner.start()
     try:
         assert await setup.ended(batch_id) == "completed"

@@ -172,3 +172,21 @@ async def test_a_file_with_a_bad_line_fails_its_batch_with_the_line(setup: Setup
     error = batch.errors.data[0]
     assert (error.code, error.line, error.param) == ("duplicate_custom_id", 3, "custom_id")
     assert setup.recorder.bodies == []
+
+
+async def test_a_file_s_content_is_streamed_in_chunks(setup: Setup) -> None:
+    data = jsonl(3000)  # a few hundred KiB: more than one chunk
+    assert len(data) > 256 * 1024
+    file = await setup.alice.files.create(file=("in.jsonl", data), purpose="batch")
+    status, body = await setup.raw("GET", f"/v1/files/{file.id}/content")
+    assert status == 200
+    chunks, rest = [], body
+    while True:
+        size_line, _, rest = rest.partition(b"\r\n")
+        size = int(size_line, 16)
+        if not size:
+            break
+        chunks.append(rest[:size])
+        rest = rest[size + 2 :]
+    assert len(chunks) > 1 and b"".join(chunks) == data
+    assert (await setup.alice.files.content(file.id)).content == data  # as the SDK reads it
