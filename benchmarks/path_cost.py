@@ -26,6 +26,7 @@ from typing import Any
 from fleetgate.config import parse_config
 from fleetgate.fleet.backend import Backend
 from fleetgate.gateway.app import Gateway
+from fleetgate.http.captured import Nowhere
 from fleetgate.http.mock import MockTransport, Script, Sent
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
@@ -44,28 +45,6 @@ LIMITED = {
     "tenants": [{"name": "bench", "keys": [KEY],
                  "limits": {"requests_per_minute": 1e12, "tokens_per_minute": 1e15}}],
 }  # fmt: skip
-
-
-class _Sink:
-    """A client connection that takes every byte and never pushes back."""
-
-    closed = False
-    paused = False
-
-    def write(self, data: bytes) -> None:
-        pass
-
-    def writelines(self, parts: tuple[bytes, bytes]) -> None:
-        pass
-
-    async def drain(self) -> None:
-        pass
-
-    def when_drained(self, callback: Callable[[], None]) -> None:
-        callback()
-
-    def abort(self) -> None:
-        pass
 
 
 def build(extra: dict[str, Any], request_log: RequestLog | None = None) -> Gateway:
@@ -89,7 +68,7 @@ def build(extra: dict[str, Any], request_log: RequestLog | None = None) -> Gatew
 
 
 async def per_request_us(gateway: Gateway, headers: dict[bytes, bytes], n: int) -> float:
-    sink = _Sink()
+    sink = Nowhere()
     path = b"/v1/chat/completions"
     handle = gateway.handle
     started = time.perf_counter()

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from fleetgate.http.writer import ResponseWriter
 
 
-class _Nowhere:
+class Nowhere:
     """A client connection that is never there to write to, and never pushes back."""
 
     closed = False
@@ -30,7 +30,7 @@ class _Nowhere:
         pass
 
 
-_NOWHERE = _Nowhere()
+_NOWHERE = Nowhere()
 
 
 class CapturedResponse(ResponseWriter):

@@ -174,22 +174,15 @@ def gpu_families(states: Iterable[tuple[str, BackendState]], now: float) -> Iter
     """Each backend's GPUs as its agent last read them (nothing for a backend without one)."""
     read = [(model, state, state.gpus) for model, state in states if state.gpus is not None]
     labels = ["model", "backend", "gpu"]
-    for name, doc, pick in _GPU_GAUGES:
-        gauge = GaugeMetricFamily(name, doc, labels=labels)
-        for model, state, gpus in read:
-            for r in gpus.readings:
-                value = pick(r)
-                if value is not None:
-                    gauge.add_metric([model, state.backend.id, str(r.index)], value)
-        yield gauge
-    for name, doc, count in _GPU_COUNTERS:
-        counter = CounterMetricFamily(name, doc, labels=labels)
-        for model, state, gpus in read:
-            for r in gpus.readings:
-                value = count(r)
-                if value is not None:
-                    counter.add_metric([model, state.backend.id, str(r.index)], value)
-        yield counter
+    for family, specs in ((GaugeMetricFamily, _GPU_GAUGES), (CounterMetricFamily, _GPU_COUNTERS)):
+        for name, doc, pick in specs:
+            metric = family(name, doc, labels=labels)
+            for model, state, gpus in read:
+                for r in gpus.readings:
+                    value = pick(r)
+                    if value is not None:
+                        metric.add_metric([model, state.backend.id, str(r.index)], value)
+            yield metric
     xids = CounterMetricFamily(
         "fleetgate_backend_gpu_xid_errors",
         "XID critical errors a GPU's agent reported since the gateway started.",

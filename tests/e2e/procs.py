@@ -13,10 +13,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 START_TIMEOUT_S = 30.0
 
@@ -192,3 +193,23 @@ def metric(url: str, name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def stream_killing(
+    stream: Iterable[Any], after_tokens: int, kill: Callable[[], None]
+) -> tuple[set[str], int | None]:
+    """Read a chat stream, calling `kill` once `after_tokens` content chunks have come (an
+    engine killed mid-answer); the stream ids seen and the final usage's completion tokens."""
+    ids: set[str] = set()
+    tokens, completion, killed = 0, None, False
+    for chunk in stream:
+        ids.add(chunk.id)
+        if chunk.choices and chunk.choices[0].delta.content:
+            tokens += 1
+        if chunk.usage is not None:
+            completion = chunk.usage.completion_tokens
+        if tokens == after_tokens and not killed:
+            kill()
+            killed = True
+    assert killed, f"the stream ended after {tokens} tokens, before the kill"
+    return ids, completion

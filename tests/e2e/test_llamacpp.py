@@ -18,7 +18,7 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.procs import Proc, gateway, get, llamacpp_servers, metric
+from tests.e2e.procs import Proc, gateway, get, llamacpp_servers, metric, stream_killing
 
 MODEL = "gemma-3-270m"
 GREEDY: dict[str, Any] = {"temperature": 0, "seed": 7}
@@ -175,17 +175,9 @@ def test_an_engine_killed_mid_stream_is_continued_on_the_other(tmp_path: Path) -
                 model=MODEL, messages=[{"role": "user", "content": "Write a story."}],
                 max_tokens=48, stream=True, stream_options={"include_usage": True}, **GREEDY,
             )  # fmt: skip
-            ids, texts, usage, killed = set(), [], None, False
-            for chunk in stream:
-                ids.add(chunk.id)
-                if chunk.choices and chunk.choices[0].delta.content:
-                    texts.append(chunk.choices[0].delta.content)
-                usage = chunk.usage or usage
-                if len(texts) == 8 and not killed:
-                    _busy(engines).stop(9)  # SIGKILL: the engine is gone mid-answer
-                    killed = True
-            assert killed and len(ids) == 1
-            assert usage is not None and usage.completion_tokens == 48
+            # SIGKILL: the engine is gone mid-answer.
+            ids, completion = stream_killing(stream, 8, lambda: _busy(engines).stop(9))
+            assert len(ids) == 1 and completion == 48
             assert metric(url, "fleetgate_stream_continuations_total") == 1
 
 

@@ -22,7 +22,16 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.procs import Proc, free_port, gateway, get, metric, python, wait_ready
+from tests.e2e.procs import (
+    Proc,
+    free_port,
+    gateway,
+    get,
+    metric,
+    python,
+    stream_killing,
+    wait_ready,
+)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(900)]  # starting vLLM takes minutes
 MODEL = "gemma-3-270m"
@@ -129,19 +138,14 @@ def test_an_engine_killed_mid_stream_is_continued_by_the_other(
         model=MODEL, messages=[{"role": "user", "content": "Write a story."}], max_tokens=40,
         temperature=0, stream=True, stream_options={"include_usage": True},
     )  # fmt: skip
-    ids, texts, usage, killed = set(), [], None, False
-    for chunk in stream:
-        ids.add(chunk.id)
-        if chunk.choices and chunk.choices[0].delta.content:
-            texts.append(chunk.choices[0].delta.content)
-        usage = chunk.usage or usage
-        if len(texts) == 6 and not killed:
-            busy = [p for u, p in engines if _running(u) >= 1]
-            assert len(busy) == 1
-            busy[0].kill_group()  # the API server and its engine core, at once
-            killed = True
-    assert killed and len(ids) == 1
-    assert usage is not None and usage.completion_tokens == 40
+
+    def kill() -> None:
+        busy = [p for u, p in engines if _running(u) >= 1]
+        assert len(busy) == 1
+        busy[0].kill_group()  # the API server and its engine core, at once
+
+    ids, completion = stream_killing(stream, 6, kill)
+    assert len(ids) == 1 and completion == 40
     assert metric(url, "fleetgate_stream_continuations_total") == 1
 
 
