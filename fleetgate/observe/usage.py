@@ -27,8 +27,9 @@ class TenantUsage:
     other that calls (the anonymous caller when auth is off)."""
 
     def __init__(self, known: Iterable[str] = ()) -> None:
-        self._tenants = {name: TenantUse(name) for name in known}
-        # Per (pool, tenant): [prompt tokens, completion tokens, spend], for the metrics.
+        self._requests = dict.fromkeys(known, 0)  # admitted, by tenant (names from the config)
+        # Per (pool, tenant): [prompt tokens, completion tokens, spend]. Only these are kept
+        # per answer (a tenant's totals are summed when read: far more answers than reads).
         self.by_pool: dict[tuple[str, str], list[float]] = {}
 
     def subscribe(self, hooks: Hooks, requests: bool = True) -> None:
@@ -39,32 +40,25 @@ class TenantUsage:
         hooks.subscribe(Charged, self.on_charged)
 
     def on_admitted(self, event: Admitted) -> None:
-        use = self._tenants.get(event.tenant)
-        if use is None:
-            use = self._tenant(event.tenant)
-        use.requests += 1
+        requests = self._requests
+        requests[event.tenant] = requests.get(event.tenant, 0) + 1
 
     def on_charged(self, event: Charged) -> None:
-        tenant = event.tenant
-        use = self._tenants.get(tenant)
-        if use is None:
-            use = self._tenant(tenant)
-        prompt, completion, usd = event.prompt_tokens, event.completion_tokens, event.cost_usd
-        use.prompt_tokens += prompt
-        use.completion_tokens += completion
-        use.spend_usd += usd
-        key = (event.model, tenant)
+        key = (event.model, event.tenant)
         cell = self.by_pool.get(key)
         if cell is None:
             cell = self.by_pool[key] = [0.0, 0.0, 0.0]
-        cell[0] += prompt
-        cell[1] += completion
-        cell[2] += usd
-
-    def _tenant(self, name: str) -> TenantUse:
-        use = self._tenants[name] = TenantUse(name)  # names come from the config: bounded
-        return use
+        cell[0] += event.prompt_tokens
+        cell[1] += event.completion_tokens
+        cell[2] += event.cost_usd
 
     def tenants(self) -> list[TenantUse]:
-        """Each tenant's use, by name."""
-        return sorted(self._tenants.values(), key=lambda use: use.tenant)
+        """Each tenant's use, by name: every tenant known from the start, and any other that
+        called."""
+        uses = {name: TenantUse(name, n) for name, n in self._requests.items()}
+        for (_, tenant), (prompt, completion, usd) in self.by_pool.items():
+            use = uses.get(tenant) or uses.setdefault(tenant, TenantUse(tenant))
+            use.prompt_tokens += int(prompt)
+            use.completion_tokens += int(completion)
+            use.spend_usd += usd
+        return [uses[name] for name in sorted(uses)]
