@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from fleetgate.batches.objects import ACTIVE, Batch, BatchError, StoredBatch
+from fleetgate.batches.pages import page
 from fleetgate.batches.results import answer_line, read_back, tokens
 from fleetgate.batches.running import Run, RunningBatches
 from fleetgate.batches.settings import BatchesSettings
@@ -209,10 +210,8 @@ class BatchBook:
         follow."""
         mine = [s for s in self._store.batches.values() if s.owner == owner]
         mine.sort(key=lambda s: (s.batch.created_at, s.batch.id), reverse=True)
-        if after is not None:
-            ids = [s.batch.id for s in mine]
-            mine = mine[ids.index(after) + 1 :] if after in ids else []
-        return [self.view(s) for s in mine[:limit]], len(mine) > limit
+        shown, more = page(mine, lambda s: s.batch.id, limit, after)
+        return [self.view(s) for s in shown], more
 
     def view(self, stored: StoredBatch) -> Batch:
         """The batch as a client sees it: with a running batch's counts of the moment."""
