@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fleetgate.batches.objects import FileObject
+from fleetgate.batches.pages import page
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.batches.store import BatchStore, valid_id
 from fleetgate.traffic.door import Refused
@@ -90,10 +91,7 @@ class FileShelf:
             if s.owner == owner and (purpose is None or s.file.purpose == purpose)
         ]
         mine.sort(key=lambda f: (f.created_at, f.id), reverse=newest_first)
-        if after is not None:
-            ids = [f.id for f in mine]
-            mine = mine[ids.index(after) + 1 :] if after in ids else []
-        return mine[:limit], len(mine) > limit
+        return page(mine, lambda f: f.id, limit, after)
 
 
 def _clean(filename: str) -> str:

@@ -17,7 +17,8 @@ import logging
 import random
 from collections.abc import Awaitable, Callable
 
-from fleetgate.batches.book import BatchBook, Run
+from fleetgate.batches.book import BatchBook
+from fleetgate.batches.running import Run
 from fleetgate.batches.validation import BatchRequest
 from fleetgate.http.captured import CapturedResponse
 from fleetgate.http.writer import ResponseWriter

@@ -34,6 +34,8 @@ from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
 
 log = logging.getLogger(__name__)
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
+# Serves a request for one file or batch, by its id: answered whole, or streamed.
+_ItemHandler = Callable[[Request, ResponseWriter, bytes, str], Awaitable[None]]
 # An endpoint's work: (content type, body) of its 200 answer, or `Refused`.
 _Action = Callable[[Request, Caller, str], Awaitable[tuple[bytes, bytes]]]
 _FILES, _BATCHES = b"/v1/files/", b"/v1/batches/"
@@ -57,6 +59,17 @@ class BatchApi:
         self._shelf = shelf
         self.book = book
         self._door = door  # None: auth off, every file and batch the anonymous tenant's
+        # The paths under /v1/files/{id} and /v1/batches/{id} (None: that path itself), and
+        # each one's handler by method: a method not in its table is answered 405.
+        self._items: dict[tuple[bytes, bytes | None], dict[bytes, _ItemHandler]] = {
+            (_FILES, None): {
+                b"GET": self._answering(self._file),
+                b"DELETE": self._answering(self._delete_file),
+            },
+            (_FILES, b"content"): {b"GET": self._send_content},
+            (_BATCHES, None): {b"GET": self._answering(self._batch)},
+            (_BATCHES, b"cancel"): {b"POST": self._answering(self._cancel)},
+        }
 
     def routes(self) -> dict[tuple[bytes, bytes], _Handler]:
         """The handlers of its fixed paths; `item` serves those under them."""
@@ -73,40 +86,41 @@ class BatchApi:
 
     async def item(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         """/v1/files/{id}[/content] and /v1/batches/{id}[/cancel]."""
-        is_file = request.path.startswith(_FILES)
-        rest = request.path[len(_FILES if is_file else _BATCHES) :].split(b"/")
+        prefix = _FILES if request.path.startswith(_FILES) else _BATCHES
+        rest = request.path[len(prefix) :].split(b"/")
         item = rest[0].decode("latin-1")
-        what = "file" if is_file else "batch"
+        what = "file" if prefix == _FILES else "batch"
         if not valid_id(item) or len(rest) > 2:  # never a path built from it: store.py
             _send_error(writer, request_id, Refused(404, f"No such {what}.", "not_found"))
             return
-        actions: dict[bytes, _Action]
-        if is_file and len(rest) == 1:
-            actions = {b"GET": self._file, b"DELETE": self._delete_file}
-        elif is_file and rest[1] == b"content":
-            actions = {b"GET": self._content}
-        elif not is_file and len(rest) == 1:
-            actions = {b"GET": self._batch}
-        elif not is_file and rest[1] == b"cancel":
-            actions = {b"POST": self._cancel}
-        else:
+        handlers = self._items.get((prefix, rest[1] if len(rest) == 2 else None))
+        if handlers is None:
             _send_error(writer, request_id, Refused(404, f"No such {what} path.", "not_found"))
             return
-        action = actions.get(request.method)
-        if action is None:
-            allowed = ", ".join(m.decode() for m in actions)
+        handler = handlers.get(request.method)
+        if handler is None:
+            allowed = ", ".join(m.decode() for m in handlers)
             message = f"{request.method.decode('latin-1')} is not allowed here; use {allowed}."
             refused = Refused(405, message, "method_not_allowed", [(b"allow", allowed.encode())])
             _send_error(writer, request_id, refused)
             return
-        if action == self._content:  # streamed, not answered whole
-            await self._send_content(request, writer, request_id, item)
-            return
-        await self._answer(request, writer, request_id, action, item)
+        await handler(request, writer, request_id, item)
 
     def _handler(self, action: _Action) -> _Handler:
+        """A fixed path's handler: its action, answered whole."""
+
         async def handle(request: Request, writer: ResponseWriter, request_id: bytes) -> None:
             await self._answer(request, writer, request_id, action, "")
+
+        return handle
+
+    def _answering(self, action: _Action) -> _ItemHandler:
+        """An item's handler: its action, answered whole."""
+
+        async def handle(
+            request: Request, writer: ResponseWriter, request_id: bytes, item: str
+        ) -> None:
+            await self._answer(request, writer, request_id, action, item)
 
         return handle
 
@@ -166,9 +180,6 @@ class BatchApi:
 
     async def _file(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
         return JSON, _encode(self._shelf.get(caller.tenant.name, item))
-
-    async def _content(self, request: Request, caller: Caller, item: str) -> tuple[bytes, bytes]:
-        raise NotImplementedError("streamed by _send_content")  # named in `item`'s table only
 
     async def _send_content(
         self, request: Request, writer: ResponseWriter, request_id: bytes, item: str

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from fleetgate.batches.book import STORE_RETRY_S, WINDOW_S, BatchBook
+from fleetgate.batches.book import WINDOW_S, BatchBook
 from fleetgate.batches.files import FileShelf
 from fleetgate.batches.objects import FileObject, StoredFile
+from fleetgate.batches.running import STORE_RETRY_S
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.batches.store import BatchStore
 from fleetgate.traffic.door import Caller, Refused

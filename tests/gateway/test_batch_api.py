@@ -41,13 +41,20 @@ class Setup:
 
     async def raw(self, method: str, path: str) -> tuple[int, bytes]:
         """A request sent byte for byte as written (no client normalising its path)."""
+        status, _, body = await self.raw_answer(method, path)
+        return status, body
+
+    async def raw_answer(self, method: str, path: str) -> tuple[int, dict[bytes, bytes], bytes]:
+        """`raw`'s answer with its headers (names lowercased)."""
         reader, writer = await asyncio.open_connection("127.0.0.1", self.running.port)
         writer.write(f"{method} {path} HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {ALICE}\r\n"
                      "connection: close\r\n\r\n".encode())  # fmt: skip
         answer = await reader.read()
         writer.close()
         head, _, body = answer.partition(b"\r\n\r\n")
-        return int(head.split()[1]), body
+        status_line, *lines = head.split(b"\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(b":") for h in lines)}
+        return int(status_line.split()[1]), headers, body
 
 
 @pytest.fixture
@@ -141,11 +148,27 @@ async def test_another_tenant_finds_none_of_them(setup: Setup) -> None:
 @pytest.mark.parametrize(
     "path",
     ["/v1/files/..%2F..%2Fetc%2Fpasswd/content", "/v1/files/../../etc/passwd",
-     "/v1/batches/%2e%2e", "/v1/files/file-x/content/more", "/v1/batches/x/other"],
+     "/v1/batches/%2e%2e", "/v1/files/file-x/content/more", "/v1/batches/x/other",
+     "/v1/files/file-x/"],
 )  # fmt: skip
 async def test_a_path_that_is_not_an_id_is_not_found(setup: Setup, path: str) -> None:
     status, body = await setup.raw("GET", path)
     assert status == 404 and b"passwd" not in body
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allowed"),
+    [("POST", "/v1/files/file-x/content", b"GET"), ("PUT", "/v1/files/file-x", b"GET, DELETE"),
+     ("DELETE", "/v1/batches/batch_x", b"GET"), ("GET", "/v1/batches/batch_x/cancel", b"POST")],
+)  # fmt: skip
+async def test_a_method_a_path_does_not_take_is_405_with_the_methods_it_does(
+    setup: Setup, method: str, path: str, allowed: bytes
+) -> None:
+    status, headers, body = await setup.raw_answer(method, path)
+    assert status == 405 and headers[b"allow"] == allowed
+    error = json.loads(body)["error"]
+    assert error["code"] == "method_not_allowed" and allowed.decode() in error["message"]
+    assert set(error) >= {"message", "type", "param", "code"}
 
 
 async def test_uploads_are_bounded_and_say_what_to_change(setup: Setup) -> None:
