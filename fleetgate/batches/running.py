@@ -138,20 +138,8 @@ class RunningBatches:
         batch = run.stored.batch
         now = int(self._clock())
         batch.status = status
-        if status == "in_progress":
-            batch.in_progress_at = now
-        elif status == "finalizing":
-            batch.finalizing_at = now
-        elif status == "completed":
-            batch.completed_at = now
-        elif status == "failed":
-            batch.failed_at = now
-        elif status == "expired":
-            batch.expired_at = now
-        elif status == "cancelling":
-            batch.cancelling_at = now
-        elif status == "cancelled":
-            batch.cancelled_at = now
+        if status != "validating":  # every other status has its time: in_progress_at, ...
+            setattr(batch, f"{status}_at", now)
         self._store.save_batch(run.stored)
 
     def tick(self) -> None:
