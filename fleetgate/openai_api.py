@@ -127,6 +127,21 @@ class _WithUsage(msgspec.Struct):
 _decode_usage = msgspec.json.Decoder(_WithUsage).decode
 
 
+class _Identified(msgspec.Struct):
+    id: str = ""
+
+
+_decode_id = msgspec.json.Decoder(_Identified).decode
+
+
+def response_id_of(body: bytes) -> str:
+    """A whole answer's `id` ("" without one)."""
+    try:
+        return _decode_id(body).id
+    except msgspec.DecodeError:
+        return ""
+
+
 def usage_of(body: bytes) -> Usage | None:
     """The `usage` of a whole answer (chat, completions, embeddings, a Response, rerank);
     None without one, or with none in tokens (a transcription's is in seconds): what was

@@ -47,6 +47,7 @@ from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.models import ModelRoute
+from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
 from fleetgate.traffic.keys import KeyRing, basic_password, bearer
 from fleetgate.traffic.limits import PricingSettings
@@ -136,6 +137,7 @@ class Gateway:
         # Keys of the operator's endpoints, owned by "admin" or "heartbeat" (None: auth off).
         self._operators = operators
         self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py
+        self._stored = StoredResponses()  # which backend keeps each Response
         self._failover = failover
         self._emit = emit  # for what happens before a request reaches its pool
         self._metrics = metrics  # the Prometheus text of the moment (None: not served)
@@ -342,12 +344,21 @@ class Gateway:
                                            exchange.tenant, exchange.priority_label,
                                            exchange.queued_s))  # fmt: skip
                 await self._failover.forward(cluster, exchange)
+                if exchange.routing.endpoint == "responses":
+                    self._keep(exchange)
             finally:
                 settled = self._entrance.leave(entry, exchange)
                 if settled is not None:
                     await settled
 
         return handle
+
+    def _keep(self, exchange: Exchange) -> None:
+        """Note where a Response is kept: its follow-ups must go there."""
+        progress = exchange.progress
+        made = exchange.response_id or (progress.id if progress is not None else "")
+        if made and exchange.backend != NO_BACKEND and exchange.writer.status == 200:
+            self._stored.record(made, exchange.backend)
 
     def _refuse(
         self,
@@ -386,6 +397,8 @@ class Gateway:
                 status=413, code="request_too_large",
             )  # fmt: skip
         routing = parse(request.body, request.headers)
+        if routing.follows is not None:  # a Response's follow-up: to where its first is kept
+            routing.pinned = self._stored.where(routing.follows)
         if self._door is not None:
             self._door.allow(caller, routing.model)
         body = request.body

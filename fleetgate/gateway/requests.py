@@ -245,6 +245,7 @@ def parse_responses(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
         parsed.max_output_tokens,
         _session(headers, parsed.user),
         text,
+        parsed.previous_response_id,
     )
 
 

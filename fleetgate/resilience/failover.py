@@ -96,7 +96,9 @@ class Failover:
                     ex.tried.append(state)
                     last = attempt + 1 == retries.max_attempts
                     retry_on = _NEVER_RETRY if last else RETRYABLE_STATUSES
-                    if not retry and routing.stream and cluster.hedge.enabled:
+                    # Not a pinned request: another backend would not hold what it continues.
+                    hedge = routing.stream and cluster.hedge.enabled and routing.pinned is None
+                    if not retry and hedge:
                         result = await self._hedged(cluster, ex, state, retry_on)
                     else:
                         result = await self._attempts.run(ex, state, kind, retry_on)

@@ -23,7 +23,9 @@ class RoutingRequest:
     prompt-token estimate routing uses; prefix routing hashes its blocks.
     """
 
-    __slots__ = ("endpoint", "max_tokens", "model", "prompt", "session_key", "stream")
+    __slots__ = (
+        "endpoint", "follows", "max_tokens", "model", "pinned", "prompt", "session_key", "stream",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -33,6 +35,7 @@ class RoutingRequest:
         max_tokens: int | None = None,
         session_key: str | None = None,
         prompt: bytes | memoryview = b"",
+        follows: str | None = None,
     ) -> None:
         self.model = model
         # "chat", "completions", "embeddings", "responses", or "other" (a pass-through path)
@@ -41,6 +44,9 @@ class RoutingRequest:
         self.max_tokens = max_tokens
         self.session_key = session_key
         self.prompt = prompt
+        self.follows = follows  # the stored response it continues (`previous_response_id`)
+        # The backend it must go to while that one can take it: the one holding `follows`.
+        self.pinned: str | None = None
 
     @property
     def prompt_tokens(self) -> int:

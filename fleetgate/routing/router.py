@@ -31,6 +31,10 @@ class Router:
             pool.update(now)
         if not pool.candidates:
             return None
+        if request.pinned is not None:  # only it holds what the request continues
+            for state in pool.candidates:
+                if state.backend.id == request.pinned:
+                    return state
         return self.pipeline.pick(request, pool.candidates, now, explain)
 
     def pick_other(

@@ -33,7 +33,7 @@ from fleetgate.lifecycle.events import (
     FirstToken,
 )
 from fleetgate.lifecycle.hooks import Emitters
-from fleetgate.openai_api import JSON, SSE_HEADERS, Usage, error_body, usage_of
+from fleetgate.openai_api import JSON, SSE_HEADERS, Usage, error_body, response_id_of, usage_of
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.upstream.progress import StreamProgress
 from fleetgate.upstream.relay import StreamRelay
@@ -78,6 +78,7 @@ class Exchange:
     queued_s: float | None = None  # its wait for admission (None: not admitted)
     attempts: int = 0  # tries sent (first, retries, hedges, continuations, prefill)
     usage: Usage | None = None  # what the engine said the answer used, when read
+    response_id: str = ""  # a Response's id (its stream's: `progress.id`), for follow-ups
     deadline: float = field(init=False)  # when the total timeout ends the whole exchange
 
     def __post_init__(self) -> None:
@@ -303,6 +304,8 @@ class Attempts:
             ex.backend = state.backend.id
             if ex.count_usage and status == 200:
                 ex.usage = usage_of(data)
+            if routing.endpoint == "responses" and status == 200:
+                ex.response_id = response_id_of(data)
             reply.append((b"x-request-id", ex.request_id))
             ex.writer.send(status, reply, data, ex.reply_head)
         return None

@@ -20,6 +20,7 @@ from fleetgate.upstream.progress import StreamProgress
 
 _TERMINAL = re.compile(rb"(?:^|\n)event: ?(?:response\.(?:completed|incomplete|failed)|error)\r?\n")
 _DELTA = b"event: response.output_text.delta"
+_ID = re.compile(rb'"id":\s*"(resp_[^"]{1,200})"')  # the response's, in its first event
 
 
 class _Response(msgspec.Struct):
@@ -49,6 +50,8 @@ class ResponsesProgress(StreamProgress):
         return self.done
 
     def feed(self, events: bytes) -> None:
+        if not self.id and (named := _ID.search(events)) is not None:
+            self.id = named.group(1).decode("latin-1")  # where a follow-up must go: its id
         self.events += events.count(b"\ndata:") + events.startswith(b"data:")
         self.tokens += events.count(_DELTA)
         found = _TERMINAL.search(events)

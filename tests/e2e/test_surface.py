@@ -154,3 +154,19 @@ def test_a_form_without_a_model_or_a_path_not_allowed_is_refused(
     assert info.value.param == "model"
     with pytest.raises(openai.NotFoundError):
         client.post("/fine_tuning/jobs", body={"model": OTHER}, cast_to=object)
+
+
+def test_a_follow_up_reaches_the_worker_that_keeps_its_response(client: openai.OpenAI) -> None:
+    """Each sim worker keeps the responses it made, as vLLM does, and answers 404 for any
+    other: the follow-ups go where their response is kept, whole or streamed."""
+    first = client.responses.create(model=MODEL, input="Hi.", max_output_tokens=3)
+    with client.responses.stream(model=MODEL, input="Hi.", max_output_tokens=3) as s:
+        streamed = s.get_final_response()
+    for made in (first, streamed):
+        for _ in range(6):  # the pool has two workers: unpinned, about half would 404
+            later = client.responses.create(
+                model=MODEL, input="And then?", max_output_tokens=2, previous_response_id=made.id
+            )
+            assert later.output_text
+    with pytest.raises(openai.NotFoundError):
+        client.responses.create(model=MODEL, input="x", previous_response_id="resp_nowhere")

@@ -4,7 +4,10 @@ as the typed events OpenAI streams.
 
 Read: `input` (a string, or message items whose content is a string or input_text /
 output_text parts), `instructions` (a system message first), `max_output_tokens`, `stream`;
-tools, reasoning and stored conversations are not simulated (`previous_response_id` is a 400).
+tools and reasoning are not simulated. Responses are stored as vLLM stores them, in this
+worker's memory only (the last `STORED` ids): a `previous_response_id` it does not hold is a 404,
+as vLLM answers one made by another replica (the gateway routes a follow-up to the replica that
+holds its response); one it holds is taken, though the sim does not read the earlier turn.
 A response that reaches `max_output_tokens` is "incomplete" (reason "max_output_tokens"),
 otherwise "completed". A stream sends `event: <type>` + `data: {..., "sequence_number": n}`:
 response.created, response.in_progress, response.output_item.added,
@@ -36,21 +39,28 @@ class _ResponsesBody(msgspec.Struct):
     previous_response_id: str | None = None
 
 
-class ResponsesRequests:
-    """Turns Responses API requests into jobs for one worker's parser."""
+STORED = 10_000  # response ids a worker remembers
 
-    def __init__(self, parser: RequestParser) -> None:
+
+class ResponsesRequests:
+    """Turns Responses API requests into jobs for one worker's parser. Ids are this worker's
+    `prefix` and a serial, unique across a fleet."""
+
+    def __init__(self, parser: RequestParser, prefix: str) -> None:
         self._parser = parser
         self._decode = msgspec.json.Decoder(_ResponsesBody)
+        self._prefix = prefix
+        self._stored: dict[str, None] = {}  # ids, oldest first
 
     def parse(self, raw: bytes, serial: str) -> tuple[Job, ResponseRenderer]:
         try:
             body = self._decode.decode(raw)
         except msgspec.DecodeError as exc:
             raise GenerationError(400, f"invalid request body: {exc}") from None
-        if body.previous_response_id is not None:
-            message = "previous_response_id: the sim stores no responses; send the whole input"
-            raise GenerationError(400, message, "previous_response_id")
+        previous = body.previous_response_id
+        if previous is not None and previous not in self._stored:
+            message = f"Response with id '{previous[:80]}' not found."
+            raise GenerationError(404, message, "previous_response_id")
         if body.max_output_tokens is not None and body.max_output_tokens < 1:
             message = "max_output_tokens must be at least 1"
             raise GenerationError(400, message, "max_output_tokens")
@@ -59,7 +69,10 @@ class ResponsesRequests:
             messages.insert(0, {"role": "system", "content": body.instructions})
         chat = Body(model=body.model, messages=messages, max_tokens=body.max_output_tokens,
                     stream=body.stream)  # fmt: skip
-        job = self._parser.job(chat, True, "resp_" + serial)
+        job = self._parser.job(chat, True, f"resp_{self._prefix}{serial}")
+        self._stored[job.request_id] = None
+        if len(self._stored) > STORED:
+            del self._stored[next(iter(self._stored))]
         return job, ResponseRenderer(job, self._parser.model, body)
 
 

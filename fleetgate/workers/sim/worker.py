@@ -60,7 +60,7 @@ class SimWorker:
             spec.model, self.profile.block_size, self.engine.priority_scheduling, rng
         )
         self.embedder = Embedder(self.parser)
-        self.responses = ResponsesRequests(self.parser)
+        self.responses = ResponsesRequests(self.parser, f"{rng.getrandbits(32):08x}")
         self.generator = Generator(
             spec.model, self.profile.block_size, self.driver, self.metrics, time.monotonic,
             loop, kv_transfer_s,

@@ -57,8 +57,18 @@ async def test_what_the_sim_cannot_answer_is_a_400(worker: Worker) -> None:
     for body, param in (({"model": "m", "input": [{"type": "function_call_output"}]}, "input"),
                         ({"model": "m", "input": [{"role": "user", "content": [5]}]}, "input"),
                         ({"model": "m", "input": "x", "max_output_tokens": 0},
-                         "max_output_tokens"),
-                        ({"model": "m", "input": "x", "previous_response_id": "resp_1"},
-                         "previous_response_id")):  # fmt: skip
+                         "max_output_tokens")):  # fmt: skip
         status, raw = await worker.call(b"POST", b"/v1/responses", body)
         assert status == 400 and json.loads(raw)["error"]["param"] == param
+
+
+async def test_a_follow_up_needs_a_response_this_worker_stored(worker: Worker) -> None:
+    status, raw = await worker.call(b"POST", b"/v1/responses", {"model": "m", "input": "hi"})
+    first = json.loads(raw)["id"]
+    assert status == 200 and first.startswith("resp_") and len(first) > 12  # unique per worker
+    follow = {"model": "m", "input": "and?", "previous_response_id": first}
+    status, raw = await worker.call(b"POST", b"/v1/responses", follow)
+    assert status == 200 and json.loads(raw)["id"] != first
+    stranger = {**follow, "previous_response_id": "resp_elsewhere1"}
+    status, raw = await worker.call(b"POST", b"/v1/responses", stranger)
+    assert status == 404 and "not found" in json.loads(raw)["error"]["message"]

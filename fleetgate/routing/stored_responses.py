@@ -1,0 +1,34 @@
+"""Which backend holds each stored response: a Responses API follow-up (`previous_response_id`)
+must reach the replica that made the response it continues, since an engine keeps the
+responses it made in its own memory (vLLM, llama.cpp's server) and any other answers 404.
+
+The gateway notes each response's id and the backend that answered it (from the answer, or a
+stream's `response.created` event), and pins a follow-up to that backend while it can take it
+(routing/router.py); a backend that has left or is unhealthy leaves the follow-up to ordinary
+routing, and the engine's own 404 to tell the client. At most `capacity` ids are kept, the
+oldest forgotten first; in this gateway only (several gateways: route follow-ups by session).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class StoredResponses:
+    def __init__(self, capacity: int = 100_000) -> None:
+        self._capacity = capacity
+        self._where: OrderedDict[str, str] = OrderedDict()  # response id -> backend id
+
+    def record(self, response_id: str, backend: str) -> None:
+        where = self._where
+        where[response_id] = backend
+        where.move_to_end(response_id)
+        if len(where) > self._capacity:
+            where.popitem(last=False)
+
+    def where(self, response_id: str) -> str | None:
+        """The backend that holds `response_id`, if this gateway saw it made."""
+        return self._where.get(response_id)
+
+    def __len__(self) -> int:
+        return len(self._where)
