@@ -50,7 +50,7 @@ class ResponsesProgress(StreamProgress):
         return self.done
 
     def feed(self, events: bytes) -> None:
-        if not self.id and (named := _ID.search(events)) is not None:
+        if not self.events and (named := _ID.search(events)) is not None:  # the first read
             self.id = named.group(1).decode("latin-1")  # where a follow-up must go: its id
         self.events += events.count(b"\ndata:") + events.startswith(b"data:")
         self.tokens += events.count(_DELTA)

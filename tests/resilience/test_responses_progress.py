@@ -32,3 +32,10 @@ def test_an_error_event_ends_the_stream_and_a_text_mentioning_one_does_not() -> 
     assert progress.done
     progress.settle()
     assert progress.reported is None  # no usage in an error: the relayed deltas count instead
+
+
+def test_the_response_s_id_is_read_from_its_first_event_only() -> None:
+    progress = ResponsesProgress()
+    progress.feed(_event("response.created", '{"response":{"id":"resp_abc1","status":"x"}}'))
+    progress.feed(_event("response.output_text.delta", '{"delta":"\\"id\\":\\"resp_zzz\\""}'))
+    assert progress.id == "resp_abc1"
