@@ -12,6 +12,7 @@ again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -24,7 +25,13 @@ from fleetgate.batches.results import answer_line, read_back, tokens
 from fleetgate.batches.running import Run, RunningBatches
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.batches.store import BatchStore, valid_id
-from fleetgate.batches.validation import ENDPOINTS, BatchRequest, check_input, check_metadata
+from fleetgate.batches.validation import (
+    ENDPOINTS,
+    BatchRequest,
+    Checked,
+    check_input,
+    check_metadata,
+)
 from fleetgate.traffic.door import Caller, Refused
 from fleetgate.traffic.tenants import Tenant
 
@@ -113,7 +120,35 @@ class BatchBook:
         metadata: dict[str, str] | None,
     ) -> Batch:
         """A new batch, checked and started (or failed, with its input file's errors);
-        `Refused` (400) for what the request itself gets wrong."""
+        `Refused` (400) for what the request itself gets wrong. Its file is read and checked
+        on this thread: the HTTP API uses `create_off_loop`."""
+        stored = self._open(caller, input_file_id, endpoint, completion_window, metadata)
+        return self._start(stored, self._read(stored))
+
+    async def create_off_loop(
+        self,
+        caller: Caller,
+        input_file_id: str,
+        endpoint: str,
+        completion_window: str,
+        metadata: dict[str, str] | None,
+    ) -> Batch:
+        """`create`, its file read and checked in a thread (a file of 50,000 lines would hold
+        every other request of the gateway for a tenth of a second or more)."""
+        stored = self._open(caller, input_file_id, endpoint, completion_window, metadata)
+        checked = await asyncio.to_thread(self._read, stored)
+        self._check_room(stored.owner)  # again: others may have started meanwhile
+        return self._start(stored, checked)
+
+    def _open(
+        self,
+        caller: Caller,
+        input_file_id: str,
+        endpoint: str,
+        completion_window: str,
+        metadata: dict[str, str] | None,
+    ) -> StoredBatch:
+        """The new batch, `validating`, once what the request says is checked."""
         owner = caller.tenant.name
         if endpoint not in ENDPOINTS:
             raise Refused(
@@ -133,6 +168,47 @@ class BatchBook:
         if file.file.purpose != "batch":
             message = "The input file must be one uploaded with purpose `batch`."
             raise Refused(400, message, "invalid_value", param="input_file_id")
+        self._check_room(owner)
+        now = int(self._clock())
+        store = self._store
+        batch = Batch(
+            id=store.new_id("batch_"), endpoint=endpoint, input_file_id=input_file_id,
+            completion_window=completion_window, status="validating", created_at=now,
+            expires_at=now + WINDOW_S, metadata=metadata,
+        )  # fmt: skip
+        return StoredBatch(
+            batch=batch, owner=owner, key_id=caller.key_id, output_id=store.new_id("file-"),
+            error_id=store.new_id("file-"),
+        )  # fmt: skip
+
+    def _read(self, stored: StoredBatch) -> Checked:
+        """The batch's input file, read and checked line by line (no state is changed: it
+        may run in a thread)."""
+        batch = stored.batch
+        try:
+            data = self._store.content(batch.input_file_id)
+        except OSError:
+            message = "The input file's content is gone; upload it again."
+            raise Refused(400, message, "invalid_value", param="input_file_id") from None
+        return check_input(data, batch.endpoint, self._settings.max_requests)
+
+    def _start(self, stored: StoredBatch, checked: Checked) -> Batch:
+        """Start the batch on its checked input, or fail it with the input's errors."""
+        batch = stored.batch
+        run = Run(stored, deque(checked.requests))
+        if checked.errors:
+            self._running.fail(run, checked.errors)
+            return batch
+        batch.request_counts.total = len(checked.requests)
+        batch.model = checked.model
+        self._store.keep_input(batch.id, batch.input_file_id)
+        self._running.add(run)
+        self._running.change(run, "in_progress")
+        self.on_work()
+        return self.view(stored)
+
+    def _check_room(self, owner: str) -> None:
+        """`Refused` over the caps on batches kept (400) and running (429)."""
         kept = sum(1 for s in self._store.batches.values() if s.owner == owner)
         if kept >= self._settings.max_batches_per_tenant:
             raise Refused(
@@ -141,34 +217,6 @@ class BatchBook:
                 "end.", "too_many_batches",
             )  # fmt: skip
         self._check_running(owner)
-        now = int(self._clock())
-        store = self._store
-        batch = Batch(
-            id=store.new_id("batch_"), endpoint=endpoint, input_file_id=input_file_id,
-            completion_window=completion_window, status="validating", created_at=now,
-            expires_at=now + WINDOW_S, metadata=metadata,
-        )  # fmt: skip
-        stored = StoredBatch(
-            batch=batch, owner=owner, key_id=caller.key_id, output_id=store.new_id("file-"),
-            error_id=store.new_id("file-"),
-        )  # fmt: skip
-        try:
-            data = store.content(input_file_id)
-        except OSError:
-            message = "The input file's content is gone; upload it again."
-            raise Refused(400, message, "invalid_value", param="input_file_id") from None
-        checked = check_input(data, endpoint, self._settings.max_requests)
-        run = Run(stored, deque(checked.requests))
-        if checked.errors:
-            self._running.fail(run, checked.errors)
-            return batch
-        batch.request_counts.total = len(checked.requests)
-        batch.model = checked.model
-        store.keep_input(batch.id, input_file_id)
-        self._running.add(run)
-        self._running.change(run, "in_progress")
-        self.on_work()
-        return self.view(stored)
 
     def _check_running(self, owner: str) -> None:
         """`Refused` (429) over the caps on batches running, which bound their memory."""

@@ -483,6 +483,24 @@ def test_an_upload_is_written_off_the_event_loop(
     assert setup.shelf.get("alice", file.id) == file
 
 
+def test_over_http_a_batch_s_file_is_read_and_checked_off_the_event_loop(
+    setup: Setup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    threads: list[int] = []
+    content = setup.store.content
+
+    def recorded(file_id: str) -> bytes:
+        threads.append(threading.get_ident())
+        return content(file_id)
+
+    file = upload(setup.shelf, "alice", _input(3))
+    monkeypatch.setattr(setup.store, "content", recorded)
+    create = setup.book.create_off_loop(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
+    batch = asyncio.run(create)
+    assert threads and threads[0] != threading.get_ident()
+    assert batch.status == "in_progress" and batch.request_counts.total == 3
+
+
 def test_the_results_files_are_fsynced_before_the_batch_ends(
     setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
