@@ -111,7 +111,7 @@ class BatchBook:
 
     # What clients ask.
 
-    def create(
+    async def create(
         self,
         caller: Caller,
         input_file_id: str,
@@ -121,20 +121,8 @@ class BatchBook:
     ) -> Batch:
         """A new batch, checked and started (or failed, with its input file's errors);
         `Refused` (400) for what the request itself gets wrong. Its file is read and checked
-        on this thread: the HTTP API uses `create_off_loop`."""
-        stored = self._open(caller, input_file_id, endpoint, completion_window, metadata)
-        return self._start(stored, self._read(stored))
-
-    async def create_off_loop(
-        self,
-        caller: Caller,
-        input_file_id: str,
-        endpoint: str,
-        completion_window: str,
-        metadata: dict[str, str] | None,
-    ) -> Batch:
-        """`create`, its file read and checked in a thread (a file of 50,000 lines would hold
-        every other request of the gateway for a tenth of a second or more)."""
+        in a thread: a file of 50,000 lines would hold every other request of the gateway
+        for a tenth of a second or more."""
         stored = self._open(caller, input_file_id, endpoint, completion_window, metadata)
         checked = await asyncio.to_thread(self._read, stored)
         self._check_room(stored.owner)  # again: others may have started meanwhile

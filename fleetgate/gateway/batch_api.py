@@ -223,7 +223,7 @@ class BatchApi:
                 400, f"The body is not what POST /v1/batches takes ({exc}): send a JSON object "
                 "with `input_file_id`, `endpoint` and `completion_window`.", "invalid_value",
             ) from None  # fmt: skip
-        batch = await self.book.create_off_loop(
+        batch = await self.book.create(
             caller, sent.input_file_id, sent.endpoint, sent.completion_window, sent.metadata
         )
         return JSON, _encode(batch)

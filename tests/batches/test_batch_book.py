@@ -59,7 +59,9 @@ class Setup:
 
     def start(self, n: int, owner: Tenant = ALICE) -> str:
         file = upload(self.shelf, owner.name, _input(n))
-        batch = self.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", {"job": "x"})
+        batch = asyncio.run(
+            self.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", {"job": "x"})
+        )
         assert batch.status == "in_progress"
         return batch.id
 
@@ -102,7 +104,7 @@ def test_a_batch_runs_to_completed_with_its_answers_in_the_output_file(setup: Se
 def test_a_file_with_a_bad_line_makes_a_failed_batch(setup: Setup) -> None:
     data = _input(1) + b'{"custom_id": "x"}\n'
     file = upload(setup.shelf, "alice", data)
-    batch = setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
+    batch = asyncio.run(setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None))
     assert batch.status == "failed" and batch.failed_at == 1_000_000
     assert batch.errors is not None
     assert [(e.code, e.line) for e in batch.errors.data] == [("missing_required_parameter", 2)]
@@ -126,7 +128,7 @@ def test_cancel_stops_new_requests_and_ends_once_those_in_flight_end(setup: Setu
 
 def test_only_a_batch_in_progress_can_be_cancelled(setup: Setup) -> None:
     file = upload(setup.shelf, "alice", b"{}\n")
-    failed = setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
+    failed = asyncio.run(setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None))
     with pytest.raises(Refused) as info:
         setup.book.cancel("alice", failed.id)
     assert info.value.status == 409
@@ -182,7 +184,7 @@ def test_another_tenant_s_batch_and_file_are_not_found(setup: Setup) -> None:
         assert info.value.status == 404
     assert setup.book.listing("bob", 20, None) == ([], False)
     with pytest.raises(Refused) as info:  # nor may it run one from alice's file
-        setup.book.create(Caller(BOB, "k2"), file_id, CHAT, "24h", None)
+        asyncio.run(setup.book.create(Caller(BOB, "k2"), file_id, CHAT, "24h", None))
     assert info.value.status == 400 and info.value.param == "input_file_id"
 
 
@@ -200,7 +202,7 @@ def test_a_bad_request_is_a_400_naming_its_field(
 ) -> None:
     file = upload(setup.shelf, "alice", _input(1))
     with pytest.raises(Refused) as info:
-        setup.book.create(Caller(ALICE, "k1"), file.id, endpoint, window, metadata)
+        asyncio.run(setup.book.create(Caller(ALICE, "k1"), file.id, endpoint, window, metadata))
     assert (info.value.status, info.value.param) == (400, param)
 
 
@@ -402,12 +404,13 @@ def test_batches_running_at_once_are_capped(
     setup.start(1)
     file = upload(setup.shelf, owner.name, _input(1))
     with pytest.raises(Refused) as info:
-        setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None)
+        asyncio.run(setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None))
     assert (info.value.status, info.value.code) == (429, "too_many_running_batches")
     assert says in info.value.message
     setup.book.cancel("alice", first)  # one ends: room for another
     assert (
-        setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None).status == "in_progress"
+        asyncio.run(setup.book.create(Caller(owner, "k1"), file.id, CHAT, "24h", None)).status
+        == "in_progress"
     )
 
 
@@ -483,7 +486,7 @@ def test_an_upload_is_written_off_the_event_loop(
     assert setup.shelf.get("alice", file.id) == file
 
 
-def test_over_http_a_batch_s_file_is_read_and_checked_off_the_event_loop(
+def test_a_batch_s_file_is_read_and_checked_off_the_event_loop(
     setup: Setup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     threads: list[int] = []
@@ -495,8 +498,7 @@ def test_over_http_a_batch_s_file_is_read_and_checked_off_the_event_loop(
 
     file = upload(setup.shelf, "alice", _input(3))
     monkeypatch.setattr(setup.store, "content", recorded)
-    create = setup.book.create_off_loop(Caller(ALICE, "k1"), file.id, CHAT, "24h", None)
-    batch = asyncio.run(create)
+    batch = asyncio.run(setup.book.create(Caller(ALICE, "k1"), file.id, CHAT, "24h", None))
     assert threads and threads[0] != threading.get_ident()
     assert batch.status == "in_progress" and batch.request_counts.total == 3
 
@@ -530,7 +532,7 @@ def test_with_auth_on_a_batch_whose_key_is_not_configured_has_no_caller(
     clock = Clock(1_000_000.0)
     first = Setup(tmp_path, clock, tenants={**TENANTS, ANONYMOUS.name: ANONYMOUS})
     file = upload(first.shelf, owner.name, _input(1))  # made with auth off, or a key since gone
-    first.book.create(Caller(owner, key_id), file.id, CHAT, "24h", None)
+    asyncio.run(first.book.create(Caller(owner, key_id), file.id, CHAT, "24h", None))
     second = Setup(tmp_path, clock, tenants={**TENANTS, ANONYMOUS.name: ANONYMOUS},
                    keys=frozenset({("alice", "k1")}))  # fmt: skip
     job = second.book.take()

@@ -73,7 +73,7 @@ class Setup:
         shelf = FileShelf(self.store, BatchesSettings(), self.clock)
         file = await shelf.upload(owner, "in.jsonl", "batch", _input(n))
         key_id = digest_of(f"sk-{owner}-runner-key").hex()[:16]  # as the front door's
-        return self.book.create(Caller(tenant, key_id), file.id, CHAT, "24h", None).id
+        return (await self.book.create(Caller(tenant, key_id), file.id, CHAT, "24h", None)).id
 
     async def ended(self, batch_id: str, owner: str = "alice") -> str:
         """Let the runner work (no time passes: its waits are injected) until the batch ends."""
