@@ -5,7 +5,6 @@ a free 127.0.0.1 port in a temporary directory with no persistence, killed and r
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.debian import debian_program
+from tests.e2e.procs import free_port
 
 START_TIMEOUT_S = 10.0
 
@@ -20,13 +20,6 @@ START_TIMEOUT_S = 10.0
 def redis_server_binary() -> str:
     """The redis-server executable, installed from Debian's package when missing."""
     return debian_program("redis-server", "redis-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class RedisServer:

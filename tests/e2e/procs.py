@@ -213,3 +213,14 @@ def stream_killing(
             killed = True
     assert killed, f"the stream ended after {tokens} tokens, before the kill"
     return ids, completion
+
+
+def streamed_chat(stream: Iterable[Any]) -> tuple[str, int | None]:
+    """A chat stream's text and its usage's completion tokens (None without a usage)."""
+    texts, completion = [], None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            texts.append(chunk.choices[0].delta.content)
+        if chunk.usage is not None:
+            completion = chunk.usage.completion_tokens
+    return "".join(texts), completion

@@ -6,24 +6,16 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import socket
 import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
-from tests.e2e.procs import gateway, metric, sim_workers
+from tests.e2e.procs import free_port, gateway, metric, sim_workers
 
 MODEL = "sim-8b"
 DEAD = "gone-8b"  # a pool whose one backend listens nowhere
 CHAT = "/v1/chat/completions"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port  # free now, and nothing listens on it once closed
 
 
 @pytest.fixture(scope="module")

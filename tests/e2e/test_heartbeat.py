@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -11,14 +10,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 
-from tests.e2e.procs import fleetgate, metric
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+from tests.e2e.procs import fleetgate, free_port, metric
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:

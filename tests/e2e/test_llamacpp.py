@@ -18,7 +18,15 @@ from typing import Any
 import openai
 import pytest
 
-from tests.e2e.procs import Proc, gateway, get, llamacpp_servers, metric, stream_killing
+from tests.e2e.procs import (
+    Proc,
+    gateway,
+    get,
+    llamacpp_servers,
+    metric,
+    stream_killing,
+    streamed_chat,
+)
 
 MODEL = "gemma-3-270m"
 GREEDY: dict[str, Any] = {"temperature": 0, "seed": 7}
@@ -107,13 +115,9 @@ def test_chat_and_completions_streaming_and_not_with_usage(client: openai.OpenAI
         model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=6, stream=True,
         stream_options={"include_usage": True}, **GREEDY,
     )  # fmt: skip
-    text, usage = [], None
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            text.append(chunk.choices[0].delta.content)
-        usage = chunk.usage or usage
-    assert "".join(text) == reply.choices[0].message.content  # greedy: the same answer
-    assert usage is not None and usage.completion_tokens == 6
+    text, completion = streamed_chat(stream)
+    assert text == reply.choices[0].message.content  # greedy: the same answer
+    assert completion == 6
     done = client.completions.create(model=MODEL, prompt="The sea is", max_tokens=5, **GREEDY)
     assert done.choices[0].text and done.usage is not None and done.usage.completion_tokens == 5
     pieces = client.completions.create(

@@ -6,7 +6,6 @@ panel's query returns data through Prometheus's HTTP API."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -19,7 +18,7 @@ import openai
 import pytest
 
 from tests.debian import debian_program
-from tests.e2e.procs import gateway, metric, sim_workers
+from tests.e2e.procs import free_port, gateway, metric, sim_workers
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 MODEL = "m"
@@ -62,13 +61,6 @@ def test_the_dashboard_is_well_formed_for_grafana() -> None:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert target["expr"].count("(") == target["expr"].count(")"), target["expr"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def api(base: str, path: str, **params: str) -> Any:

@@ -30,6 +30,7 @@ from tests.e2e.procs import (
     metric,
     python,
     stream_killing,
+    streamed_chat,
     wait_ready,
 )
 
@@ -89,13 +90,9 @@ def test_chat_streaming_and_not_through_the_gateway(url: str) -> None:
         model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=8, temperature=0,
         stream=True, stream_options={"include_usage": True},
     )  # fmt: skip
-    text, usage = [], None
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            text.append(chunk.choices[0].delta.content)
-        usage = chunk.usage or usage
-    assert "".join(text) == reply.choices[0].message.content
-    assert usage is not None and usage.completion_tokens == 8
+    text, completion = streamed_chat(stream)
+    assert text == reply.choices[0].message.content
+    assert completion == 8
 
 
 def test_least_loaded_follows_vllm_s_own_metrics(url: str, engines: list[tuple[str, Proc]]) -> None:
