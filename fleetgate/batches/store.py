@@ -103,12 +103,6 @@ class BatchStore:
         self.stored_bytes += stored.file.bytes
         self.files[stored.file.id] = stored
 
-    def put_file(self, file: FileObject, owner: str, data: bytes) -> StoredFile:
-        """`write_file` and `add`, on the caller's thread."""
-        stored = self.write_file(file, owner, data)
-        self.add(stored)
-        return stored
-
     def publish(self, file: FileObject, owner: str) -> StoredFile:
         """Write a file's object (for an output file: its content is already appended)."""
         stored = StoredFile(file=file, owner=owner)

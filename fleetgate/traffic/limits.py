@@ -94,11 +94,6 @@ class Reservation(msgspec.Struct, gc=False):
     def limits(self) -> tuple[_Limit, ...]:
         return self.plan.limits
 
-    @property
-    def counts_tokens(self) -> bool:
-        """Whether what the request uses matters (a tokens limit or a budget)."""
-        return self.plan.counts_tokens
-
 
 def _cost(limit: _Limit, pricing: PricingSettings, prompt: float, completion: float) -> float:
     """What a request of `prompt` and `completion` tokens costs against `limit`."""

@@ -27,7 +27,7 @@ class Clock:
 def _file(store: BatchStore, data: bytes = b"x\n") -> FileObject:
     file = FileObject(id=store.new_id("file-"), bytes=len(data), created_at=1,
                       filename="a.jsonl", purpose="batch")  # fmt: skip
-    store.put_file(file, "alice", data)
+    store.add(store.write_file(file, "alice", data))
     return file
 
 
