@@ -358,7 +358,7 @@ class Gateway:
         progress = exchange.progress
         made = exchange.response_id or (progress.id if progress is not None else "")
         if made and exchange.backend != NO_BACKEND and exchange.writer.status == 200:
-            self._stored.record(made, exchange.backend)
+            self._stored.record(made, exchange.backend, exchange.tenant)
 
     def _refuse(
         self,
@@ -398,7 +398,14 @@ class Gateway:
             )  # fmt: skip
         routing = parse(request.body, request.headers)
         if routing.follows is not None:  # a Response's follow-up: to where its first is kept
-            routing.pinned = self._stored.where(routing.follows)
+            kept = self._stored.where(routing.follows)
+            if kept is not None:
+                if kept[1] != caller.tenant.name:  # another tenant's conversation
+                    raise BadRequest(
+                        f"No response {routing.follows[:80]!r} here.", "previous_response_id",
+                        404, "not_found",
+                    )  # fmt: skip
+                routing.pinned = kept[0]
         if self._door is not None:
             self._door.allow(caller, routing.model)
         body = request.body

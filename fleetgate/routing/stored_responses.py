@@ -7,6 +7,9 @@ stream's `response.created` event), and pins a follow-up to that backend while i
 (routing/router.py); a backend that has left or is unhealthy leaves the follow-up to ordinary
 routing, and the engine's own 404 to tell the client. At most `capacity` ids are kept, the
 oldest forgotten first; in this gateway only (several gateways: route follow-ups by session).
+
+A response is its tenant's: another tenant naming its id is told there is no such response
+(an engine keeps no owner, and would continue anyone's conversation).
 """
 
 from __future__ import annotations
@@ -17,17 +20,18 @@ from collections import OrderedDict
 class StoredResponses:
     def __init__(self, capacity: int = 100_000) -> None:
         self._capacity = capacity
-        self._where: OrderedDict[str, str] = OrderedDict()  # response id -> backend id
+        # response id -> (backend id, tenant)
+        self._where: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
-    def record(self, response_id: str, backend: str) -> None:
+    def record(self, response_id: str, backend: str, tenant: str) -> None:
         where = self._where
-        where[response_id] = backend
+        where[response_id] = (backend, tenant)
         where.move_to_end(response_id)
         if len(where) > self._capacity:
             where.popitem(last=False)
 
-    def where(self, response_id: str) -> str | None:
-        """The backend that holds `response_id`, if this gateway saw it made."""
+    def where(self, response_id: str) -> tuple[str, str] | None:
+        """The backend that holds `response_id` and whose it is, if this gateway saw it made."""
         return self._where.get(response_id)
 
     def __len__(self) -> int:

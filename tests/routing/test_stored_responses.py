@@ -14,12 +14,12 @@ from fleetgate.routing.stored_responses import StoredResponses
 
 def test_the_oldest_ids_are_forgotten_past_capacity() -> None:
     stored = StoredResponses(capacity=2)
-    stored.record("resp_a", "b0")
-    stored.record("resp_b", "b1")
-    stored.record("resp_a", "b0")  # noted again: the newest now
-    stored.record("resp_c", "b1")
+    stored.record("resp_a", "b0", "t")
+    stored.record("resp_b", "b1", "t")
+    stored.record("resp_a", "b0", "t")  # noted again: the newest now
+    stored.record("resp_c", "b1", "t")
     assert (stored.where("resp_a"), stored.where("resp_b"), stored.where("resp_c")) == (
-        "b0", None, "b1",
+        ("b0", "t"), None, ("b1", "t"),
     )  # fmt: skip
     assert len(stored) == 2
 
