@@ -93,7 +93,7 @@ def with_fields(body: bytes, drop: tuple[str, ...] = (), **fields: object) -> by
     return _encode(top)
 
 
-class Usage(msgspec.Struct):
+class Usage(msgspec.Struct, gc=False):  # ints only: never in a cycle
     """What an answer says it used (`usage`): chat, completions and embeddings name its
     parts prompt and completion tokens, the Responses API input and output tokens, a rerank
     or score answer only its total (all prompt)."""
@@ -120,7 +120,7 @@ def in_tokens(usage: Usage | None) -> Usage | None:
     return usage
 
 
-class _WithUsage(msgspec.Struct):
+class _WithUsage(msgspec.Struct, gc=False):
     usage: Usage | None = None
 
 

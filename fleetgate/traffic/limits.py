@@ -23,7 +23,7 @@ from typing import Any, Literal
 import msgspec
 
 from fleetgate.settings import Settings, at_least
-from fleetgate.traffic.store import Bucket, LimitStore, MemoryStore, Taken
+from fleetgate.traffic.store import Bucket, LimitStore, MemoryStore, Pinned, Taken
 from fleetgate.traffic.tenants import RateLimitSettings, Tenant
 
 
@@ -138,8 +138,7 @@ class Limits:
         plan = _Plan((*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
                       *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True)))  # fmt: skip
         if self._local is not None:  # its buckets are asked for with every request of the key
-            plan.cells = self._local.pin(plan.buckets)
-            plan.token_cells = [plan.cells[i] for i in plan.token_at]
+            plan.pinned = self._local.pin(plan.buckets, plan.per_request)
         self._plans[key_id or f"tenant:{tenant.name}"] = plan
         return plan
 
@@ -179,16 +178,16 @@ class Limits:
         if tenant.settings.budget is not None:
             plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
             taken = local.take_now(plan.buckets, costs)
-        else:  # `_ask` inline, through the key's own cells: the common case, made cheap
+        else:  # through the key's own pinned buckets: the common case, made cheap
             plan = self._plans.get(key_id or f"tenant:{tenant.name}") or self._plan(tenant, key_id)
+            pinned = plan.pinned
+            assert pinned is not None  # every plan is pinned in this process's store
             output = max_tokens if max_tokens is not None else self._assumed
-            costs = plan.unit.copy()
-            tokens = prompt_tokens + output
-            for i in plan.token_at:
-                costs[i] = tokens
-            taken = local.take_cells(plan.cells, costs)
-        if taken.ok:
-            return Reservation(plan, prompt_tokens, output, pricing, plan.head(taken.levels))
+            levels = pinned.take(prompt_tokens + output)
+            if levels is not None:
+                return Reservation(plan, prompt_tokens, output, pricing, plan.head(levels))
+            costs = plan.costs(prompt_tokens + output)
+            taken = local.take_cells(pinned.cells, costs)  # why, or taken if it refilled since
         return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
 
     async def reserve(
@@ -245,11 +244,10 @@ class Limits:
             unused = held.prompt_tokens + held.output_tokens - prompt_tokens - output_tokens
             if unused == 0 or not plan.token_buckets:
                 return None
-            back = [float(unused)] * len(plan.token_buckets)
-            if self._local is not None:
-                self._local.give_cells(plan.token_cells, back)
+            if plan.pinned is not None:
+                plan.pinned.give(unused)
                 return None
-            return self._store.give(plan.token_buckets, back)
+            return self._store.give(plan.token_buckets, [float(unused)] * len(plan.token_buckets))
         buckets, amounts = [], []
         for limit in held.limits:
             if limit.kind == "requests":
@@ -278,17 +276,15 @@ class _Plan:
     """A key's limits, with what each request recomputes made once."""
 
     __slots__ = (
-        "buckets", "budgeted", "by_kind", "cells", "counts_tokens", "limits", "per_request",
-        "pick", "single", "template", "tightest", "token_at", "token_buckets", "token_cells",
-        "unit",
+        "buckets", "budgeted", "by_kind", "counts_tokens", "limits", "per_request", "pick",
+        "pinned", "single", "template", "tightest", "token_at", "token_buckets", "unit",
     )  # fmt: skip
 
     def __init__(self, limits: tuple[_Limit, ...]) -> None:
         self.limits = limits
         self.buckets = tuple(limit.bucket for limit in limits)
-        # Its buckets' cells in this process's store (Limits._plan), when the store is one.
-        self.cells: list[list[Any]] = []
-        self.token_cells: list[list[Any]] = []
+        # Its buckets pinned in this process's store (Limits._plan), when the store is one.
+        self.pinned: Pinned | None = None
         self.per_request = tuple(limit.kind == "requests" for limit in limits)
         self.token_buckets = tuple(lim.bucket for lim in limits if lim.kind == "tokens")
         self.budgeted = any(limit.kind == "budget" for limit in limits)

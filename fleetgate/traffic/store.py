@@ -74,13 +74,16 @@ class MemoryStore:
         self._cells: dict[str, list[Any]] = {}  # by the bucket's key
         self._calls = 0
 
-    def pin(self, buckets: Sequence[Bucket]) -> list[list[Any]]:
-        """The cells of `buckets` (full ones for those not remembered), never swept: for a
-        caller that keeps them (bounded by the config: one set per key)."""
+    def pin(self, buckets: Sequence[Bucket], per_request: Sequence[bool]) -> Pinned:
+        """The cells of refilling `buckets` (full ones for those not remembered), never swept,
+        for a caller that keeps them (bounded by the config: one set per key); each costs a
+        request 1 (`per_request`) or its size."""
+        if any(bucket.rate_per_s <= 0 for bucket in buckets):
+            raise ValueError("only refilling buckets are pinned (a budget's period ends)")
         cells = self._cells_of(buckets, self._clock())
         for cell in cells:
             cell[_PINNED] = True
-        return cells
+        return Pinned(self._clock, self.give_cells, cells, per_request)
 
     def _cells_of(self, buckets: Sequence[Bucket], now: float) -> list[list[Any]]:
         cells = self._cells
@@ -165,6 +168,59 @@ class MemoryStore:
 
     def __len__(self) -> int:
         return len(self._cells)
+
+
+class Pinned:
+    """A caller's refilling buckets pinned in the in-process store (`MemoryStore.pin`): the
+    ones it asks for with every request (a key's rate limits), taken from and given to with
+    no lookup and no list of costs. Each costs a request 1 (it counts requests) or the
+    request's size (its tokens)."""
+
+    __slots__ = ("_clock", "_give", "_kinds", "_sized", "cells")
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        give_cells: Callable[[Sequence[list[Any]], Sequence[float]], None],
+        cells: list[list[Any]],
+        per_request: Sequence[bool],
+    ) -> None:
+        self._clock = clock
+        self._give = give_cells  # the store's, for a debt (`give`)
+        self.cells = cells
+        self._kinds = tuple(zip(cells, per_request, strict=True))
+        self._sized = [cell for cell, unit in self._kinds if not unit]
+
+    def take(self, size: float) -> list[float] | None:
+        """Take 1 or `size` from each bucket, all or none: their levels after, or None when
+        one is short and nothing was taken (`take_cells` of `cells` then says why)."""
+        now = self._clock()
+        levels = []
+        for cell, unit in self._kinds:  # `_level` inline, on a refilling bucket
+            level = cell[0]
+            then = cell[1]
+            if now > then:
+                level += cell[_RATE] * (now - then)
+            if level > cell[2]:  # capped even with no time gone: a give-back adds (`give`)
+                level = cell[2]
+            level -= 1.0 if unit else size
+            if level < 0:
+                return None
+            levels.append(level)
+        for (cell, _), level in zip(self._kinds, levels):  # noqa: B905 (same length)
+            cell[0] = level
+            cell[1] = now
+        return levels
+
+    def give(self, amount: float) -> None:
+        """`amount` back to each bucket of the request's size (negative: it used more)."""
+        if amount >= 0:
+            for cell in self._sized:
+                # Added to the level as it was, not as it is: the same level at every later
+                # time, the cap applied when it is read.
+                cell[0] += amount
+        else:
+            self._give(self._sized, [amount] * len(self._sized))
 
 
 def _refused(cells: Sequence[list[Any]], costs: Sequence[float], now: float) -> Taken:

@@ -107,16 +107,24 @@ def test_a_debt_right_after_a_give_back_is_taken_from_the_capped_level() -> None
     assert store.take_now([tpm], [1]).levels == [pytest.approx(-50)]
 
 
-def test_pinned_cells_are_never_swept_and_take_and_give_as_the_buckets_do() -> None:
+def test_pinned_buckets_are_never_swept_and_take_and_give_as_the_buckets_do() -> None:
     clock = Clock()
     store = MemoryStore(clock)
-    kept, other = Bucket("kept", 10, 1.0), Bucket("other", 10, 1.0)
-    cells = store.pin([kept])
-    assert store.take_cells(cells, [4]).levels == [6]
-    store.give_cells(cells, [1])
-    assert store.take_now([kept], [0]).levels == [7]  # the same state, by either way
+    rpm, tpm, other = Bucket("rpm", 10, 1.0), Bucket("tpm", 100, 10.0), Bucket("other", 10, 1.0)
+    pinned = store.pin([rpm, tpm], [True, False])
+    assert pinned.take(40) == [9, 60]  # 1 request, 40 tokens
+    pinned.give(5)  # used 35: 5 back to the tokens bucket alone
+    assert store.take_now([rpm, tpm], [0, 0]).levels == [9, 65]  # the same state, either way
+    assert pinned.take(70) is None  # short of tokens: all or none, nothing was taken
+    assert store.take_now([rpm, tpm], [0, 0]).levels == [9, 65]
+    pinned.give(-80)  # used 80 more than reserved: a debt, at this instant
+    assert store.take_now([tpm], [0]).levels == [-15]
+    clock.now += 2.0  # refills 2 requests (capped at 10) and 20 tokens
+    assert pinned.take(1) == [9, 4]
     store.take_now([other], [1])
-    clock.now += 100  # both full again: the unpinned one is forgotten at the next sweep
+    clock.now += 100  # all full again: the unpinned one is forgotten at the next sweep
     store._sweep(clock())
-    assert len(store) == 1
-    assert store.take_cells(cells, [10]).ok and store.take_now([kept], [1]).ok is False
+    assert len(store) == 2
+    assert pinned.take(100) == [9, 0] and store.take_now([tpm], [1]).ok is False
+    with pytest.raises(ValueError, match="refilling"):
+        store.pin([Bucket("budget", 10, 0.0, ttl_s=60)], [False])
