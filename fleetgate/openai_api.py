@@ -147,6 +147,9 @@ def usage_of(body: bytes) -> Usage | None:
     None without one, or with none in tokens (a transcription's is in seconds): what was
     reserved for it then stands."""
     try:
-        return in_tokens(_decode_usage(body).usage)
+        usage = _decode_usage(body).usage
     except msgspec.DecodeError:
         return None
+    if usage is not None and usage.prompt_tokens:  # chat's and completions' (no call)
+        return usage
+    return in_tokens(usage)

@@ -74,7 +74,7 @@ class Entrance:
         held = None
         if tenant.limited and self._limits is not None:
             routing = ex.routing
-            pricing = self._pricing.get(ex.model, FREE)
+            pricing = self._pricing.get(ex.model, FREE) if self._pricing else FREE
             answer = self._limits.reserve_now(
                 tenant, caller.key_id, routing.prompt_tokens, routing.max_tokens, pricing
             )
@@ -176,13 +176,17 @@ class Entrance:
         limits with it."""
         if entry.ticket is not None and entry.admission is not None:
             entry.admission.leave(entry.ticket)
-        used = _used(ex)
-        if used is None:
-            return None
-        prompt, output = used
+        usage = ex.usage  # a whole answer's, the common case: read here
+        if usage is not None:
+            prompt, output = usage.prompt_tokens, usage.completion_tokens
+        else:
+            used = _used(ex)
+            if used is None:
+                return None
+            prompt, output = used
         charged = self._emit.charged
         if charged is not None and (prompt or output):
-            pricing = self._pricing.get(ex.model)
+            pricing = self._pricing.get(ex.model) if self._pricing else None
             cost = 0.0 if pricing is None else pricing.cost_usd(prompt, output)
             charged(
                 Charged(ex.request_id, self._clock(), ex.model, entry.tenant, prompt, output, cost)
@@ -209,14 +213,12 @@ def _queue_timeout(headers: dict[bytes, bytes], tenants: float) -> float:
 
 
 def _used(ex: Exchange) -> tuple[int, int] | None:
-    """The prompt and completion tokens a request used, for its tenant's limits: the engine's
-    `usage` when the answer had one; for a stream, the estimated prompt and the events relayed
-    that carried text (one per token from a streaming engine; not the role's event nor the
-    finish reason's, which counted 2 more than vLLM's usage for every stream); nothing for an
-    error the client got instead of an answer; None (keep what was reserved) for an answer
-    whose use is unknown."""
-    if ex.usage is not None:
-        return ex.usage.prompt_tokens, ex.usage.completion_tokens
+    """The prompt and completion tokens a request used, for its tenant's limits, when the
+    answer had no `usage` (`Entrance.leave` reads one itself): for a stream, the estimated
+    prompt and the events relayed that carried text (one per token from a streaming engine;
+    not the role's event nor the finish reason's, which counted 2 more than vLLM's usage for
+    every stream); nothing for an error the client got instead of an answer; None (keep what
+    was reserved) for an answer whose use is unknown."""
     progress = ex.progress
     if progress is not None:
         progress.settle()  # decodes what is left of it (it decodes in batches of 64 events)

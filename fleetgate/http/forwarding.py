@@ -30,6 +30,12 @@ _OWN_PREFIXES = (b"proxy-", b"x-fleetgate-")
 _NOT_RETURNED = HOP_BY_HOP | {b"content-length", b"x-request-id"}
 # Connection values naming no other header: nearly all of them (then nothing more to drop).
 _PLAIN_CONNECTION = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close"})
+# The rate-limit headers OpenAI's API sends (and the gateway, for a limited tenant).
+RATE_LIMIT_HEADERS = frozenset(
+    f"x-ratelimit-{part}-{kind}".encode()
+    for part in ("limit", "remaining", "reset")
+    for kind in ("requests", "tokens")
+)
 _MAX_VERDICTS = 4096  # names remembered; a client inventing names gets them judged each time
 
 
@@ -69,14 +75,14 @@ def returned(
 ) -> list[tuple[bytes, bytes]]:
     """The upstream's response headers (lower-case names) that go on to the client; with
     `own_limits` (the gateway sends its tenant's x-ratelimit-*), not the upstream's
-    x-ratelimit-*: a client given both would read a pair of each."""
+    rate-limit headers: a client given both would read a pair of each."""
     out = []
     connection = None
     for name, value in headers:
         if name in _NOT_RETURNED:
             if name == b"connection":
                 connection = value
-        elif not (own_limits and name.startswith(b"x-ratelimit-")):
+        elif not (own_limits and name in RATE_LIMIT_HEADERS):
             out.append((name, value))
     if connection is not None and connection not in _PLAIN_CONNECTION:
         # The headers it names are hop-by-hop too.

@@ -88,7 +88,7 @@ class Line(msgspec.Struct, omit_defaults=True):
     skipped_before: int | None = None
 
 
-_encode = msgspec.json.Encoder().encode
+_encode_lines = msgspec.json.Encoder().encode_lines  # JSON lines, in one call
 
 
 class RequestLog:
@@ -196,8 +196,8 @@ class RequestLog:
         self._armed = False
         lines, self._pending, self._last = self._pending, [], b""
         if lines:
-            render = _text if self._text else _json
-            self._write(b"".join(render(line) for line in lines))
+            text = self._text
+            self._write(b"".join(_text(line) for line in lines) if text else _encode_lines(lines))
 
     @property
     def open_requests(self) -> int:
@@ -236,10 +236,6 @@ def open_request_log(
 
 def _call_later(delay: float, callback: Callable[[], None]) -> object:
     return asyncio.get_running_loop().call_later(delay, callback)
-
-
-def _json(line: Line) -> bytes:
-    return _encode(line) + b"\n"
 
 
 def _text(line: Line) -> bytes:
