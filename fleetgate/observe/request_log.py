@@ -166,7 +166,8 @@ class RequestLog:
             line = self._pending[-1]
             line.prompt_tokens = event.prompt_tokens
             line.completion_tokens = event.completion_tokens
-            line.cost_usd = round(event.cost_usd, 9)
+            cost = event.cost_usd
+            line.cost_usd = round(cost, 9) if cost else 0.0
 
     def _stamp(self, now: float) -> str:
         """`now` in ISO 8601 (UTC, milliseconds); the second's part made once a second."""

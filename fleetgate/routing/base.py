@@ -24,7 +24,8 @@ class RoutingRequest:
     """
 
     __slots__ = (
-        "endpoint", "follows", "max_tokens", "model", "pinned", "prompt", "session_key", "stream",
+        "endpoint", "follows", "max_tokens", "model", "pinned", "prompt", "prompt_tokens",
+        "session_key", "stream",
     )  # fmt: skip
 
     def __init__(
@@ -43,15 +44,12 @@ class RoutingRequest:
         self.stream = stream
         self.max_tokens = max_tokens
         self.session_key = session_key
-        self.prompt = prompt
+        self.prompt = prompt  # never changed after: `prompt_tokens` is made of it once
+        # Estimated prompt tokens: bytes / 4, at least 1 (read many times a request).
+        self.prompt_tokens = len(prompt) // BYTES_PER_TOKEN or 1
         self.follows = follows  # the stored response it continues (`previous_response_id`)
         # The backend it must go to while that one can take it: the one holding `follows`.
         self.pinned: str | None = None
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Estimated prompt tokens: bytes / 4, at least 1."""
-        return len(self.prompt) // BYTES_PER_TOKEN or 1
 
 
 class Filter(Protocol):

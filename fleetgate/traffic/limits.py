@@ -185,7 +185,8 @@ class Limits:
             output = max_tokens if max_tokens is not None else self._assumed
             levels = pinned.take(prompt_tokens + output)
             if levels is not None:
-                return Reservation(plan, prompt_tokens, output, pricing, plan.head(levels))
+                head = plan.template % plan.pick(levels)  # plan.head, without a call
+                return Reservation(plan, prompt_tokens, output, pricing, head)
             costs = plan.costs(prompt_tokens + output)
             taken = local.take_cells(pinned.cells, costs)  # why, or taken if it refilled since
         return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
@@ -277,7 +278,7 @@ class _Plan:
 
     __slots__ = (
         "buckets", "budgeted", "by_kind", "counts_tokens", "limits", "per_request", "pick",
-        "pinned", "single", "template", "tightest", "token_at", "token_buckets", "unit",
+        "pinned", "template", "token_at", "token_buckets", "unit",
     )  # fmt: skip
 
     def __init__(self, limits: tuple[_Limit, ...]) -> None:
@@ -298,17 +299,19 @@ class _Plan:
             if any(lim.kind == kind for lim in limits)
         )
         # An answer's header lines, each limit's figure in place and %d for what remains.
-        # With one bucket of each kind (the common case) the figures are known now; else
-        # each request finds the tightest one of the kind (`head`).
-        self.single = all(len(indices) == 1 for _, indices in self.by_kind)
-        self.tightest = tuple(indices[0] for _, indices in self.by_kind)
-        # Their levels, in the template's order (one index: the level itself, as % takes it).
+        # With one bucket of each kind (the common case) the figures are known now and `pick`
+        # takes the levels (one index: the level itself, as % takes it); else it finds the
+        # tightest bucket of each kind, its figure and its level.
+        single = all(len(indices) == 1 for _, indices in self.by_kind)
+        firsts = tuple(indices[0] for _, indices in self.by_kind)
         self.pick: Callable[[list[float]], Any] = (
-            operator.itemgetter(*self.tightest) if self.tightest else lambda levels: ()
+            (operator.itemgetter(*firsts) if firsts else lambda levels: ())
+            if single
+            else self._tightest
         )
         self.template = b"".join(
             b"%b: %b\r\n%b: %%d\r\n"
-            % (names[0], limits[indices[0]].header if self.single else b"%b", names[1])
+            % (names[0], limits[indices[0]].header if single else b"%b", names[1])
             for names, indices in self.by_kind
         )
 
@@ -322,15 +325,16 @@ class _Plan:
     def head(self, levels: list[float]) -> bytes:
         """The x-ratelimit-limit-* and -remaining-* header lines of an admitted request, from
         the tightest requests and tokens buckets."""
-        if self.single:  # a taken request leaves no level below 0
-            head: bytes = self.template % self.pick(levels)
-            return head
+        head: bytes = self.template % self.pick(levels)
+        return head
+
+    def _tightest(self, levels: list[float]) -> tuple[bytes | float, ...]:
         values: list[bytes | float] = []
         for _, indices in self.by_kind:
             i = min(indices, key=levels.__getitem__)
             values.append(self.limits[i].header)
             values.append(levels[i])
-        return self.template % tuple(values)
+        return tuple(values)
 
     def refusal_headers(self, levels: list[float]) -> list[tuple[bytes, bytes]]:
         """OpenAI's x-ratelimit-limit-*, -remaining-* and -reset-* headers of a refusal, from
