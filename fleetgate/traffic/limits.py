@@ -135,10 +135,16 @@ class Limits:
 
     def _plan(self, tenant: Tenant, key_id: str) -> _Plan:
         s, p = tenant.settings, self._prefix
-        plan = _Plan((*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
-                      *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True)))  # fmt: skip
+        limits = (*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
+                  *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True))  # fmt: skip
+        # Requests buckets first, as the pinned cells are (the levels come in this order).
+        plan = _Plan(tuple(sorted(limits, key=lambda limit: limit.kind != "requests")))
         if self._local is not None:  # its buckets are asked for with every request of the key
-            plan.pinned = self._local.pin(plan.buckets, plan.per_request)
+            kinds = plan.per_request
+            plan.pinned = self._local.pin(
+                [b for b, one in zip(plan.buckets, kinds, strict=True) if one],
+                [b for b, one in zip(plan.buckets, kinds, strict=True) if not one],
+            )
         self._plans[key_id or f"tenant:{tenant.name}"] = plan
         return plan
 

@@ -74,16 +74,17 @@ class MemoryStore:
         self._cells: dict[str, list[Any]] = {}  # by the bucket's key
         self._calls = 0
 
-    def pin(self, buckets: Sequence[Bucket], per_request: Sequence[bool]) -> Pinned:
-        """The cells of refilling `buckets` (full ones for those not remembered), never swept,
-        for a caller that keeps them (bounded by the config: one set per key); each costs a
-        request 1 (`per_request`) or its size."""
+    def pin(self, requests: Sequence[Bucket], sized: Sequence[Bucket]) -> Pinned:
+        """The cells of refilling buckets (full ones for those not remembered), never swept,
+        for a caller that keeps them (bounded by the config: one set per key): `requests`
+        buckets cost a request 1, `sized` ones its size."""
+        buckets = (*requests, *sized)
         if any(bucket.rate_per_s <= 0 for bucket in buckets):
             raise ValueError("only refilling buckets are pinned (a budget's period ends)")
         cells = self._cells_of(buckets, self._clock())
         for cell in cells:
             cell[_PINNED] = True
-        return Pinned(self._clock, self.give_cells, cells, per_request)
+        return Pinned(self._clock, self.give_cells, cells, len(requests))
 
     def _cells_of(self, buckets: Sequence[Bucket], now: float) -> list[list[Any]]:
         cells = self._cells
@@ -173,41 +174,51 @@ class MemoryStore:
 class Pinned:
     """A caller's refilling buckets pinned in the in-process store (`MemoryStore.pin`): the
     ones it asks for with every request (a key's rate limits), taken from and given to with
-    no lookup and no list of costs. Each costs a request 1 (it counts requests) or the
-    request's size (its tokens)."""
+    no lookup and no list of costs. The first `requests` cells cost a request 1 (they count
+    requests), the others its size (its tokens)."""
 
-    __slots__ = ("_clock", "_give", "_kinds", "_sized", "cells")
+    __slots__ = ("_clock", "_give", "_requests", "_sized", "cells")
 
     def __init__(
         self,
         clock: Callable[[], float],
         give_cells: Callable[[Sequence[list[Any]], Sequence[float]], None],
         cells: list[list[Any]],
-        per_request: Sequence[bool],
+        requests: int,
     ) -> None:
         self._clock = clock
         self._give = give_cells  # the store's, for a debt (`give`)
         self.cells = cells
-        self._kinds = tuple(zip(cells, per_request, strict=True))
-        self._sized = [cell for cell, unit in self._kinds if not unit]
+        self._requests = cells[:requests]
+        self._sized = cells[requests:]
 
     def take(self, size: float) -> list[float] | None:
-        """Take 1 or `size` from each bucket, all or none: their levels after, or None when
-        one is short and nothing was taken (`take_cells` of `cells` then says why)."""
+        """Take 1 or `size` from each bucket, all or none: their levels after, in the order
+        of `cells`, or None when one is short and nothing was taken (`take_cells` of `cells`
+        then says why). `_level` inline, on refilling buckets, one loop for each cost."""
         now = self._clock()
         levels = []
-        for cell, unit in self._kinds:  # `_level` inline, on a refilling bucket
+        for cell in self._requests:
             level = cell[0]
             then = cell[1]
             if now > then:
                 level += cell[_RATE] * (now - then)
             if level > cell[2]:  # capped even with no time gone: a give-back adds (`give`)
                 level = cell[2]
-            level -= 1.0 if unit else size
-            if level < 0:
+            if level < 1.0:
                 return None
-            levels.append(level)
-        for (cell, _), level in zip(self._kinds, levels):  # noqa: B905 (same length)
+            levels.append(level - 1.0)
+        for cell in self._sized:
+            level = cell[0]
+            then = cell[1]
+            if now > then:
+                level += cell[_RATE] * (now - then)
+            if level > cell[2]:
+                level = cell[2]
+            if level < size:
+                return None
+            levels.append(level - size)
+        for cell, level in zip(self.cells, levels):  # noqa: B905 (same length)
             cell[0] = level
             cell[1] = now
         return levels

@@ -111,7 +111,7 @@ def test_pinned_buckets_are_never_swept_and_take_and_give_as_the_buckets_do() ->
     clock = Clock()
     store = MemoryStore(clock)
     rpm, tpm, other = Bucket("rpm", 10, 1.0), Bucket("tpm", 100, 10.0), Bucket("other", 10, 1.0)
-    pinned = store.pin([rpm, tpm], [True, False])
+    pinned = store.pin([rpm], [tpm])
     assert pinned.take(40) == [9, 60]  # 1 request, 40 tokens
     pinned.give(5)  # used 35: 5 back to the tokens bucket alone
     assert store.take_now([rpm, tpm], [0, 0]).levels == [9, 65]  # the same state, either way
@@ -127,4 +127,4 @@ def test_pinned_buckets_are_never_swept_and_take_and_give_as_the_buckets_do() ->
     assert len(store) == 2
     assert pinned.take(100) == [9, 0] and store.take_now([tpm], [1]).ok is False
     with pytest.raises(ValueError, match="refilling"):
-        store.pin([Bucket("budget", 10, 0.0, ttl_s=60)], [False])
+        store.pin([], [Bucket("budget", 10, 0.0, ttl_s=60)])
