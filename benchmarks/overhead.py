@@ -19,6 +19,9 @@ second gateway runs with API keys and a tenant's rate limits on (in-process stor
 high enough never to refuse) and is printed beside it, as the ratio to the gateway without:
 both run at once and are measured window by window in turn (three rounds, medians), since on
 a shared VM the machine's speed drifts between runs by more than the difference measured.
+The pair's req/s ratio is then also taken with both loaded at once (c64 each), sharing core
+0, three windows, medians: the drift then slows both alike, and the CPU each spends per
+request (from /proc) is printed beside it; taken in turn, the ratio moves by +-0.1 here.
 With `--pair observability`, the same pairing compares the gateway as it runs by default
 (metrics, the request log and the dashboard's live view on) with one whose are all off;
 `--pair request-log`, with one whose request log alone is off; `--pair tracing`, with one that
@@ -136,15 +139,19 @@ def measure_pair(
                 (f"http://127.0.0.1:{ports[1]}", other.pid, pair.key),
             ]
             first, second = measure_alternately(targets, seconds, upstream_pid)
+            print(f"  {pair.base_name} and {pair.other_name} loaded at once ...", flush=True)
+            shared = measure_at_once(targets, seconds)
+            for figures, (rps, cpu_us) in zip((first, second), shared, strict=True):
+                figures["shared_rps"], figures["cpu_us"] = rps, cpu_us
     finally:
         for name in files:
             os.unlink(name)
     return {pair.base_name: first, pair.other_name: second}
 
 
-def _wrk(
+def _wrk_start(
     url: str, body: str, conns: int, seconds: float, latency: bool = False, key: str | None = None
-) -> str:
+) -> tuple[subprocess.Popen[str], str]:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(
             f"wrk.method = 'POST'\nwrk.body = '{body}'\n"
@@ -155,16 +162,34 @@ def _wrk(
     cmd = [*_pin(1), "wrk", "-t1", f"-c{conns}", f"-d{max(1, round(seconds))}s", "-s", script.name]
     if latency:
         cmd.append("--latency")
-    out = subprocess.run([*cmd, url], capture_output=True, text=True, check=True).stdout
-    os.unlink(script.name)
+    proc = subprocess.Popen([*cmd, url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, script.name
+
+
+def _wrk_finish(proc: subprocess.Popen[str], script: str) -> str:
+    out, err = proc.communicate()
+    os.unlink(script)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, proc.args, out, err)
     if "Non-2xx" in out or "Socket errors" in out:
         print(f"  warning: wrk saw errors:\n{out}", file=sys.stderr)
     return out
 
 
+def _wrk(
+    url: str, body: str, conns: int, seconds: float, latency: bool = False, key: str | None = None
+) -> str:
+    return _wrk_finish(*_wrk_start(url, body, conns, seconds, latency, key))
+
+
 def _rps(out: str) -> float:
     match = re.search(r"Requests/sec:\s+([\d.]+)", out)
     return float(match.group(1)) if match else 0.0
+
+
+def _requests(out: str) -> int:
+    match = re.search(r"(\d+) requests in", out)
+    return int(match.group(1)) if match else 0
 
 
 def _p50_us(out: str) -> float:
@@ -239,6 +264,30 @@ def measure_alternately(
             "cpu": statistics.median(w[1] for w in windows[i]),
         }
         for i in range(len(paths))
+    ]
+
+
+def measure_at_once(
+    targets: list[tuple[str, int | None, str | None]], seconds: float, rounds: int = 3
+) -> list[tuple[float, float]]:
+    """Each target's req/s at c64 and its CPU per request (us), all loaded at once and
+    sharing core 0, medians of `rounds` windows: the host's drift, which moves windows taken
+    in turn by more than the difference measured, then slows them all alike."""
+    rps: list[list[float]] = [[] for _ in targets]
+    cpu_us: list[list[float]] = [[] for _ in targets]
+    for _ in range(rounds):
+        before = [cpu_seconds(pid) if pid else 0.0 for _, pid, _ in targets]
+        loads = [_wrk_start(url + "/v1/chat/completions", CHAT, 64, seconds, key=key)
+                 for url, _, key in targets]  # fmt: skip
+        outs = [_wrk_finish(*load) for load in loads]
+        for i, ((_, pid, _), out) in enumerate(zip(targets, outs, strict=True)):
+            rps[i].append(_rps(out))
+            if pid:
+                used = cpu_seconds(pid) - before[i]
+                cpu_us[i].append(used / max(1, _requests(out)) * 1e6)
+    return [
+        (statistics.median(r), statistics.median(c) if c else float("nan"))
+        for r, c in zip(rps, cpu_us, strict=True)
     ]
 
 
@@ -362,7 +411,10 @@ def report(results: dict[str, dict[str, float]]) -> None:
     for pair in PAIRS.values():
         if pair.base_name in results and pair.other_name in results:
             base, other = results[pair.base_name], results[pair.other_name]
-            print(f"{pair.line}: {other['rps'] / base['rps']:.2f}x the req/s, "
+            print(f"{pair.line}: {other['shared_rps'] / base['shared_rps']:.2f}x the req/s "
+                  f"loaded at once ({base['cpu_us']:.1f} / {other['cpu_us']:.1f} us of CPU a "
+                  f"request: {base['cpu_us'] / other['cpu_us']:.2f}x), "
+                  f"{other['rps'] / base['rps']:.2f}x loaded in turn, "
                   f"{other['p50_us'] - base['p50_us']:+,.0f} us at p50, "
                   f"{other['cpu'] / base['cpu']:.2f}x the CPU per streamed answer "
                   "(target: req/s >= 0.90x)")  # fmt: skip
