@@ -133,7 +133,7 @@ class Gateway:
         self._clusters = dict(clusters)
         self._forward = forward or RequestHeaders()  # which of a client's headers go upstream
         self._door = door  # None: auth off and no limits, nothing to ask per request
-        self._entrance = Entrance(door, clock, emit, pricing, assumed_output_tokens)
+        self._entrance = Entrance(door, pricing, assumed_output_tokens)
         # Keys of the operator's endpoints, owned by "admin" or "heartbeat" (None: auth off).
         self._operators = operators
         self._model_routes = dict(routes or {})  # names that lead to a pool: routing/models.py

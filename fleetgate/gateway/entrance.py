@@ -10,18 +10,15 @@ Headers a client may send here (each may only lower what its tenant is allowed):
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 
-from fleetgate.lifecycle.events import Charged
-from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.traffic.admission import Admission, Shed, Ticket
 from fleetgate.traffic.door import Caller, FrontDoor, Refused, refused, retry_after
 from fleetgate.traffic.limits import FREE, PricingSettings, Refusal, Reservation
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import Tenant
 from fleetgate.upstream.attempt import Exchange
-from fleetgate.upstream.responses_progress import ResponsesProgress
 
 LANE_HEADER = b"x-fleetgate-lane"
 QUEUE_TIMEOUT_HEADER = b"x-fleetgate-queue-timeout-s"
@@ -48,14 +45,10 @@ class Entrance:
     def __init__(
         self,
         door: FrontDoor | None,
-        clock: Callable[[], float],
-        emit: Emitters,
         pricing: Mapping[str, PricingSettings] | None = None,
         assumed_output_tokens: int = 256,
     ) -> None:
         self._limits = None if door is None else door.limits  # reserved and settled here
-        self._clock = clock
-        self._emit = emit  # for Charged
         self._pricing = {m: p for m, p in (pricing or {}).items() if p != FREE}
         self._assumed = assumed_output_tokens
 
@@ -152,8 +145,11 @@ class Entrance:
         admission: Admission | None,
     ) -> Entry:
         """The entry, its ticket admitted at once when there is room."""
-        if ex.model in self._pricing:
-            ex.count_usage = True  # its spend is counted
+        if self._pricing:
+            pricing = self._pricing.get(ex.model)
+            if pricing is not None:  # its spend is counted
+                ex.count_usage = True
+                ex.price = pricing.cost_usd
         ex.priority = int(priority)
         if admission is None:
             return Entry(tenant.name, priority, held, None, None)
@@ -172,28 +168,16 @@ class Entrance:
         return Entry(tenant.name, priority, held, ticket, admission)
 
     def leave(self, entry: Entry, ex: Exchange) -> Awaitable[None] | None:
-        """Give back the request's place, say what it used (Charged), and reconcile its
-        limits with it."""
+        """Give back the request's place, and reconcile its limits with what it used (as its
+        Finished said)."""
         if entry.ticket is not None and entry.admission is not None:
             entry.admission.leave(entry.ticket)
-        usage = ex.usage  # a whole answer's, the common case: read here
-        if usage is not None:
-            prompt, output = usage.prompt_tokens, usage.completion_tokens
-        else:
-            used = _used(ex)
-            if used is None:
-                return None
-            prompt, output = used
-        charged = self._emit.charged
-        if charged is not None and (prompt or output):
-            pricing = self._pricing.get(ex.model) if self._pricing else None
-            cost = 0.0 if pricing is None else pricing.cost_usd(prompt, output)
-            charged(
-                Charged(ex.request_id, self._clock(), ex.model, entry.tenant, prompt, output, cost)
-            )
         if entry.held is None or self._limits is None:
             return None
-        return self._limits.settle(entry.held, prompt, output)
+        used = ex.used()
+        if used is None:
+            return None
+        return self._limits.settle(entry.held, used[0], used[1])
 
 
 def _queue_timeout(headers: dict[bytes, bytes], tenants: float) -> float:
@@ -210,21 +194,3 @@ def _queue_timeout(headers: dict[bytes, bytes], tenants: float) -> float:
             "invalid_queue_timeout", param="x-fleetgate-queue-timeout-s",
         )  # fmt: skip
     return min(seconds, tenants)
-
-
-def _used(ex: Exchange) -> tuple[int, int] | None:
-    """The prompt and completion tokens a request used, for its tenant's limits, when the
-    answer had no `usage` (`Entrance.leave` reads one itself): for a stream, the estimated
-    prompt and the events relayed that carried text (one per token from a streaming engine;
-    not the role's event nor the finish reason's, which counted 2 more than vLLM's usage for
-    every stream); nothing for an error the client got instead of an answer; None (keep what
-    was reserved) for an answer whose use is unknown."""
-    progress = ex.progress
-    if progress is not None:
-        progress.settle()  # decodes what is left of it (it decodes in batches of 64 events)
-        if isinstance(progress, ResponsesProgress) and progress.reported is not None:
-            return progress.reported.prompt_tokens, progress.reported.completion_tokens
-        return ex.routing.prompt_tokens, progress.tokens
-    if ex.writer.status == 200:
-        return None
-    return 0, 0

@@ -5,8 +5,7 @@
        then, after a failure before the first byte:  Routed -> RetryRefused | Retried -> ...
              a first token late (hedging on):         Routed -> Hedged -> AttemptStarted ...
              a stream broken after it:                Routed -> Continued -> AttemptStarted ...
-    ... -> Finished                                         (exactly once per request, last)
-            -> Charged                    (after it, when what the request used is known)
+    ... -> Finished                    (exactly once per request, last; with what it used)
 
 The request path only emits; what the events mean to each part of the gateway is decided by
 its subscribers (lifecycle/hooks.py): fleet accounting, the outlier detector, the hedge's TTFT
@@ -206,18 +205,6 @@ class GpuChanged(Event, frozen=True, gc=False):
     reasons: tuple[str, ...]
 
 
-class Charged(Event, frozen=True, gc=False):
-    """What an answered request used, as its tenant is charged for it: the engine's `usage`
-    (for a stream, the estimated prompt and the tokens relayed), and what that costs at the
-    pool's prices (`pools[].pricing`; 0 when it has none)."""
-
-    model: str
-    tenant: str
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-
-
 class Finished(Event, frozen=True, gc=False):
     """The request is over: every Received request ends with exactly one Finished. `model` is
     the pool's ("" when refused before routing), `backend` the id of the backend whose
@@ -225,7 +212,12 @@ class Finished(Event, frozen=True, gc=False):
     stream's data events relayed (one per token from a streaming engine); None for a whole
     answer, whose body the gateway does not decode. A routed request also says whose it was
     (`tenant`, its class `priority`), how long it waited for admission (`queued_s`) and how
-    many attempts it took, so that a subscriber needs to keep nothing of it meanwhile."""
+    many attempts it took, so that a subscriber needs to keep nothing of it meanwhile. When
+    its tokens are counted (traffic/limits.py: a limited tenant's, a priced pool's, any
+    stream's), what its tenant is charged for it: `prompt_tokens` and `completion_tokens`
+    (the engine's `usage`; a stream's estimated prompt and the tokens relayed) and what that
+    costs at the pool's prices (`pools[].pricing`; 0 when it has none). `prompt_tokens` is
+    None when it used nothing counted (an error answer) or its use is unknown."""
 
     model: str
     started: float
@@ -238,3 +230,6 @@ class Finished(Event, frozen=True, gc=False):
     priority: str = ""
     queued_s: float | None = None
     attempts: int = 0
+    prompt_tokens: int | None = None  # None: not counted (then the rest are 0)
+    completion_tokens: int = 0
+    cost_usd: float = 0.0

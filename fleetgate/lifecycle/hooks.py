@@ -29,7 +29,6 @@ from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,
     AttemptStarted,
-    Charged,
     Continued,
     Ejected,
     Event,
@@ -106,8 +105,8 @@ class Emitters:
     type nobody hears."""
 
     __slots__ = (
-        "admitted", "attempt_ended", "attempt_started", "charged", "continued", "ejected",
-        "finished", "first_token", "gpu_changed", "hedged", "received", "rejected", "retried",
+        "admitted", "attempt_ended", "attempt_started", "continued", "ejected", "finished",
+        "first_token", "gpu_changed", "hedged", "received", "rejected", "retried",
         "retry_refused", "routed",
     )  # fmt: skip
 
@@ -124,6 +123,5 @@ class Emitters:
         self.hedged = hooks.emitter(Hedged)
         self.continued = hooks.emitter(Continued)
         self.finished = hooks.emitter(Finished)
-        self.charged = hooks.emitter(Charged)
         self.ejected = hooks.emitter(Ejected)
         self.gpu_changed = hooks.emitter(GpuChanged)

@@ -37,7 +37,6 @@ import msgspec
 
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
-    Charged,
     Finished,
     Rejected,
 )
@@ -110,7 +109,6 @@ class RequestLog:
         # A refused request's tenant, class and reason, until its Finished (in the same step).
         self._refused: dict[bytes, tuple[str, str, str]] = {}
         self._pending: list[Line] = []
-        self._last: bytes = b""  # the request id of the last line in `_pending`
         self._armed = False
         self._second = -1  # the wall clock's whole second lines are counted in
         self._lines = 0  # lines taken in it
@@ -121,12 +119,11 @@ class RequestLog:
         self.trace_ids: Callable[[bytes], str | None] | None = None
 
     def subscribe(self, hooks: Hooks) -> None:
-        """Hear a request's end (the edge's Finished and each pool's), a refusal's reason, and
-        what an answer used: a routed request's Finished says all the rest, so nothing is
-        kept of a request while it runs."""
+        """Hear a request's end (the edge's Finished and each pool's, with what it used) and a
+        refusal's reason: a routed request's Finished says all the rest, so nothing is kept
+        of a request while it runs."""
         hooks.subscribe(Rejected, self.on_rejected)
         hooks.subscribe(Finished, self.on_finished)
-        hooks.subscribe(Charged, self.on_charged)
 
     def on_rejected(self, event: Rejected) -> None:
         self._refused[event.request_id] = (event.tenant, event.priority, event.reason)
@@ -141,33 +138,25 @@ class RequestLog:
             tenant, priority, reason = refused
         queued = event.queued_s
         ttft = event.ttft_s
+        prompt, cost = event.prompt_tokens, event.cost_usd
         line = Line(
             self._stamp(now), event.request_id.decode("latin-1"), tenant, event.status,
             event.outcome, priority or None, event.model or None,
             None if event.backend == NO_BACKEND else event.backend, reason, event.attempts,
             None if queued is None else round(queued * 1000, 1),
             None if ttft is None else round(ttft * 1000, 1),
-            round((event.at - event.started) * 1000, 1),
+            round((event.at - event.started) * 1000, 1), prompt,
+            None if prompt is None else event.completion_tokens,
+            None if prompt is None else round(cost, 9) if cost else 0.0,
         )  # fmt: skip
         if self.trace_ids is not None:
             line.trace_id = self.trace_ids(event.request_id)
         if self._skipped:
             line.skipped_before, self._skipped = self._skipped, 0
         self._pending.append(line)
-        self._last = event.request_id
         if not self._armed:
             self._armed = True
             self._schedule(self._settings.flush_s, self.flush)
-
-    def on_charged(self, event: Charged) -> None:
-        # Emitted right after its request's Finished, in the same step: the last line, if
-        # that request's was taken.
-        if self._pending and self._last == event.request_id:
-            line = self._pending[-1]
-            line.prompt_tokens = event.prompt_tokens
-            line.completion_tokens = event.completion_tokens
-            cost = event.cost_usd
-            line.cost_usd = round(cost, 9) if cost else 0.0
 
     def _stamp(self, now: float) -> str:
         """`now` in ISO 8601 (UTC, milliseconds); the second's part made once a second."""
@@ -195,7 +184,7 @@ class RequestLog:
     def flush(self) -> None:
         """Write the lines waiting, with one write."""
         self._armed = False
-        lines, self._pending, self._last = self._pending, [], b""
+        lines, self._pending = self._pending, []
         if lines:
             text = self._text
             self._write(b"".join(_text(line) for line in lines) if text else _encode_lines(lines))

@@ -3,7 +3,7 @@ span per request and, under it, the admission wait, each routing decision (the p
 scores as attributes), each upstream attempt and its stream, with the GenAI semantic
 conventions' attributes; exported over OTLP/HTTP in batches from the SDK's own thread.
 
-    <operation> <model>     SERVER   Received .. Finished (+ Charged's token counts)
+    <operation> <model>     SERVER   Received .. Finished (with its token counts)
       admission             INTERNAL arrival .. Admitted
       route <kind>          INTERNAL at Routed (backend, fleetgate.routing.score.<plugin>)
       attempt <kind>        CLIENT   AttemptStarted .. AttemptEnded
@@ -35,7 +35,6 @@ from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,
     AttemptStarted,
-    Charged,
     Finished,
     FirstToken,
     Received,
@@ -149,7 +148,6 @@ class Tracing:
         hooks.subscribe(FirstToken, self.on_first_token)
         hooks.subscribe(AttemptEnded, self.on_attempt_ended)
         hooks.subscribe(Finished, self.on_finished)
-        hooks.subscribe(Charged, self.on_charged)
 
     def _child(
         self, known: _Open, name: str, at: float, parent: _Recorded | None = None,
@@ -274,18 +272,13 @@ class Tracing:
         if event.status >= 500:
             span.attributes["error.type"] = str(event.status)
             span.error = True
+        if event.prompt_tokens is not None:
+            span.attributes["gen_ai.usage.input_tokens"] = event.prompt_tokens
+            span.attributes["gen_ai.usage.output_tokens"] = event.completion_tokens
+            span.attributes["fleetgate.cost_usd"] = event.cost_usd
         span.end = event.at
-        # Charged, when the request's use is counted, comes right after in the same step.
+        # Exported after this step: an attempt it cut short ends in it.
         self._schedule(lambda: self._export(event.request_id))
-
-    def on_charged(self, event: Charged) -> None:
-        known = self._open.get(event.request_id)
-        if known is not None:
-            known.request.attributes.update({
-                "gen_ai.usage.input_tokens": event.prompt_tokens,
-                "gen_ai.usage.output_tokens": event.completion_tokens,
-                "fleetgate.cost_usd": event.cost_usd,
-            })  # fmt: skip
 
     def _export(self, request_id: bytes) -> None:
         known = self._open.pop(request_id, None)

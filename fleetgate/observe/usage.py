@@ -1,8 +1,8 @@
 """Each tenant's use since the gateway started: requests let through to routing (Admitted), and
-the tokens and spend of those answered (Charged: the engine's usage at the pool's prices), per
-pool. One account for the metrics (fleetgate_tokens, fleetgate_spend_usd), the dashboard and
-GET /admin/tenants, kept while any of them is on: the only subscriber to Charged among them.
-Counted in this gateway alone (with several gateways, Prometheus sums the series)."""
+the tokens and spend of those answered (their Finished: the engine's usage at the pool's
+prices), per pool. One account for the metrics (fleetgate_tokens, fleetgate_spend_usd), the
+dashboard and GET /admin/tenants, kept while any of them is on. Counted in this gateway alone
+(with several gateways, Prometheus sums the series)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from fleetgate.lifecycle.events import Admitted, Charged
+from fleetgate.lifecycle.events import Admitted, Finished
 from fleetgate.lifecycle.hooks import Hooks
 
 
@@ -37,13 +37,15 @@ class TenantUsage:
         alone read only the tokens and spend: they count requests themselves)."""
         if requests:
             hooks.subscribe(Admitted, self.on_admitted)
-        hooks.subscribe(Charged, self.on_charged)
+        hooks.subscribe(Finished, self.on_finished)
 
     def on_admitted(self, event: Admitted) -> None:
         requests = self._requests
         requests[event.tenant] = requests.get(event.tenant, 0) + 1
 
-    def on_charged(self, event: Charged) -> None:
+    def on_finished(self, event: Finished) -> None:
+        if event.prompt_tokens is None:  # nothing it used is counted
+            return
         key = (event.model, event.tenant)
         cell = self.by_pool.get(key)
         if cell is None:

@@ -118,11 +118,19 @@ class Failover:
         finally:
             if emit.finished is not None:
                 progress = ex.progress
+                prompt: int | None = None
+                completion, cost = 0, 0.0
+                used = ex.used()
+                if used is not None and (used[0] or used[1]):  # what its tenant is charged
+                    prompt, completion = used
+                    if ex.price is not None:
+                        cost = ex.price(prompt, completion)
                 emit.finished(
                     Finished(
                         ex.request_id, self._clock(), ex.model, ex.started, status, ex.backend,
                         outcome, ex.ttft_s, progress.events if progress is not None else None,
-                        ex.tenant, ex.priority_label, ex.queued_s, ex.attempts,
+                        ex.tenant, ex.priority_label, ex.queued_s, ex.attempts, prompt,
+                        completion, cost,
                     )
                 )  # fmt: skip
 

@@ -78,11 +78,42 @@ class Exchange:
     queued_s: float | None = None  # its wait for admission (None: not admitted)
     attempts: int = 0  # tries sent (first, retries, hedges, continuations, prefill)
     usage: Usage | None = None  # what the engine said the answer used, when read
+    # What its tokens cost at its pool's prices (`pricing.cost_usd`; None: no prices).
+    price: Callable[[int, int], float] | None = None
     response_id: str = ""  # a Response's id (its stream's: `progress.id`), for follow-ups
     deadline: float = field(init=False)  # when the total timeout ends the whole exchange
+    _use: tuple[int, int] | None = field(default=None, init=False, repr=False)  # `used()`
+    _use_read: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.deadline = self.started + self.timeouts.total_s
+
+    def used(self) -> tuple[int, int] | None:
+        """The prompt and completion tokens the request used, read once it is over (for
+        Finished and its tenant's limits): the engine's `usage` when the answer had one; for
+        a stream, the estimated prompt and the events relayed that carried text (one per
+        token from a streaming engine; not the role's event nor the finish reason's, which
+        counted 2 more than vLLM's usage for every stream); nothing for an error the client
+        got instead of an answer; None (keep what was reserved) for an answer whose use is
+        unknown."""
+        if not self._use_read:
+            self._use_read = True
+            self._use = self._read_use()
+        return self._use
+
+    def _read_use(self) -> tuple[int, int] | None:
+        usage = self.usage
+        if usage is not None:
+            return usage.prompt_tokens, usage.completion_tokens
+        progress = self.progress
+        if progress is not None:
+            progress.settle()  # decodes what is left of it (it decodes in batches of 64 events)
+            if isinstance(progress, ResponsesProgress) and progress.reported is not None:
+                return progress.reported.prompt_tokens, progress.reported.completion_tokens
+            return self.routing.prompt_tokens, progress.tokens
+        if self.writer.status == 200:
+            return None
+        return 0, 0
 
 
 @dataclass(slots=True)

@@ -12,7 +12,6 @@ import pytest
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
-    Charged,
     Finished,
     Rejected,
 )
@@ -42,11 +41,10 @@ class Log:
     def answered(self, rid: bytes, tenant: str = "gold", status: int = 200, tokens: bool = True,
                  attempts: int = 1) -> None:  # fmt: skip
         e = self.emit
-        assert e.finished and e.charged
+        assert e.finished
+        used = (1024, 128, 0.000138) if tokens else (None, 0, 0.0)
         e.finished(Finished(rid, 12.4, MODEL, 10.0, status, "h100-0", "answered", 0.1205, 128,
-                            tenant, "critical", 0.05, attempts))  # fmt: skip
-        if tokens:
-            e.charged(Charged(rid, 12.4, MODEL, tenant, 1024, 128, 0.000138))
+                            tenant, "critical", 0.05, attempts, *used))  # fmt: skip
 
     def refused(self, rid: bytes, status: int = 429, reason: str = "rate_limit_exceeded") -> None:
         e = self.emit
@@ -92,7 +90,7 @@ def test_a_refused_request_names_its_reason_and_no_backend() -> None:
 def test_lines_are_written_in_one_batch_per_flush_and_tokens_go_with_their_own_request() -> None:
     log = Log()
     log.answered(b"a")
-    log.answered(b"b", tokens=False)  # no Charged: its use is not counted
+    log.answered(b"b", tokens=False)  # its use is not counted
     log.answered(b"c")
     assert len(log.scheduled) == 1  # one flush armed for the three
     lines = log.lines()
