@@ -177,7 +177,7 @@ class Pinned:
     no lookup and no list of costs. The first `requests` cells cost a request 1 (they count
     requests), the others its size (its tokens)."""
 
-    __slots__ = ("_clock", "_give", "_requests", "_sized", "cells")
+    __slots__ = ("_clock", "_give", "_requests", "_sized", "cells", "take")
 
     def __init__(
         self,
@@ -191,19 +191,44 @@ class Pinned:
         self.cells = cells
         self._requests = cells[:requests]
         self._sized = cells[requests:]
+        # Take 1 or `size` from each bucket, all or none: their levels after, in the order
+        # of `cells`, or None when one is short and nothing was taken (`take_cells` of
+        # `cells` then says why). A tenant's requests and tokens limits (the common shape)
+        # take in half the time of any other number of buckets.
+        self.take: Callable[[float], list[float] | None] = (
+            self._take_pair if requests == 1 and len(cells) == 2 else self._take_any
+        )
 
-    def take(self, size: float) -> list[float] | None:
-        """Take 1 or `size` from each bucket, all or none: their levels after, in the order
-        of `cells`, or None when one is short and nothing was taken (`take_cells` of `cells`
-        then says why). `_level` inline, on refilling buckets, one loop for each cost."""
+    def _take_pair(self, size: float) -> list[float] | None:
+        now = self._clock()
+        counted, sized = self.cells
+        # `_level` inline, on refilling buckets
+        requests = counted[0]
+        if now > counted[1]:
+            requests += counted[_RATE] * (now - counted[1])
+        if requests > counted[2]:  # capped even with no time gone: a give-back adds (`give`)
+            requests = counted[2]
+        tokens = sized[0]
+        if now > sized[1]:
+            tokens += sized[_RATE] * (now - sized[1])
+        if tokens > sized[2]:
+            tokens = sized[2]
+        if requests < 1.0 or tokens < size:
+            return None
+        requests -= 1.0
+        tokens -= size
+        counted[0], counted[1], sized[0], sized[1] = requests, now, tokens, now
+        return [requests, tokens]
+
+    def _take_any(self, size: float) -> list[float] | None:
         now = self._clock()
         levels = []
-        for cell in self._requests:
+        for cell in self._requests:  # `_level` inline, as above
             level = cell[0]
             then = cell[1]
             if now > then:
                 level += cell[_RATE] * (now - then)
-            if level > cell[2]:  # capped even with no time gone: a give-back adds (`give`)
+            if level > cell[2]:
                 level = cell[2]
             if level < 1.0:
                 return None

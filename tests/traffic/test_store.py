@@ -128,3 +128,21 @@ def test_pinned_buckets_are_never_swept_and_take_and_give_as_the_buckets_do() ->
     assert pinned.take(100) == [9, 0] and store.take_now([tpm], [1]).ok is False
     with pytest.raises(ValueError, match="refilling"):
         store.pin([], [Bucket("budget", 10, 0.0, ttl_s=60)])
+
+
+@pytest.mark.parametrize("requests", [0, 1, 2])
+def test_pinned_buckets_of_any_shape_take_all_or_none_in_their_order(requests: int) -> None:
+    clock = Clock()
+    store = MemoryStore(clock)
+    counted = [Bucket(f"rpm{i}", 2 + i, 1.0) for i in range(requests)]
+    sized = [Bucket("tpm", 100, 10.0), Bucket("key:tpm", 50, 10.0)][: 3 - requests]
+    pinned = store.pin(counted, sized)
+    assert pinned.take(30) == [1 + i for i in range(requests)] + [70, 20][: len(sized)]
+    if len(sized) == 2:
+        assert pinned.take(30) is None  # the key's 20 tokens are short: nothing taken
+        assert store.take_now(sized, [0, 0]).levels == [70, 20]
+    if requests:
+        assert pinned.take(1) is not None  # the first requests bucket is empty now
+        assert pinned.take(1) is None
+    clock.now += 1.0  # a second refills 1 request and 10 tokens to each
+    assert pinned.take(0) is not None
