@@ -251,9 +251,12 @@ class Pinned:
     def give(self, amount: float) -> None:
         """`amount` back to each bucket of the request's size (negative: it used more)."""
         if amount >= 0:
+            # Added to the level as it was, not as it is: the same level at every later time,
+            # the cap applied when it is read.
+            if len(self._sized) == 1:  # a tenant's tokens limit alone: no loop
+                self._sized[0][0] += amount
+                return
             for cell in self._sized:
-                # Added to the level as it was, not as it is: the same level at every later
-                # time, the cap applied when it is read.
                 cell[0] += amount
         else:
             self._give(self._sized, [amount] * len(self._sized))

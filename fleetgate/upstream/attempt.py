@@ -98,13 +98,14 @@ class Exchange:
         unknown."""
         if not self._use_read:
             self._use_read = True
-            self._use = self._read_use()
+            usage = self.usage  # a whole answer's: the common case, read without a call
+            if usage is not None:
+                self._use = (usage.prompt_tokens, usage.completion_tokens)
+            else:
+                self._use = self._read_use()
         return self._use
 
     def _read_use(self) -> tuple[int, int] | None:
-        usage = self.usage
-        if usage is not None:
-            return usage.prompt_tokens, usage.completion_tokens
         progress = self.progress
         if progress is not None:
             progress.settle()  # decodes what is left of it (it decodes in batches of 64 events)
