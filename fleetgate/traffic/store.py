@@ -177,7 +177,7 @@ class Pinned:
     no lookup and no list of costs. The first `requests` cells cost a request 1 (they count
     requests), the others its size (its tokens)."""
 
-    __slots__ = ("_clock", "_give", "_requests", "_sized", "cells", "take")
+    __slots__ = ("_clock", "_give", "_one", "_requests", "_sized", "cells", "take")
 
     def __init__(
         self,
@@ -191,6 +191,7 @@ class Pinned:
         self.cells = cells
         self._requests = cells[:requests]
         self._sized = cells[requests:]
+        self._one = self._sized[0] if len(self._sized) == 1 else None  # given back to alone
         # Take 1 or `size` from each bucket, all or none: their levels after, in the order
         # of `cells`, or None when one is short and nothing was taken (`take_cells` of
         # `cells` then says why). A tenant's requests and tokens limits (the common shape)
@@ -253,8 +254,9 @@ class Pinned:
         if amount >= 0:
             # Added to the level as it was, not as it is: the same level at every later time,
             # the cap applied when it is read.
-            if len(self._sized) == 1:  # a tenant's tokens limit alone: no loop
-                self._sized[0][0] += amount
+            one = self._one
+            if one is not None:  # a tenant's tokens limit alone: no loop
+                one[0] += amount
                 return
             for cell in self._sized:
                 cell[0] += amount
