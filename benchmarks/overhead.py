@@ -20,7 +20,7 @@ high enough never to refuse) and is printed beside it, as the ratio to the gatew
 both run at once and are measured window by window in turn (three rounds, medians), since on
 a shared VM the machine's speed drifts between runs by more than the difference measured.
 The pair's req/s ratio is then also taken with both loaded at once (c64 each), sharing core
-0, three windows, medians: the drift then slows both alike, and the CPU each spends per
+0, five windows, medians: the drift then slows both alike, and the CPU each spends per
 request (from /proc) is printed beside it; taken in turn, the ratio moves by +-0.1 here.
 With `--pair observability`, the same pairing compares the gateway as it runs by default
 (metrics, the request log and the dashboard's live view on) with one whose are all off;
@@ -268,7 +268,7 @@ def measure_alternately(
 
 
 def measure_at_once(
-    targets: list[tuple[str, int | None, str | None]], seconds: float, rounds: int = 3
+    targets: list[tuple[str, int | None, str | None]], seconds: float, rounds: int = 5
 ) -> list[tuple[float, float]]:
     """Each target's req/s at c64 and its CPU per request (us), all loaded at once and
     sharing core 0, medians of `rounds` windows: the host's drift, which moves windows taken
@@ -411,9 +411,9 @@ def report(results: dict[str, dict[str, float]]) -> None:
     for pair in PAIRS.values():
         if pair.base_name in results and pair.other_name in results:
             base, other = results[pair.base_name], results[pair.other_name]
-            print(f"{pair.line}: {other['shared_rps'] / base['shared_rps']:.2f}x the req/s "
+            print(f"{pair.line}: {other['shared_rps'] / base['shared_rps']:.3f}x the req/s "
                   f"loaded at once ({base['cpu_us']:.1f} / {other['cpu_us']:.1f} us of CPU a "
-                  f"request: {base['cpu_us'] / other['cpu_us']:.2f}x), "
+                  f"request: {base['cpu_us'] / other['cpu_us']:.3f}x), "
                   f"{other['rps'] / base['rps']:.2f}x loaded in turn, "
                   f"{other['p50_us'] - base['p50_us']:+,.0f} us at p50, "
                   f"{other['cpu'] / base['cpu']:.2f}x the CPU per streamed answer "
