@@ -177,7 +177,7 @@ class Pinned:
     no lookup and no list of costs. The first `requests` cells cost a request 1 (they count
     requests), the others its size (its tokens)."""
 
-    __slots__ = ("_clock", "_give", "_one", "_requests", "_sized", "cells", "take")
+    __slots__ = ("_clock", "_counted", "_give", "_one", "_sized", "cells", "take")
 
     def __init__(
         self,
@@ -189,7 +189,7 @@ class Pinned:
         self._clock = clock
         self._give = give_cells  # the store's, for a debt (`give`)
         self.cells = cells
-        self._requests = cells[:requests]
+        self._counted = requests
         self._sized = cells[requests:]
         self._one = self._sized[0] if len(self._sized) == 1 else None  # given back to alone
         # Take 1 or `size` from each bucket, all or none: their levels after, in the order
@@ -223,27 +223,18 @@ class Pinned:
 
     def _take_any(self, size: float) -> list[float] | None:
         now = self._clock()
+        counted = self._counted
         levels = []
-        for cell in self._requests:  # `_level` inline, as above
+        for i, cell in enumerate(self.cells):  # `_level` inline, as above
             level = cell[0]
-            then = cell[1]
-            if now > then:
-                level += cell[_RATE] * (now - then)
+            if now > cell[1]:
+                level += cell[_RATE] * (now - cell[1])
             if level > cell[2]:
                 level = cell[2]
-            if level < 1.0:
+            level -= 1.0 if i < counted else size
+            if level < 0:
                 return None
-            levels.append(level - 1.0)
-        for cell in self._sized:
-            level = cell[0]
-            then = cell[1]
-            if now > then:
-                level += cell[_RATE] * (now - then)
-            if level > cell[2]:
-                level = cell[2]
-            if level < size:
-                return None
-            levels.append(level - size)
+            levels.append(level)
         for cell, level in zip(self.cells, levels):  # noqa: B905 (same length)
             cell[0] = level
             cell[1] = now
