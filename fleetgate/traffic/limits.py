@@ -191,7 +191,8 @@ class Limits:
             output = max_tokens if max_tokens is not None else self._assumed
             levels = pinned.take(prompt_tokens + output)
             if levels is not None:
-                head = plan.template % plan.pick(levels)  # plan.head, without a call
+                pick = plan.pick  # plan.head, without a call
+                head = plan.template % (levels if pick is None else pick(levels))
                 return Reservation(plan, prompt_tokens, output, pricing, head)
             costs = plan.costs(prompt_tokens + output)
             taken = local.take_cells(pinned.cells, costs)  # why, or taken if it refilled since
@@ -305,13 +306,13 @@ class _Plan:
             if any(lim.kind == kind for lim in limits)
         )
         # An answer's header lines, each limit's figure in place and %d for what remains.
-        # With one bucket of each kind (the common case) the figures are known now and `pick`
-        # takes the levels (one index: the level itself, as % takes it); else it finds the
-        # tightest bucket of each kind, its figure and its level.
+        # With one bucket of each kind (the common case) the figures are known now and
+        # `pick` takes the levels (None: all of them, in order); else it finds the tightest
+        # bucket of each kind, its figure and its level.
         single = all(len(indices) == 1 for _, indices in self.by_kind)
         firsts = tuple(indices[0] for _, indices in self.by_kind)
-        self.pick: Callable[[list[float]], Any] = (
-            (operator.itemgetter(*firsts) if firsts else lambda levels: ())
+        self.pick: Callable[[Sequence[float]], tuple[Any, ...]] | None = (
+            (None if firsts == tuple(range(len(limits))) else _picker(firsts))
             if single
             else self._tightest
         )
@@ -328,13 +329,13 @@ class _Plan:
             costs[i] = tokens
         return costs
 
-    def head(self, levels: list[float]) -> bytes:
+    def head(self, levels: Sequence[float]) -> bytes:
         """The x-ratelimit-limit-* and -remaining-* header lines of an admitted request, from
         the tightest requests and tokens buckets."""
-        head: bytes = self.template % self.pick(levels)
+        head: bytes = self.template % (tuple(levels) if self.pick is None else self.pick(levels))
         return head
 
-    def _tightest(self, levels: list[float]) -> tuple[bytes | float, ...]:
+    def _tightest(self, levels: Sequence[float]) -> tuple[bytes | float, ...]:
         values: list[bytes | float] = []
         for _, indices in self.by_kind:
             i = min(indices, key=levels.__getitem__)
@@ -355,6 +356,14 @@ class _Plan:
             headers.append((names[1], b"%d" % level if level > 0 else b"0"))
             headers.append((names[2], duration(wait).encode()))
         return headers
+
+
+def _picker(indices: tuple[int, ...]) -> Callable[[Sequence[float]], tuple[Any, ...]]:
+    """The levels at `indices`, as a tuple (itemgetter, made in C, gives a lone one bare)."""
+    if len(indices) > 1:
+        get: Callable[[Sequence[float]], tuple[Any, ...]] = operator.itemgetter(*indices)
+        return get
+    return lambda levels: tuple(levels[i] for i in indices)
 
 
 def _refusal(

@@ -196,11 +196,11 @@ class Pinned:
         # of `cells`, or None when one is short and nothing was taken (`take_cells` of
         # `cells` then says why). A tenant's requests and tokens limits (the common shape)
         # take in half the time of any other number of buckets.
-        self.take: Callable[[float], list[float] | None] = (
+        self.take: Callable[[float], tuple[float, ...] | None] = (
             self._take_pair if requests == 1 and len(cells) == 2 else self._take_any
         )
 
-    def _take_pair(self, size: float) -> list[float] | None:
+    def _take_pair(self, size: float) -> tuple[float, ...] | None:
         now = self._clock()
         counted, sized = self.cells
         # `_level` inline, on refilling buckets
@@ -219,9 +219,9 @@ class Pinned:
         requests -= 1.0
         tokens -= size
         counted[0], counted[1], sized[0], sized[1] = requests, now, tokens, now
-        return [requests, tokens]
+        return (requests, tokens)
 
-    def _take_any(self, size: float) -> list[float] | None:
+    def _take_any(self, size: float) -> tuple[float, ...] | None:
         now = self._clock()
         counted = self._counted
         levels = []
@@ -238,7 +238,7 @@ class Pinned:
         for cell, level in zip(self.cells, levels):  # noqa: B905 (same length)
             cell[0] = level
             cell[1] = now
-        return levels
+        return tuple(levels)
 
     def give(self, amount: float) -> None:
         """`amount` back to each bucket of the request's size (negative: it used more)."""

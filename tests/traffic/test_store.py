@@ -112,7 +112,7 @@ def test_pinned_buckets_are_never_swept_and_take_and_give_as_the_buckets_do() ->
     store = MemoryStore(clock)
     rpm, tpm, other = Bucket("rpm", 10, 1.0), Bucket("tpm", 100, 10.0), Bucket("other", 10, 1.0)
     pinned = store.pin([rpm], [tpm])
-    assert pinned.take(40) == [9, 60]  # 1 request, 40 tokens
+    assert pinned.take(40) == (9, 60)  # 1 request, 40 tokens
     pinned.give(5)  # used 35: 5 back to the tokens bucket alone
     assert store.take_now([rpm, tpm], [0, 0]).levels == [9, 65]  # the same state, either way
     assert pinned.take(70) is None  # short of tokens: all or none, nothing was taken
@@ -120,12 +120,12 @@ def test_pinned_buckets_are_never_swept_and_take_and_give_as_the_buckets_do() ->
     pinned.give(-80)  # used 80 more than reserved: a debt, at this instant
     assert store.take_now([tpm], [0]).levels == [-15]
     clock.now += 2.0  # refills 2 requests (capped at 10) and 20 tokens
-    assert pinned.take(1) == [9, 4]
+    assert pinned.take(1) == (9, 4)
     store.take_now([other], [1])
     clock.now += 100  # all full again: the unpinned one is forgotten at the next sweep
     store._sweep(clock())
     assert len(store) == 2
-    assert pinned.take(100) == [9, 0] and store.take_now([tpm], [1]).ok is False
+    assert pinned.take(100) == (9, 0) and store.take_now([tpm], [1]).ok is False
     with pytest.raises(ValueError, match="refilling"):
         store.pin([], [Bucket("budget", 10, 0.0, ttl_s=60)])
 
@@ -137,7 +137,7 @@ def test_pinned_buckets_of_any_shape_take_all_or_none_in_their_order(requests: i
     counted = [Bucket(f"rpm{i}", 2 + i, 1.0) for i in range(requests)]
     sized = [Bucket("tpm", 100, 10.0), Bucket("key:tpm", 50, 10.0)][: 3 - requests]
     pinned = store.pin(counted, sized)
-    assert pinned.take(30) == [1 + i for i in range(requests)] + [70, 20][: len(sized)]
+    assert pinned.take(30) == (*(1 + i for i in range(requests)), *[70, 20][: len(sized)])
     if len(sized) == 2:
         assert pinned.take(30) is None  # the key's 20 tokens are short: nothing taken
         assert store.take_now(sized, [0, 0]).levels == [70, 20]
