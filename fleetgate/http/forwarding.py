@@ -30,12 +30,6 @@ _OWN_PREFIXES = (b"proxy-", b"x-fleetgate-")
 _NOT_RETURNED = HOP_BY_HOP | {b"content-length", b"x-request-id"}
 # Connection values naming no other header: nearly all of them (then nothing more to drop).
 _PLAIN_CONNECTION = frozenset({b"keep-alive", b"Keep-Alive", b"close", b"Close"})
-# The rate-limit headers OpenAI's API sends (and the gateway, for a limited tenant).
-RATE_LIMIT_HEADERS = frozenset(
-    f"x-ratelimit-{part}-{kind}".encode()
-    for part in ("limit", "remaining", "reset")
-    for kind in ("requests", "tokens")
-)
 _MAX_VERDICTS = 4096  # names remembered; a client inventing names gets them judged each time
 
 
@@ -74,15 +68,16 @@ def returned(
     headers: Sequence[tuple[bytes, bytes]], own_limits: bool = False
 ) -> list[tuple[bytes, bytes]]:
     """The upstream's response headers (lower-case names) that go on to the client; with
-    `own_limits` (the gateway sends its tenant's x-ratelimit-*), not the upstream's
-    rate-limit headers: a client given both would read a pair of each."""
+    `own_limits` (the gateway sends its tenant's x-ratelimit-*), none of the upstream's
+    x-ratelimit-*: a client given both would read a pair of each, or its provider's limits."""
     out = []
     connection = None
     for name, value in headers:
         if name in _NOT_RETURNED:
             if name == b"connection":
                 connection = value
-        elif not (own_limits and name in RATE_LIMIT_HEADERS):
+        # The first byte before the prefix: nearly no name starts with x (120).
+        elif not (own_limits and name and name[0] == 120 and name.startswith(b"x-ratelimit-")):
             out.append((name, value))
     if connection is not None and connection not in _PLAIN_CONNECTION:
         # The headers it names are hop-by-hop too.

@@ -373,11 +373,19 @@ def _refusal(
     headers: list[tuple[bytes, bytes]],
     now: float,
 ) -> Refusal:
-    """The refusal for the limit that keeps the request waiting longest."""
+    """The refusal for the limit that keeps the request waiting longest; on a tie, the one
+    configured first (the tenant's before the key's, requests before tokens, a budget last),
+    whatever the order of a plan's buckets."""
     short = [
         (lim, c, lvl) for lim, c, lvl in zip(limits, costs, taken.levels, strict=True) if lvl < c
     ]
-    limit, cost, level = max(short, key=lambda s: s[0].wait_s(s[1], s[2], now))
+    limit, cost, level = min(
+        short,
+        key=lambda s: (
+            -s[0].wait_s(s[1], s[2], now),
+            s[0].kind == "budget", s[0].per_key, s[0].kind != "requests",
+        ),
+    )  # fmt: skip
     retry = limit.wait_s(cost, level, now)
     if limit.kind == "budget":
         unit = "USD" if limit.usd else "tokens"

@@ -175,7 +175,9 @@ class Pinned:
     """A caller's refilling buckets pinned in the in-process store (`MemoryStore.pin`): the
     ones it asks for with every request (a key's rate limits), taken from and given to with
     no lookup and no list of costs. The first `requests` cells cost a request 1 (they count
-    requests), the others its size (its tokens)."""
+    requests), the others its size (its tokens). Its takes are not counted toward the
+    store's sweeps: only unpinned buckets are swept (budgets), and each is made by a take
+    that is counted, so what waits for a sweep stays bounded."""
 
     __slots__ = ("_clock", "_counted", "_give", "_one", "_sized", "cells", "take")
 

@@ -30,12 +30,15 @@ def test_an_upstream_s_answer_headers_come_back_but_hop_by_hop_and_the_gateway_s
         (b"transfer-encoding", b"chunked"), (b"connection", b"close, x-hop"), (b"x-hop", b"1"),
         (b"keep-alive", b"timeout=5"), (b"x-request-id", b"upstream"), (b"retry-after", b"2"),
         (b"openai-processing-ms", b"41"), (b"x-ratelimit-remaining-tokens", b"100"),
+        (b"x-ratelimit-limit-tokens_usage_based", b"9"), (b"x-ratelimit-remaining", b"8"),
     ]  # fmt: skip
     assert returned(headers) == [
         (b"content-type", b"application/json"), (b"retry-after", b"2"),
         (b"openai-processing-ms", b"41"), (b"x-ratelimit-remaining-tokens", b"100"),
+        (b"x-ratelimit-limit-tokens_usage_based", b"9"), (b"x-ratelimit-remaining", b"8"),
     ]  # fmt: skip
-    # When the gateway sends its tenant's own x-ratelimit-*, the upstream's are not returned.
+    # When the gateway sends its tenant's own x-ratelimit-*, none of the upstream's are returned
+    # (nor its provider's other limits, which a client would read as the tenant's).
     assert returned(headers, own_limits=True) == [
         (b"content-type", b"application/json"), (b"retry-after", b"2"),
         (b"openai-processing-ms", b"41"),

@@ -117,6 +117,18 @@ async def test_each_key_has_its_own_limit_beside_the_tenants() -> None:
         await reserve(lim, t, key="b")  # another key of the same tenant is not held up
 
 
+async def test_of_limits_that_refuse_for_as_long_the_one_configured_first_is_named() -> None:
+    lim = limits(Clock())
+    t = tenant(limits={"tokens_per_minute": 1800, "tokens_burst": 30},
+               key_limits={"requests_per_minute": 60, "requests_burst": 1})  # fmt: skip
+    await reserve(lim, t, prompt=10, out=20)  # empties both: 30 tokens, 1 request
+    # Both refuse the next for 1 s: the tenant's tokens limit (before the key's) is named,
+    # and what it says is what helps: this request is larger than it ever allows.
+    no = await refused(lim, t, prompt=10, out=30)
+    assert no.retry_after_s == pytest.approx(1.0)
+    assert "more than the tenant's limit allows at once (30)" in no.message
+
+
 async def test_a_refused_request_takes_nothing_from_any_limit() -> None:
     lim = limits(Clock())
     t = tenant(limits={"requests_per_minute": 5, "tokens_per_minute": 100})
