@@ -14,9 +14,8 @@ import openai
 import pytest
 from openai.types import Batch
 
-from fleetgate.config import parse_config
-from fleetgate.serve import RunningGateway, start_gateway
-from tests.gateway.test_credentials import Recorder
+from fleetgate.serve import RunningGateway
+from tests.gateway.recording import Recorder, recorded_gateway
 
 ALICE, BOB = "sk-alice-batches-key", "sk-bob-batches-key"
 CHAT = "/v1/chat/completions"
@@ -59,28 +58,17 @@ class Setup:
 
 @pytest.fixture
 async def setup(tmp_path: Path) -> AsyncIterator[Setup]:
-    recorder = Recorder()
-    server = await asyncio.start_server(recorder.handle, "127.0.0.1", 0)
-    recorder.port = server.sockets[0].getsockname()[1]
     config: dict[str, Any] = {
-        "server": {"port": 0},
         "request_log": {"enabled": False},
         "tenants": [{"name": "alice", "keys": [ALICE], "limits": {"tokens_per_minute": 10**6}},
                     {"name": "bob", "keys": [BOB]}],
-        "pools": [{"model": "m", "engine_priority": True, "health_check": {"enabled": False},
-                   "engine_metrics": {"enabled": False},
-                   "backends": [{"url": f"http://127.0.0.1:{recorder.port}"}]}],
         "batches": {"dir": str(tmp_path / "batches"), "max_files_per_tenant": 3},
     }  # fmt: skip
-    running = await start_gateway(parse_config(config))
-    setup = Setup(recorder, running)
-    yield setup
-    await setup.alice.close()
-    await setup.bob.close()
-    await running.close()
-    if recorder.tasks:
-        await asyncio.wait(recorder.tasks, timeout=5)
-    server.close()
+    async with recorded_gateway(config, {"engine_priority": True}) as (recorder, running):
+        setup = Setup(recorder, running)
+        yield setup
+        await setup.alice.close()
+        await setup.bob.close()
 
 
 async def ended(client: openai.AsyncOpenAI, batch_id: str) -> Batch:

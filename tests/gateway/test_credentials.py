@@ -4,92 +4,37 @@ allowed them. Over a recording upstream on a real socket."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
 
-from fleetgate.config import parse_config
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.serve import start_gateway
+from tests.gateway.recording import Recorder, recorded_gateway
 
 CLIENT_KEY, BACKEND_KEY = "sk-client-secret-key", "backend-secret"
 ENGINE_KEY = "sk-engine-fields-key"
 
 
-class Recorder:
-    """An OpenAI-compatible upstream that answers every chat with 5 completion tokens (and
-    rate-limit headers of its own, as a provider's API does) and keeps each request's
-    headers."""
-
-    def __init__(self) -> None:
-        self.heads: list[dict[str, str]] = []
-        self.bodies: list[dict[str, Any]] = []
-        self.port = 0
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                request_line, *lines = head.decode().split("\r\n")
-                pairs = (line.split(": ", 1) for line in lines if line)
-                headers = {name.lower(): value for name, value in pairs}
-                sent = await reader.readexactly(int(headers.get("content-length", "0")))
-                if request_line.startswith("POST "):  # not the gateway's probes of the engine
-                    self.heads.append(headers)
-                try:
-                    if request_line.startswith("POST "):
-                        self.bodies.append(json.loads(sent))
-                except ValueError:  # a form upload, passed through as it came
-                    self.bodies.append({"raw": sent.decode("latin-1")})
-                body = json.dumps({
-                    "id": "c1", "object": "chat.completion", "created": 1, "model": "m",
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": "hello"}}],
-                    "usage": {"prompt_tokens": 7, "completion_tokens": 5, "total_tokens": 12},
-                }).encode()  # fmt: skip
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    b"x-ratelimit-limit-requests: 5000\r\nx-ratelimit-remaining-tokens: 99\r\n"
-                    b"content-length: %d\r\n\r\n%b" % (len(body), body)
-                )
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-
 @pytest.fixture
 async def setup() -> AsyncIterator[tuple[Recorder, openai.AsyncOpenAI]]:
-    recorder = Recorder()
-    server = await asyncio.start_server(recorder.handle, "127.0.0.1", 0)
-    recorder.port = server.sockets[0].getsockname()[1]
-    url = f"http://127.0.0.1:{recorder.port}"
     config: dict[str, Any] = {
-        "server": {"port": 0},
         "tenants": [
             {"name": "t", "keys": [CLIENT_KEY], "limits": {"tokens_per_minute": 1000}},
             {"name": "pd", "keys": [ENGINE_KEY], "engine_fields": True},
         ],
-        "pools": [{"model": "m", "health_check": {"enabled": False},
-                   "pricing": {"input_per_1m_usd": 1000, "output_per_1m_usd": 2000},
-                   "engine_metrics": {"enabled": False},
-                   "backends": [{"url": url, "api_key": BACKEND_KEY}]}],
-    }  # fmt: skip
-    running = await start_gateway(parse_config(config))
-    client = openai.AsyncOpenAI(
-        base_url=f"http://127.0.0.1:{running.port}/v1", api_key=CLIENT_KEY, max_retries=0
-    )
-    yield recorder, client
-    await client.close()
-    await running.close()  # closes its connections: each handler sees the end and returns
-    await asyncio.wait(recorder.tasks, timeout=5)
-    server.close()
+    }
+    pricing = {"input_per_1m_usd": 1000, "output_per_1m_usd": 2000}
+    async with recorded_gateway(config, {"pricing": pricing}, {"api_key": BACKEND_KEY}) as (
+        recorder,
+        running,
+    ):
+        client = openai.AsyncOpenAI(
+            base_url=f"http://127.0.0.1:{running.port}/v1", api_key=CLIENT_KEY, max_retries=0
+        )
+        yield recorder, client
+        await client.close()
 
 
 async def test_the_backend_gets_its_own_key_never_the_clients(

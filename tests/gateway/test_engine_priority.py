@@ -3,16 +3,13 @@ whatever the client wrote there. Over a recording upstream on a real socket."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
 
-from fleetgate.config import parse_config
-from fleetgate.serve import start_gateway
-from tests.gateway.test_credentials import Recorder
+from tests.gateway.recording import Recorder, recorded_gateway
 
 KEYS = {"gold": "sk-gold-priority-key", "bronze": "sk-bronze-priority-key",
         "bulk": "sk-bulk-priority-key"}  # fmt: skip
@@ -20,26 +17,16 @@ KEYS = {"gold": "sk-gold-priority-key", "bronze": "sk-bronze-priority-key",
 
 @pytest.fixture
 async def gateway() -> AsyncIterator[tuple[Recorder, str]]:
-    recorder = Recorder()
-    server = await asyncio.start_server(recorder.handle, "127.0.0.1", 0)
-    recorder.port = server.sockets[0].getsockname()[1]
     config: dict[str, Any] = {
-        "server": {"port": 0},
         "request_log": {"enabled": False},
         "tenants": [
             {"name": "gold", "keys": [KEYS["gold"]], "priority": "critical"},
             {"name": "bronze", "keys": [KEYS["bronze"]], "priority": "sheddable"},
             {"name": "bulk", "keys": [KEYS["bulk"]], "batch": True},
         ],
-        "pools": [{"model": "m", "engine_priority": True, "health_check": {"enabled": False},
-                   "engine_metrics": {"enabled": False},
-                   "backends": [{"url": f"http://127.0.0.1:{recorder.port}"}]}],
-    }  # fmt: skip
-    running = await start_gateway(parse_config(config))
-    yield recorder, f"http://127.0.0.1:{running.port}/v1"
-    await running.close()
-    await asyncio.wait(recorder.tasks, timeout=5)
-    server.close()
+    }
+    async with recorded_gateway(config, {"engine_priority": True}) as (recorder, running):
+        yield recorder, f"http://127.0.0.1:{running.port}/v1"
 
 
 async def test_each_request_reaches_the_engine_with_its_class_as_priority(

@@ -4,38 +4,26 @@ on a real socket, with keys on."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
 import pytest
 
-from fleetgate.config import parse_config
-from fleetgate.serve import start_gateway
-from tests.gateway.test_credentials import Recorder
+from tests.gateway.recording import Recorder, recorded_gateway
 
 KEYS = {"a": "sk-tenant-a-follow-up", "b": "sk-tenant-b-follow-up"}
 
 
 @pytest.fixture
 async def url() -> AsyncIterator[tuple[Recorder, str]]:
-    recorder = Recorder()  # answers every POST with a body whose id is "c1"
-    server = await asyncio.start_server(recorder.handle, "127.0.0.1", 0)
-    recorder.port = server.sockets[0].getsockname()[1]
     config: dict[str, Any] = {
-        "server": {"port": 0},
         "request_log": {"enabled": False},
         "tenants": [{"name": n, "keys": [k]} for n, k in KEYS.items()],
-        "pools": [{"model": "m", "health_check": {"enabled": False},
-                   "engine_metrics": {"enabled": False},
-                   "backends": [{"url": f"http://127.0.0.1:{recorder.port}"}]}],
-    }  # fmt: skip
-    running = await start_gateway(parse_config(config))
-    yield recorder, f"http://127.0.0.1:{running.port}/v1"
-    await running.close()
-    await asyncio.wait(recorder.tasks, timeout=5)
-    server.close()
+    }
+    # The recorder answers every POST with a body whose id is "c1".
+    async with recorded_gateway(config) as (recorder, running):
+        yield recorder, f"http://127.0.0.1:{running.port}/v1"
 
 
 async def test_another_tenant_cannot_follow_up_a_response(url: tuple[Recorder, str]) -> None:
