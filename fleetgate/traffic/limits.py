@@ -140,10 +140,9 @@ class Limits:
         # Requests buckets first, as the pinned cells are (the levels come in this order).
         plan = _Plan(tuple(sorted(limits, key=lambda limit: limit.kind != "requests")))
         if self._local is not None:  # its buckets are asked for with every request of the key
-            kinds = plan.per_request
             plan.pinned = self._local.pin(
-                [b for b, one in zip(plan.buckets, kinds, strict=True) if one],
-                [b for b, one in zip(plan.buckets, kinds, strict=True) if not one],
+                [limit.bucket for limit in plan.limits if limit.kind == "requests"],
+                [limit.bucket for limit in plan.limits if limit.kind != "requests"],
             )
         self._plans[key_id or f"tenant:{tenant.name}"] = plan
         return plan
