@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test lint typecheck unit bench-overhead clean
+.PHONY: run test test-deps lint typecheck unit bench-overhead clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,7 +24,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-unit: $(STAMP)
+# Programs from outside Python that the tests use (redis-server, prometheus, chromium).
+test-deps:
+	scripts/test-deps.sh
+
+unit: $(STAMP) test-deps
 	$(BIN)/pytest
 
 bench-overhead: $(STAMP)

