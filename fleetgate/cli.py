@@ -93,7 +93,19 @@ def _worker_gpu_agent(args: argparse.Namespace) -> int:
 
 def _worker_embed(args: argparse.Namespace) -> int:
     from fleetgate.workers.embed.batcher import BatchingSettings
-    from fleetgate.workers.embed.worker import EmbedSettings, serve_embed
+    from fleetgate.workers.embed.settings import EXTRA_MODULES, EmbedSettings
+
+    try:
+        from fleetgate.workers.embed.worker import serve_embed
+    except ModuleNotFoundError as exc:
+        if exc.name is None or exc.name.partition(".")[0] not in EXTRA_MODULES:
+            raise
+        print(
+            f"fleetgate worker embed: needs the embed extra (no module named {exc.name!r}):"
+            " pip install 'fleetgate[embed]'",
+            file=sys.stderr,
+        )
+        return 1
 
     try:
         batching = BatchingSettings(
@@ -114,7 +126,7 @@ def _worker_embed(args: argparse.Namespace) -> int:
 
 def _add_embed_arguments(embed: argparse.ArgumentParser) -> None:
     from fleetgate.workers.embed.batcher import BatchingSettings
-    from fleetgate.workers.embed.worker import EmbedSettings
+    from fleetgate.workers.embed.settings import EmbedSettings
 
     e, b = EmbedSettings(), BatchingSettings()
     embed.add_argument("--host", default="127.0.0.1")

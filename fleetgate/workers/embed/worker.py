@@ -22,9 +22,8 @@ import msgspec
 from fleetgate.http.server import HttpServer, Request, start_server
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.openai_api import error_body, send_error
-from fleetgate.settings import Settings, at_least
 from fleetgate.traffic.door import retry_after
-from fleetgate.workers.embed.batcher import Batcher, BatchingSettings, BatchRun, Overloaded
+from fleetgate.workers.embed.batcher import Batcher, BatchRun, Overloaded
 from fleetgate.workers.embed.metrics import EmbedMetrics
 from fleetgate.workers.embed.model import MAX_INPUT_TOKENS, NATIVE_DIMS, MiniLM
 from fleetgate.workers.embed.request import (
@@ -33,25 +32,11 @@ from fleetgate.workers.embed.request import (
     RequestRules,
     parse_request,
 )
+from fleetgate.workers.embed.settings import EmbedSettings
 from fleetgate.workers.embeddings import embeddings_answer
 
 _JSON = [(b"content-type", b"application/json")]
 _Route = Callable[[Request, ResponseWriter], Awaitable[None]]
-
-
-class EmbedSettings(Settings, frozen=True):
-    """What `fleetgate worker embed` serves, and how."""
-
-    model_name: str = "all-MiniLM-L6-v2"  # the id /v1/models lists and requests may name
-    model_path: str | None = None  # an ONNX export of all-MiniLM-L6-v2; None: the packaged one
-    # Threads onnxruntime uses inside one batch. 1 on a 2-core machine: the event loop
-    # (HTTP, JSON, tokenizing) keeps the other core, and batching, not threads, brings the
-    # throughput (measured: 2 threads on 2 cores starve the loop under load).
-    intra_op_threads: int = 1
-    batching: BatchingSettings = BatchingSettings()
-
-    def __post_init__(self) -> None:
-        at_least("intra_op_threads", self.intra_op_threads, 1)
 
 
 class EmbedWorker:
