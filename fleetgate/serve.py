@@ -316,7 +316,7 @@ class RunningGateway:
         self._batches = batches  # stopped first: a request it has in flight runs again later
         self._checker = checker
         self._scraper = scraper
-        self._background = background  # the TLS files' reload checks
+        self._background = background  # the TLS files' reload checks, GPU readings' expiry
         self.gateway = gateway
         self.pools = pools
         self._client = client
@@ -372,9 +372,11 @@ def compose(
     request_log: RequestLog | None = None,
     tracing: Tracing | None = None,
     batch_store: BatchStore | None = None,
+    background: PeriodicTasks | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
-    scraper, when given, start probing the backends (a benchmark or a simulator gives none);
+    scraper, when given, start probing the backends (a benchmark or a simulator gives none),
+    and `background` runs the gateway's own periodic work (GPU readings growing stale);
     limits are counted in `limit_store`, in this process's memory when none is given; each
     request is written to `request_log` when one is given, and traced by `tracing`; the Batch
     API keeps its files and batches in `batch_store` (none: the API is off), and the batches
@@ -384,12 +386,20 @@ def compose(
     clusters: dict[str, Cluster] = {}
     slo = SloBook({p.model: p.slo for p in config.pools}, clock)
     usage = TenantUsage(t.name for t in config.tenants)  # the metrics', dashboard's, admin's
+    gpus = GpuBoard(clock)  # the GPU agents' readings, for the pools that take them
     metrics = GatewayMetrics(
         lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
         lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
         slo.status,
         clock,
         lambda: usage.by_pool,
+        tenants=[
+            (t.name, t.priority.label)
+            for t in tenants.values()
+            if not (config.auth_enabled and t is ANONYMOUS)
+        ],
+        auth=config.auth_enabled,
+        gpu_expiries=gpus.expiries,
     )
     exporters = [slo.subscribe]
     if config.server.metrics:
@@ -445,7 +455,6 @@ def compose(
     if config.server.admin:
         members = Membership(pools, clock, probes)
         admin = Admin(pools, clock, members, picks, usage, config, audit, slo)
-    gpus = GpuBoard(clock)  # the GPU agents' readings, for the pools that take them
     for pool_config in config.pools:
         if pool_config.gpu.enabled:
             for part in _parts(clusters[pool_config.model]):
@@ -458,6 +467,12 @@ def compose(
         audit.subscribe(edge)
     edge_emit = Emitters(edge)
     gpus.on_change = edge_emit.gpu_changed
+    if background is not None and gpus.watching:
+
+        async def expire_gpu_readings() -> None:
+            gpus.expire()
+
+        background.every(gpus.expire_every_s, 0.0, expire_gpu_readings, wait_first=True)
     door, operators = build_front_door(config, tenants, clock, wall_clock, limit_store)
     render = metrics.render if config.server.metrics else None
     batch_api = None
@@ -542,7 +557,7 @@ async def start_gateway(
         gateway, clusters = compose(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
             checker=checker, scraper=scraper, limit_store=store, request_log=request_log,
-            tracing=tracing, batch_store=batch_store,
+            tracing=tracing, batch_store=batch_store, background=background,
         )  # fmt: skip
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server

@@ -66,15 +66,20 @@ class GpuReading(msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_d
 
 GpuReadings = Annotated[list[GpuReading], msgspec.Meta(min_length=1, max_length=MAX_GPUS)]
 
+# A backend's GPUs as the gateway judges them (health/gpu.py): `fault` (unhealthy: out of
+# routing), `throttled` (routed at a lower weight), `ok`, or `stale`: the agent's last
+# readings are older than the pool's `gpu.stale_after_s`, so they judge nothing any more.
+GpuState = Literal["fault", "throttled", "ok", "stale"]
 
-class GpuStatus(msgspec.Struct, frozen=True):
+
+class GpuStatus(msgspec.Struct, frozen=True, kw_only=True):
     """A backend's GPUs as the gateway last heard of them (health/gpu.py keeps it on the
-    backend's state; /admin/backends and /metrics show it)."""
+    backend's state; /admin/backends, /metrics and the dashboard show it). Stale, it keeps
+    the last readings and what they said, which no longer count."""
 
     at: float  # when the readings came (the gateway's clock)
+    state: GpuState  # what they make of the backend; `stale` once they are too old
     readings: tuple[GpuReading, ...]
     faults: tuple[str, ...]  # what makes it unhealthy in them, e.g. "gpu 3: xid 79"
-    throttling: tuple[
-        str, ...
-    ]  # the throttle reasons that lower its weight, e.g. "gpu 0: hw_thermal"
+    throttling: tuple[str, ...]  # the throttle reasons that lower its weight, "gpu 0: hw_thermal"
     xid_totals: dict[int, int]  # XIDs reported per GPU index since the gateway started

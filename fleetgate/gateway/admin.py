@@ -271,6 +271,7 @@ def _gpus(state: BackendState, now: float) -> dict[str, Any] | None:
     if gpus is None:
         return None
     return {
+        "state": gpus.state,  # ok, throttled, fault; stale: too old to count (the rest kept)
         "age_s": now - gpus.at,
         "faults": gpus.faults,
         "throttling": gpus.throttling,

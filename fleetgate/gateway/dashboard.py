@@ -2,7 +2,8 @@
 
     GET /dashboard              the page; its script, styles and uPlot (vendored, MIT) beside it
     GET /dashboard/snapshot     the fleet now, as JSON: every pool's backends (health, load,
-                                the engine's own), admission and objectives; each tenant's use;
+                                the engine's own, the GPU agent's verdict or its staleness),
+                                admission and objectives; each tenant's use;
                                 the last ejections; the last five minutes second by second
     GET /dashboard/events       the same as server-sent events, one a second; the first carries
                                 the whole history, each later one only the seconds since
@@ -26,6 +27,7 @@ from importlib import resources
 import msgspec
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.gpu import GpuState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.http.server import Request
@@ -61,6 +63,11 @@ class Engine(msgspec.Struct):
     kv_usage: float
 
 
+class GpuView(msgspec.Struct):
+    state: GpuState  # stale: its agent has sent nothing for pools[].gpu.stale_after_s
+    age_s: float  # since its agent's last readings
+
+
 class BackendView(msgspec.Struct):
     id: str
     name: str
@@ -77,6 +84,7 @@ class BackendView(msgspec.Struct):
     ttft_s: float | None
     e2e_s: float | None
     ejected_for_s: float | None  # until an ejected backend returns
+    gpu: GpuView | None  # its GPU agent's verdict (None: no agent has sent readings)
 
 
 class AdmissionView(msgspec.Struct):
@@ -221,6 +229,7 @@ def _backend(state: BackendState, pool: Pool, role: str, now: float) -> BackendV
     engine = state.engine
     latency = state.latency
     until = pool.ejected_until(state)
+    gpus = state.gpus
     return BackendView(
         state.backend.id, state.backend.name, role, state.verdict(now).value,
         [name for flag, name in _FLAGS if flag in state.flags], state.in_flight,
@@ -228,4 +237,5 @@ def _backend(state: BackendState, pool: Pool, role: str, now: float) -> BackendV
         dict(state.backend.labels),
         None if engine is None else Engine(engine.running, engine.waiting, engine.kv_usage),
         latency.ttft_s, latency.e2e_s, None if until is None else max(0.0, until - now),
+        None if gpus is None else GpuView(gpus.state, now - gpus.at),
     )  # fmt: skip

@@ -10,22 +10,33 @@ pushed with heartbeats, judged against the pool's `gpu:` thresholds.
 
 Any one GPU of a backend is enough. A fault holds until the readings have been free of faults
 for `clean_for_s` (an XID is reported once, so that is how long after the last one); the
-throttle holds while the latest reading throttles. Readings change the verdict only when they
-come: an agent that stops leaves the last one in place (its `age_s` in /admin/backends grows);
-that the engine answers is for the pool's health check to say.
+throttle holds while the latest reading throttles. Readings older than `stale_after_s` judge
+nothing: an agent that stopped pushing cannot keep a backend out of routing, or at a lower
+weight, for good. Its verdict is dropped (the backend `stale`, judged by its other detectors
+again: that the engine answers is for the pool's health check to say) when the board's
+periodic `expire` finds them too old, not when they are next read, so that the backend returns
+with no new reading and routing never checks ages.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+import msgspec
+
 from fleetgate.fleet.backend import BackendState
-from fleetgate.fleet.gpu import THROTTLE_REASONS, GpuReading, GpuStatus, ThrottleReason
+from fleetgate.fleet.gpu import (
+    THROTTLE_REASONS,
+    GpuReading,
+    GpuState,
+    GpuStatus,
+    ThrottleReason,
+)
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
-from fleetgate.lifecycle.events import GpuChanged, GpuState
-from fleetgate.settings import Settings, at_least, within
+from fleetgate.lifecycle.events import GpuChanged
+from fleetgate.settings import Settings, at_least, positive_seconds, within
 
 # XIDs an application's own fault causes (a kernel's bad address, a timeout), not the GPU's:
 # the NVIDIA Kubernetes device plugin skips the same ones by default.
@@ -47,10 +58,14 @@ class GpuSettings(Settings, frozen=True):
     )  # fmt: skip
     throttled_weight: float = 0.5  # a throttling backend's weight is multiplied by this
     clean_for_s: float = 30.0  # fault-free readings this long before an unhealthy one returns
+    # Readings older than this judge nothing (the backend is `stale`): three of the agent's
+    # pushes (its --interval, 5 s by default), so that one or two lost ones do not count.
+    stale_after_s: float = 15.0
 
     def __post_init__(self) -> None:
         within("throttled_weight", self.throttled_weight, 0, 1, open_low=True)
         at_least("clean_for_s", self.clean_for_s, 0)
+        positive_seconds("stale_after_s", self.stale_after_s)
         if self.max_ecc_uncorrected is not None:
             at_least("max_ecc_uncorrected", self.max_ecc_uncorrected, 0)
         if self.max_temperature_c is not None:
@@ -89,11 +104,11 @@ def judge(readings: Iterable[GpuReading], s: GpuSettings) -> Judgement:
 
 
 class _Record:
-    __slots__ = ("clean_since", "state")
+    __slots__ = ("clean_since", "expired")
 
     def __init__(self) -> None:
         self.clean_since: float | None = None  # faulted, and fault-free readings since then
-        self.state: GpuState = "ok"
+        self.expired = 0  # times its readings grew older than `stale_after_s`
 
 
 class GpuWatch:
@@ -109,6 +124,10 @@ class GpuWatch:
     def pool(self) -> Pool:
         return self._pool
 
+    @property
+    def settings(self) -> GpuSettings:
+        return self._settings
+
     def record(
         self, state: BackendState, readings: Sequence[GpuReading], now: float
     ) -> GpuChanged | None:
@@ -121,11 +140,11 @@ class GpuWatch:
                 members = set(pool.states)
                 self._records = {m: r for m, r in self._records.items() if m in members}
             record = self._records[state] = _Record()
-        totals = {} if state.gpus is None else dict(state.gpus.xid_totals)
+        last = state.gpus
+        totals = {} if last is None else dict(last.xid_totals)
         for r in readings:
             if r.xid_errors:
                 totals[r.index] = totals.get(r.index, 0) + len(r.xid_errors)
-        state.gpus = GpuStatus(now, tuple(readings), verdict.faults, verdict.throttling, totals)
         pool.throttle(state, s.throttled_weight if verdict.throttling else 1.0, now)
         faulted = bool(state.flags & HealthFlag.GPU_FAULT)
         if verdict.faults:
@@ -146,10 +165,42 @@ class GpuWatch:
             new, reasons = "fault", verdict.faults or reasons
         elif verdict.throttling:
             new = "throttled"
-        if new == record.state:
+        state.gpus = GpuStatus(
+            at=now, state=new, readings=tuple(readings), faults=verdict.faults,
+            throttling=verdict.throttling, xid_totals=totals,
+        )  # fmt: skip
+        if new == ("ok" if last is None else last.state):
             return None
-        record.state = new
         return GpuChanged(b"", now, pool.model, state, new, reasons)
+
+    def expire(self, now: float) -> list[GpuChanged]:
+        """Drop the verdict of each backend whose readings are older than `stale_after_s`:
+        GPU_FAULT cleared, its full weight back; the readings stay, `stale`, for the operator
+        to see. Their changes, one per backend that went stale."""
+        s, pool = self._settings, self._pool
+        changes = []
+        for state in pool.states:
+            gpus = state.gpus
+            if gpus is None or gpus.state == "stale" or now - gpus.at < s.stale_after_s:
+                continue
+            record = self._records.setdefault(state, _Record())
+            record.expired += 1
+            record.clean_since = None  # a fault seen again starts its clean time anew
+            state.gpus = msgspec.structs.replace(gpus, state="stale")
+            pool.throttle(state, 1.0, now)
+            if state.flags & HealthFlag.GPU_FAULT:
+                state.flags &= ~HealthFlag.GPU_FAULT
+                pool.refresh(now)
+            reason = f"no readings for {now - gpus.at:.1f} s"
+            changes.append(GpuChanged(b"", now, pool.model, state, "stale", (reason,)))
+        return changes
+
+    def expiries(self) -> Iterator[tuple[BackendState, int]]:
+        """Each backend of the pool, and how many times its readings expired (0 until then,
+        and for one that never sent any)."""
+        for state in self._pool.states:
+            record = self._records.get(state)
+            yield state, 0 if record is None else record.expired
 
 
 class GpuBoard:
@@ -180,13 +231,35 @@ class GpuBoard:
             if state.backend.id == backend
         ]
 
+    @property
+    def expire_every_s(self) -> float:
+        """How often `expire` should run: readings are dropped at most this long after
+        `stale_after_s` (a second; a quarter of the shortest, when that is under 4 s)."""
+        return min([1.0, *(w.settings.stale_after_s / 4 for w in self._watches)])
+
     def record(self, backend: str, readings: Sequence[GpuReading]) -> bool:
         """Apply `readings` to every watched member of id `backend`; False when none is (no
         pool with `gpu.enabled` has it)."""
         members = self._members(backend)
         now = self._clock()
         for watch, state in members:
-            changed = watch.record(state, readings, now)
-            if changed is not None and self.on_change is not None:
-                self.on_change(changed)
+            self._tell(watch.record(state, readings, now))
         return bool(members)
+
+    def expire(self) -> None:
+        """Drop every verdict whose readings have grown too old (GpuWatch.expire), now."""
+        now = self._clock()
+        for watch in self._watches:
+            for changed in watch.expire(now):
+                self._tell(changed)
+
+    def expiries(self) -> Iterator[tuple[str, BackendState, int]]:
+        """Every watched backend, by its pool's model, with the times its readings expired
+        (the metrics read these when scraped)."""
+        for watch in self._watches:
+            for state, expired in watch.expiries():
+                yield watch.pool.model, state, expired
+
+    def _tell(self, changed: GpuChanged | None) -> None:
+        if changed is not None and self.on_change is not None:
+            self.on_change(changed)

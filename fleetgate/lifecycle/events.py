@@ -21,6 +21,7 @@ from typing import Literal
 import msgspec
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.gpu import GpuState
 from fleetgate.routing.base import RoutingRequest
 
 # first: the first try; retry: after a failure; hedge: a second try racing a slow first;
@@ -189,15 +190,10 @@ class Ejected(Event, frozen=True, gc=False):
     reason: EjectReason
 
 
-# A backend's GPUs as its agent's readings judge them (health/gpu.py): `fault` (unhealthy:
-# out of routing), `throttled` (routed at a lower weight) or `ok`.
-GpuState = Literal["fault", "throttled", "ok"]
-
-
 class GpuChanged(Event, frozen=True, gc=False):
-    """A GPU agent's readings changed how the gateway sees `backend` (no request: its
-    `request_id` is empty): `state` is the new one, `reasons` what in the readings made it
-    (e.g. "gpu 3: xid 79"; empty for ok)."""
+    """A GPU agent's readings, or their growing too old, changed how the gateway sees
+    `backend` (no request: its `request_id` is empty): `state` is the new one, `reasons` what
+    made it (e.g. "gpu 3: xid 79"; "no readings for 15.2 s" when stale; empty for ok)."""
 
     model: str
     backend: BackendState

@@ -216,6 +216,20 @@ def gpu_families(states: Iterable[tuple[str, BackendState]], now: float) -> Iter
     yield from (xids, throttled, lost, age)
 
 
+def gpu_expiry_family(expiries: Iterable[tuple[str, BackendState, int]]) -> Metric:
+    """How many times each backend's GPU readings expired (health/gpu.py): every backend of a
+    pool with `gpu.enabled`, from 0, so that an alert on its rate sees the first one."""
+    expired = CounterMetricFamily(
+        "fleetgate_backend_gpu_readings_expired",
+        "Times a backend's GPU agent sent nothing for pools[].gpu.stale_after_s, so that its "
+        "last readings were dropped and no longer judge it.",
+        labels=["model", "backend"],
+    )
+    for model, state, count in expiries:
+        expired.add_metric([model, state.backend.id], count)
+    return expired
+
+
 def admission_families(admissions: Iterable[tuple[str, Admission]]) -> Iterator[Metric]:
     admissions = list(admissions)
     for name, doc, pick in _ADMISSION_GAUGES:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -22,6 +23,7 @@ from fleetgate.lifecycle.events import (
     AttemptEnded,
     Continued,
     Ejected,
+    EjectReason,
     ErrorKind,
     Finished,
     FirstToken,
@@ -35,12 +37,15 @@ from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.observe.fleet_metrics import (
     admission_families,
     backend_families,
+    gpu_expiry_family,
     gpu_families,
     slo_families,
 )
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
 from fleetgate.observe.slo import ObjectiveStatus
+from fleetgate.resilience.retry import RETRYABLE_STATUSES
 from fleetgate.traffic.admission import Admission
+from fleetgate.traffic.priority import PRIORITY_NAMES
 
 # Latency buckets (seconds) spanning a cached 5 ms TTFT to a queued 2-minute request.
 LATENCY_BUCKETS = (
@@ -53,10 +58,27 @@ ROUTING_BUCKETS = (1e-6, 2.5e-6, 5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1
 
 # Attempts the gateway itself stopped or broke: no failure of talking to the backend at all.
 _UNCOUNTED: frozenset[ErrorKind] = frozenset({"cancelled", "gateway"})
+_ERROR_KINDS = tuple(k for k in get_args(ErrorKind) if k not in _UNCOUNTED)
+_EJECT_REASONS: tuple[EjectReason, ...] = get_args(EjectReason)
+# What a retried attempt got: a retryable status, or no answer at all.
+_RETRY_REASONS = ("no_answer", *(str(s) for s in sorted(RETRYABLE_STATUSES)))
+# The refusals a known tenant's requests can get, by their error code: those before its class
+# is known (class "unknown") and those of its limits and of shedding (its class); and the one a
+# request whose key was not read gets (tenant and class "unknown").
+REFUSALS_BEFORE_CLASS = ("invalid_request", "model_not_found", "model_not_allowed")
+REFUSALS_IN_CLASS = ("rate_limit_exceeded", "insufficient_quota", "overloaded", "queue_timeout")
+UNKNOWN_CALLER_REFUSAL = "invalid_api_key"
 
 
 class GatewayMetrics(Collector):
-    """Everything the gateway records; `render()` gives the Prometheus text format."""
+    """Everything the gateway records; `render()` gives the Prometheus text format.
+
+    Every series the dashboard and the alert rules query is shown from the start, at 0, for
+    the label values known then (each pool and backend, tenant, priority class, refusal reason
+    and error kind): a counter that appears only at its first event reads "No data" where the
+    truth is 0, and a rate over it is empty until two scrapes after that event. `tenants`:
+    (name, priority class) of each tenant known from the config; `auth`: whether keys are
+    checked (only then can a caller be unknown)."""
 
     def __init__(
         self,
@@ -65,8 +87,12 @@ class GatewayMetrics(Collector):
         slo: Callable[[], Mapping[str, list[ObjectiveStatus]]] = dict,
         clock: Callable[[], float] = time.monotonic,
         usage: Callable[[], Mapping[tuple[str, str], list[float]]] = dict,
+        tenants: Iterable[tuple[str, str]] = (),
+        auth: bool = False,
+        gpu_expiries: Callable[[], Iterable[tuple[str, BackendState, int]]] = lambda: (),
     ) -> None:
         self._states = states  # read when scraped (observe/fleet_metrics.py)
+        self._gpu_expiries = gpu_expiries  # health/gpu.py's GpuBoard.expiries, when scraped
         self._usage = usage  # tokens and spend per (pool, tenant): observe/usage.py's
         self._admissions = admissions
         self._slo = slo
@@ -126,7 +152,8 @@ class GatewayMetrics(Collector):
         self._gpu_changes = CounterSeries(
             "fleetgate_backend_gpu_changes",
             "Changes of a backend's GPU state as its GPU agent's readings judge it, by the new "
-            "state: fault (out of routing), throttled (routed at a lower weight), ok.",
+            "state: fault (out of routing), throttled (routed at a lower weight), ok, stale "
+            "(no readings for pools[].gpu.stale_after_s: the last ones no longer count).",
             ["model", "backend", "state"],
         )
         self._queued = HistogramSeries(
@@ -157,6 +184,16 @@ class GatewayMetrics(Collector):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._status_text: dict[int, str] = {}
+        self._tenants = tuple(tenants)
+        for tenant, priority in self._tenants:
+            for reason in REFUSALS_BEFORE_CLASS:
+                self._rejected.values[(tenant, "unknown", reason)] = 0.0
+            for reason in REFUSALS_IN_CLASS:
+                self._rejected.values[(tenant, priority, reason)] = 0.0
+        if auth:
+            self._rejected.values[("unknown", "unknown", UNKNOWN_CALLER_REFUSAL)] = 0.0
+        self._shown: set[tuple[str, str]] = set()  # (pool, backend) whose series are shown
+        self._shown_pools: set[str] = set()
 
     def routing_timer(self, model: str) -> Callable[[str, float], None]:
         """What a pool's routing pipeline reports each plugin's time to (several times per
@@ -249,7 +286,35 @@ class GatewayMetrics(Collector):
     def on_retry_refused(self, event: RetryRefused) -> None:
         self._retries_refused.inc((event.model,))
 
+    def _show_known(self, states: Iterable[tuple[str, BackendState]]) -> None:
+        """Zeroes for the series of pools and backends not seen before (see the class)."""
+        for model, state in states:
+            backend = state.backend.id
+            if (model, backend) in self._shown:
+                continue
+            self._shown.add((model, backend))
+            for kind in _ERROR_KINDS:
+                self._errors.values.setdefault((model, backend, kind), 0.0)
+            for rule in _EJECT_REASONS:
+                self._ejections.values.setdefault((model, backend, rule), 0.0)
+            self._hedges.values.setdefault((model, backend), 0.0)
+            self._continuations.values.setdefault((model, backend), 0.0)
+            if model in self._shown_pools:
+                continue
+            self._shown_pools.add(model)
+            for got in _RETRY_REASONS:
+                self._retries.values.setdefault((model, got), 0.0)
+            self._retries_refused.values.setdefault((model,), 0.0)
+            self._ttft.buckets((model,))
+            self._e2e.buckets((model,))
+            for priority in PRIORITY_NAMES:
+                self._queued.buckets((model, priority))
+            for tenant, priority in self._tenants:
+                self._admitted.values.setdefault((model, tenant, priority), 0.0)
+
     def collect(self) -> Iterator[Metric]:
+        states = list(self._states())
+        self._show_known(states)
         for series in (
             self._requests, self._errors, self._retries, self._retries_refused, self._hedges,
             self._continuations, self._ejections, self._gpu_changes, self._ttft, self._e2e,
@@ -260,8 +325,9 @@ class GatewayMetrics(Collector):
         yield from slo_families(self._slo())
         yield from admission_families(self._admissions())
         now = self._clock()
-        yield from backend_families(self._states(), now)
-        yield from gpu_families(self._states(), now)
+        yield from backend_families(states, now)
+        yield from gpu_families(states, now)
+        yield gpu_expiry_family(self._gpu_expiries())
 
     def _usage_families(self) -> Iterator[Metric]:
         tokens = CounterMetricFamily(
@@ -276,11 +342,15 @@ class GatewayMetrics(Collector):
             "tenant.",
             labels=["model", "tenant"],
         )
-        for (model, tenant), (prompt, completion, usd) in self._usage().items():
+        used: dict[tuple[str, str], Sequence[float]] = dict.fromkeys(
+            ((model, tenant) for model in sorted(self._shown_pools) for tenant, _ in self._tenants),
+            (0.0, 0.0, 0.0),
+        )
+        used.update(self._usage())
+        for (model, tenant), (prompt, completion, usd) in used.items():
             tokens.add_metric([model, tenant, "prompt"], prompt)
             tokens.add_metric([model, tenant, "completion"], completion)
-            if usd:
-                spend.add_metric([model, tenant], usd)
+            spend.add_metric([model, tenant], usd)
         yield tokens
         yield spend
 

@@ -1,8 +1,9 @@
 """The live dashboard in a real headless Chromium (Debian's `chromium`, installed when missing,
 driven by Playwright without a browser download): during a `fleetgate bench` run against a
 gateway over two sim workers, one worker is killed. The page loads with no console errors,
-shows every backend, its numbers change as traffic flows, the killed backend is shown ejected
-and the TTFT objective burning. Screenshots are saved under
+shows every backend, a GPU agent's verdict and then, once it says nothing more, the agent
+stale, its numbers change as traffic flows, the killed backend is shown ejected and the TTFT
+objective burning. Screenshots are saved under
 build/test-artifacts/dashboard/ (or $FLEETGATE_ARTIFACTS/dashboard/)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.e2e.procs import Proc, fleetgate, gateway
 
 MODEL = "sim-8b"
 ADMIN, KEY = "sk-dashboard-browser-admin", "sk-dashboard-browser-tenant"
+HEARTBEAT = "sk-dashboard-browser-heartbeat"
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = Path(os.environ.get("FLEETGATE_ARTIFACTS", ROOT / "build" / "test-artifacts")) / "dashboard"
 
@@ -44,7 +47,7 @@ def test_the_dashboard_shows_an_ejection_and_the_objective_burning_during_a_benc
         url_b, doomed = stack.enter_context(worker())
         config = tmp_path / "gateway.yaml"
         config.write_text(json.dumps({
-            "auth": {"admin_keys": [ADMIN]},
+            "auth": {"admin_keys": [ADMIN], "heartbeat_keys": [HEARTBEAT]},
             "tenants": [{"name": "bench", "keys": [KEY]}],
             "pools": [{
                 "model": MODEL, "backends": [{"url": url_a}, {"url": url_b}],
@@ -52,6 +55,7 @@ def test_the_dashboard_shows_an_ejection_and_the_objective_burning_during_a_benc
                 "health_check": {"interval_s": 1.0},
                 "engine_metrics": {"interval_s": 0.5},
                 "slo": {"ttft_s": 0.25, "ttft_percentile": 99, "availability": 0.99},
+                "gpu": {"enabled": True, "stale_after_s": 1.5},
             }],
         }))  # fmt: skip
         url, _ = stack.enter_context(gateway(["--config", str(config)]))
@@ -74,6 +78,15 @@ def test_the_dashboard_shows_an_ejection_and_the_objective_burning_during_a_benc
                 ".tile[data-backend]", "ts => ts.map(t => t.dataset.backend)"
             )
             assert sorted(tiles) == sorted([url_a[7:], url_b[7:]])
+
+            # One GPU agent pushes once, then falls silent: its GPU cell turns stale.
+            _push_gpu_reading(url, url_a[7:])
+            gpu = f'.tile[data-backend="{url_a[7:]}"] .gpu'
+            _until(lambda: page.locator(gpu + ".gpu-ok").count() == 1, 10,
+                   "the agent's reading was never shown")  # fmt: skip
+            _until(lambda: page.locator(gpu + ".gpu-stale").count() == 1, 10,
+                   "the silent agent was never shown stale")  # fmt: skip
+            assert page.inner_text(gpu).startswith("stale · ")
             before = page.inner_text("#stat-rps")
             page.screenshot(path=str(SHOTS / "1-idle.png"), full_page=True)
 
@@ -100,6 +113,18 @@ def test_the_dashboard_shows_an_ejection_and_the_objective_burning_during_a_benc
             bench.stop(signal.SIGINT)
             browser.close()
         assert problems == [], problems
+
+
+def _push_gpu_reading(url: str, backend: str) -> None:
+    """What `fleetgate worker gpu-agent` pushes, once: one cool, unthrottled GPU."""
+    reading = {"index": 0, "temperature_c": 60, "xid_errors": [], "throttle_reasons": []}
+    request = urllib.request.Request(
+        url + "/fleet/heartbeat",
+        data=json.dumps({"backend": backend, "gpu": [reading]}).encode(),
+        headers={"authorization": f"Bearer {HEARTBEAT}", "content-type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        assert response.status == 200
 
 
 def _until(ready: object, timeout_s: float, why: str) -> None:

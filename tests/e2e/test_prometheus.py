@@ -1,7 +1,8 @@
 """deploy/: the alert rules and the Grafana dashboard, against a real Prometheus server (Debian's
-`prometheus`, installed when missing) scraping a real gateway in front of real sim workers while
-traffic flows and faults are injected: the rules load and evaluate without error, and every
-panel's query returns data through Prometheus's HTTP API."""
+`prometheus`, from scripts/test-deps.sh) scraping a real gateway in front of real sim workers:
+after a clean run (plain traffic, no fault, no refusal) every panel's query returns data through
+Prometheus's HTTP API, since a series is shown at 0 before its first event; then faults are
+injected and what they cause is counted; the rules load and evaluate without error."""
 
 from __future__ import annotations
 
@@ -70,10 +71,10 @@ def api(base: str, path: str, **params: str) -> Any:
 
 
 @pytest.fixture(scope="module")
-def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, list[str]]]:
     """A gateway over three sim workers, scraped every second by a real Prometheus loaded with
-    the alert rules; yields (Prometheus's base URL, the gateway's) once traffic with faults has
-    been seen."""
+    the alert rules; yields (Prometheus's base URL, the gateway's, the workers') once plain
+    traffic has been scraped."""
     binary = debian_program("prometheus", "prometheus")
     tmp = tmp_path_factory.mktemp("prometheus")
     with sim_workers(MODEL, 3) as workers:
@@ -105,9 +106,9 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str
             base = f"http://127.0.0.1:{port}"
             try:
                 _wait_ready(base, server)
-                _traffic(url, workers)
-                _wait_for_series(base, "fleetgate_hedges_total", server)
-                yield base, url
+                _plain_traffic(_client(url))
+                _wait_for_series(base, "fleetgate_tokens_total", server)
+                yield base, url, workers
             finally:
                 server.terminate()
                 server.wait(10)
@@ -137,44 +138,31 @@ def _faults(worker: str, **faults: object) -> None:
         pass
 
 
-def _traffic(url: str, workers: list[str]) -> None:
-    """Bounded traffic: plain, then with each worker's fault in turn until the gateway has
-    counted what the fault causes, then plain again."""
-    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
-    hi = [{"role": "user", "content": "hello there"}]
+def _client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
 
-    def streams(n: int) -> None:
-        for _ in range(n):
-            try:
-                for _ in client.chat.completions.create(
-                    model=MODEL,
-                    messages=hi,
-                    max_tokens=6,
-                    stream=True,  # type: ignore[arg-type]
-                ):
-                    pass
-            except openai.APIError:
-                pass  # a failure the faults caused: counted, which is what is wanted
 
-    def until(series: str, worker: str, **faults: object) -> None:
-        _faults(worker, **faults)
-        for _ in range(20):  # at most 60 streams
-            streams(3)
-            if metric(url, series) > 0:
-                break
-        _faults(worker)
-        assert metric(url, series) > 0, f"{faults} caused no {series}"
+def _streams(client: openai.OpenAI, n: int) -> None:
+    for _ in range(n):
+        try:
+            for _ in client.chat.completions.create(
+                model=MODEL,
+                messages=[{"role": "user", "content": "hello there"}],
+                max_tokens=6,
+                stream=True,
+            ):
+                pass
+        except openai.APIError:
+            pass  # a failure the faults caused: counted, which is what is wanted
 
-    streams(24)  # enough first tokens for the hedge's delay (a percentile of them)
-    until("fleetgate_backend_ejections_total", workers[0], error_rate=1.0, error_status=502)
-    until("fleetgate_stream_continuations_total", workers[1], close_after_tokens=2)
-    until("fleetgate_hedges_total", workers[2], added_latency_s=0.4)
-    with pytest.raises(openai.NotFoundError):  # a refusal before routing
-        client.chat.completions.create(model="no-such-model", messages=hi)  # type: ignore[arg-type]
-    for _ in range(6):  # plain traffic over a few scrapes: every rate has samples
-        streams(3)
+
+def _plain_traffic(client: openai.OpenAI) -> None:
+    """Bounded plain traffic: enough first tokens for the hedge's delay (a percentile of them),
+    then a few streams over a few scrapes, so that every rate has samples."""
+    _streams(client, 24)
+    for _ in range(6):
+        _streams(client, 3)
         time.sleep(0.4)
-    client.close()
 
 
 def _wait_for_series(base: str, name: str, server: subprocess.Popen[bytes]) -> None:
@@ -187,8 +175,11 @@ def _wait_for_series(base: str, name: str, server: subprocess.Popen[bytes]) -> N
     raise RuntimeError(f"prometheus never scraped {name}")
 
 
-def test_every_dashboard_panel_returns_data_through_prometheus(scraped: tuple[str, str]) -> None:
-    base, _ = scraped
+def test_after_a_clean_run_every_dashboard_panel_returns_data(
+    scraped: tuple[str, str, list[str]],
+) -> None:
+    base, url, _ = scraped
+    assert metric(url, "fleetgate_backend_ejections_total") == 0  # nothing went wrong
     empty = []
     for panel in panels():
         for target in panel["targets"]:
@@ -200,8 +191,52 @@ def test_every_dashboard_panel_returns_data_through_prometheus(scraped: tuple[st
     assert not empty, "panels with no data:\n" + "\n".join(empty)
 
 
-def test_the_alert_rules_load_and_evaluate_without_error(scraped: tuple[str, str]) -> None:
-    base, _ = scraped
+def test_what_faults_cause_is_counted_through_prometheus(
+    scraped: tuple[str, str, list[str]],
+) -> None:
+    """Each worker's fault in turn until the gateway has counted what it causes, then plain
+    traffic: Prometheus sees each count rise from its 0."""
+    base, url, workers = scraped
+    client = _client(url)
+
+    def until(series: str, worker: str, **faults: object) -> None:
+        _faults(worker, **faults)
+        for _ in range(20):  # at most 60 streams
+            _streams(client, 3)
+            if metric(url, series) > 0:
+                break
+        _faults(worker)
+        assert metric(url, series) > 0, f"{faults} caused no {series}"
+
+    until("fleetgate_backend_ejections_total", workers[0], error_rate=1.0, error_status=502)
+    until("fleetgate_stream_continuations_total", workers[1], close_after_tokens=2)
+    until("fleetgate_hedges_total", workers[2], added_latency_s=0.4)
+    with pytest.raises(openai.NotFoundError):  # a refusal before routing
+        client.chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "hi"}]
+        )
+    _plain_traffic(client)
+    client.close()
+    rising = {
+        "fleetgate_backend_ejections_total", "fleetgate_stream_continuations_total",
+        "fleetgate_hedges_total", "fleetgate_upstream_errors_total", "fleetgate_rejected_total",
+    }  # fmt: skip
+    deadline = time.monotonic() + 15
+    while rising:
+        rising = {name for name in rising if not _rose(base, name)}
+        assert time.monotonic() < deadline, f"no rise seen by prometheus in {sorted(rising)}"
+        time.sleep(0.5)
+
+
+def _rose(base: str, name: str) -> bool:
+    found = api(base, "/api/v1/query", query=f"sum(increase({name}[1m])) > 0")
+    return bool(found["data"]["result"])
+
+
+def test_the_alert_rules_load_and_evaluate_without_error(
+    scraped: tuple[str, str, list[str]],
+) -> None:
+    base, _, _ = scraped
     groups = api(base, "/api/v1/rules")["data"]["groups"]
     assert {g["name"] for g in groups} == {
         "fleetgate-slo-burn", "fleetgate-slo-alerts", "fleetgate-fleet"

@@ -1,9 +1,10 @@
 """POST /fleet/heartbeat with GPU readings, on a gateway whose pool is checked over HTTP (the
-agent beside an engine): the heartbeat key, strict validation in OpenAI's error shape, and the
-readings in /admin/backends and /metrics."""
+agent beside an engine): the heartbeat key, strict validation in OpenAI's error shape, the
+readings in /admin/backends and /metrics, and readings that grow stale when the agent stops."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -130,3 +131,60 @@ async def test_readings_show_in_admin_backends_and_metrics(port: int) -> None:
     assert "fleetgate_backend_gpu_power_limit_watts{" not in text  # not read: absent
     changes = f'backend="{BACKEND}",model="m",state="throttled"'
     assert f"fleetgate_backend_gpu_changes_total{{{changes}}} 1.0" in text
+
+
+async def test_an_agent_gone_quiet_is_shown_stale_and_its_fault_no_longer_counts() -> None:
+    now = [100.0]  # the gateway's clock: only the readings' time to live needs moving
+    config = parse_config({
+        "server": {"port": 0, "admin": True},
+        "auth": {"admin_keys": [ADMIN], "heartbeat_keys": [HEARTBEAT]},
+        "pools": [{"model": "m", "health_check": {"enabled": False},
+                   "gpu": {"enabled": True, "stale_after_s": 0.4},
+                   "backends": [{"url": f"http://{BACKEND}"}, {"url": "http://127.0.0.1:10"}]},
+                  {"model": "plain", "health_check": {"enabled": False},
+                   "backends": [{"url": "http://127.0.0.1:11"}]}],
+    })  # fmt: skip
+    running = await start_gateway(config, clock=lambda: now[0])
+    port = running.port
+    expired = "fleetgate_backend_gpu_readings_expired_total"
+    try:
+        _, text = await call(port, b"GET", b"/metrics", key=None)
+        assert [line for line in text.splitlines() if line.startswith(expired + "{")] == [
+            f'{expired}{{backend="{BACKEND}",model="m"}} 0.0',
+            f'{expired}{{backend="127.0.0.1:10",model="m"}} 0.0',
+        ]  # from the start, before any agent spoke; none for the pool that takes no readings
+        xid = {**READING, "xid_errors": [79], "throttle_reasons": []}
+        await call(port, b"POST", b"/fleet/heartbeat", {"backend": BACKEND, "gpu": [xid]})
+        view = await _backend_view(port)
+        assert (view["verdict"], view["gpu"]["state"]) == ("unhealthy", "fault")
+
+        now[0] += 0.4  # the agent says nothing more: the expiry check, every 0.1 s, drops it
+        for _ in range(100):
+            view = await _backend_view(port)
+            if view["gpu"]["state"] == "stale":
+                break
+            await asyncio.sleep(0.05)
+        assert (view["verdict"], view["flags"], view["weight"]) == ("healthy", [], 1.0)
+        gpu = view["gpu"]
+        assert gpu["state"] == "stale" and gpu["age_s"] == pytest.approx(0.4)
+        assert gpu["faults"] == ["gpu 0: xid 79"]  # what it last said, no longer counting
+        _, text = await call(port, b"GET", b"/metrics", key=None)
+        assert f'{expired}{{backend="{BACKEND}",model="m"}} 1.0' in text
+        assert f'{expired}{{backend="127.0.0.1:10",model="m"}} 0.0' in text
+        assert (f'fleetgate_backend_gpu_changes_total{{backend="{BACKEND}",model="m",'
+                'state="stale"} 1.0') in text  # fmt: skip
+        _, snapshot = await call(port, b"GET", b"/dashboard/snapshot", key=ADMIN)
+        tile = next(b for b in snapshot["pools"][0]["backends"] if b["id"] == BACKEND)
+        assert tile["gpu"]["state"] == "stale" and tile["gpu"]["age_s"] == pytest.approx(0.4)
+
+        clean = {**READING, "throttle_reasons": []}  # the agent is back
+        await call(port, b"POST", b"/fleet/heartbeat", {"backend": BACKEND, "gpu": [clean]})
+        view = await _backend_view(port)
+        assert (view["gpu"]["state"], view["gpu"]["age_s"]) == ("ok", 0.0)
+    finally:
+        await running.close()
+
+
+async def _backend_view(port: int) -> Any:
+    _, listing = await call(port, b"GET", b"/admin/backends", key=ADMIN)
+    return next(b for b in listing if b["backend"] == BACKEND)

@@ -130,3 +130,70 @@ def test_the_gpu_section_is_checked_where_it_is() -> None:
         parse_config({"pools": [{**pool, "gpu": {"throttled_weight": 0}}]})
     with pytest.raises(ConfigError, match="max_temp"):
         parse_config({"pools": [{**pool, "gpu": {"max_temp": 80}}]})
+
+
+def test_a_faulted_backend_returns_to_routing_when_its_agent_goes_quiet() -> None:
+    pool, (b0, b1) = pool_of()
+    now = [0.0]
+    heard: list[GpuChanged] = []
+    board = GpuBoard(lambda: now[0], heard.append)
+    board.watch(GpuWatch(GpuSettings(stale_after_s=15.0, clean_for_s=30.0), pool))
+    board.record("b0", [reading(xid_errors=[79])])
+    assert pool.candidates == (b1,)
+    now[0] = 14.9
+    board.expire()
+    assert pool.candidates == (b1,) and [e.state for e in heard] == ["fault"]
+    now[0] = 15.0  # no new reading: the agent died with the GPU's fault its last word
+    board.expire()
+    assert not b0.flags and b0.verdict(15.0) is Verdict.HEALTHY
+    assert pool.candidates == (b0, b1)
+    stale = heard[-1]
+    assert (stale.state, stale.reasons, stale.backend) == ("stale", ("no readings for 15.0 s",), b0)
+    assert b0.gpus is not None and b0.gpus.state == "stale"
+    assert b0.gpus.faults == ("gpu 0: xid 79",) and b0.gpus.at == 0.0  # kept, for the operator
+    assert b1.gpus is None  # no agent ever: nothing to expire
+
+
+def test_a_throttled_backend_returns_to_full_weight_when_its_agent_goes_quiet() -> None:
+    pool, (b0, _) = pool_of()
+    pool.set_weight(b0, 2.0, 0.0)
+    watch = GpuWatch(GpuSettings(stale_after_s=10.0, throttled_weight=0.5), pool)
+    watch.record(b0, [reading(throttle_reasons=["hw_thermal"])], now=0.0)
+    assert b0.weight == 1.0 and b0.verdict(0.0) is Verdict.DEGRADED
+    assert watch.expire(now=9.0) == []
+    (changed,) = watch.expire(now=10.0)
+    assert changed.state == "stale"
+    assert b0.weight == 2.0 and b0.throttle_share == 1.0 and b0.verdict(10.0) is Verdict.HEALTHY
+
+
+def test_each_expiry_counts_once_and_the_next_reading_judges_the_backend_again() -> None:
+    pool, (b0, b1) = pool_of()
+    watch = GpuWatch(GpuSettings(stale_after_s=5.0, clean_for_s=30.0), pool)
+    assert list(watch.expiries()) == [(b0, 0), (b1, 0)]  # from the start, agent or none
+    watch.record(b0, [CLEAN], now=0.0)
+    assert [e.state for e in watch.expire(now=5.0)] == ["stale"]  # ok, then stale: counted
+    assert watch.expire(now=6.0) == [] and watch.expire(now=60.0) == []  # still the same one
+    assert list(watch.expiries()) == [(b0, 1), (b1, 0)]
+    back = watch.record(b0, [reading(xid_errors=[79])], now=61.0)  # the agent is back: a fault
+    assert back is not None and back.state == "fault" and pool.candidates == (b1,)
+    assert [e.state for e in watch.expire(now=66.0)] == ["stale"]
+    assert pool.candidates == (b0, b1)
+    assert list(watch.expiries()) == [(b0, 2), (b1, 0)]
+    again = watch.record(b0, [CLEAN], now=70.0)  # clean: ok at once, as nothing holds it out
+    assert again is not None and again.state == "ok" and not b0.flags
+
+
+def test_the_board_checks_ages_often_enough_for_its_shortest_time_to_live() -> None:
+    pool_a, _ = pool_of()
+    pool_b, _ = pool_of()
+    board = GpuBoard(lambda: 0.0)
+    assert board.expire_every_s == 1.0
+    board.watch(GpuWatch(GpuSettings(), pool_a))  # 15 s: every second
+    assert board.expire_every_s == 1.0
+    board.watch(GpuWatch(GpuSettings(stale_after_s=2.0), pool_b))
+    assert board.expire_every_s == 0.5
+    assert [(model, s.backend.id, n) for model, s, n in board.expiries()] == [
+        ("m", "b0", 0), ("m", "b1", 0), ("m", "b0", 0), ("m", "b1", 0),
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="stale_after_s"):
+        GpuSettings(stale_after_s=0)

@@ -266,7 +266,11 @@
     }
 
     const facts = el("dl", "facts");
-    const fact = function (name, value) { facts.append(el("dt", null, name), el("dd", null, value)); };
+    const fact = function (name, value) {
+      const dd = el("dd", null, value);
+      facts.append(el("dt", null, name), dd);
+      return dd;
+    };
     fact("load", Math.round(load.value * 100) + "% " + load.source);
     fact("in flight", fmtInt(b.in_flight) + " · " + fmtInt(b.in_flight_tokens) + " tok");
     if (b.role === "prefill" || b.pending_prefill) fact("prefill queue", fmtInt(b.pending_prefill) + " tok");
@@ -276,6 +280,13 @@
       : "no reading");
     fact("TTFT · E2E", fmtSeconds(b.ttft_s) + " · " + fmtSeconds(b.e2e_s));
     fact("weight", b.weight.toFixed(2) + " · speed " + b.speed.toFixed(2));
+    // Its GPU agent's verdict; "stale": nothing heard for the pool's stale_after_s, so the
+    // last readings no longer count (the age says for how long).
+    const g = b.gpu;
+    if (g) {
+      const cell = fact("GPU", g.state + " · " + Math.round(g.age_s) + " s ago");
+      cell.classList.add("gpu", "gpu-" + token(g.state));
+    }
     tile.append(facts);
     return tile;
   }
