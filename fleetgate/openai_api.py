@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from fleetgate.http.writer import ResponseWriter
+from fleetgate.lifecycle.downstream import Downstream
 
 
 class _Detail(msgspec.Struct, omit_defaults=False):
@@ -57,7 +57,7 @@ def error_body(
 
 
 def send_error(
-    writer: ResponseWriter,
+    writer: Downstream,
     status: int,
     message: str,
     headers: Sequence[tuple[bytes, bytes]] = (),

@@ -20,14 +20,13 @@ from collections.abc import Awaitable, Callable
 from fleetgate.batches.book import BatchBook
 from fleetgate.batches.running import Run
 from fleetgate.batches.validation import BatchRequest
-from fleetgate.http.captured import CapturedResponse
-from fleetgate.http.writer import ResponseWriter
+from fleetgate.lifecycle.downstream import Downstream, Sink
 from fleetgate.traffic.door import Caller
 
 log = logging.getLogger(__name__)
 
 # Runs a request body as a POST to a path for a caller, its answer written to the writer.
-Serve = Callable[[Caller, bytes, bytes, ResponseWriter], Awaitable[None]]
+Serve = Callable[[Caller, bytes, bytes, Downstream], Awaitable[None]]
 RETRY_STATUSES = (429, 503)
 MAX_WAIT_S = 60.0
 TICK_S = 5.0  # between two looks for expired batches and those past their retention
@@ -106,7 +105,7 @@ class BatchRunner:
             )
             book.fail(run, request, "tenant_not_found", message)
             return
-        answer = CapturedResponse()
+        answer = Sink()
         try:
             await self._serve(caller, run.path, request.body, answer)
         except Exception:  # the gateway's own fault: the request's line says so
@@ -119,7 +118,7 @@ class BatchRunner:
         request_id = (answer.header(b"x-request-id") or b"").decode("latin-1")
         book.record(run, request, answer.status or 500, request_id, answer.body)
 
-    def _wait(self, answer: CapturedResponse) -> float:
+    def _wait(self, answer: Sink) -> float:
         """The seconds the answer asked to wait (1 to 60), jittered up to 20 % longer so
         that what waited together does not come back together."""
         try:

@@ -32,6 +32,7 @@ from fleetgate.gateway.requests import (
 from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
+from fleetgate.lifecycle.downstream import Downstream
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
     Admitted,
@@ -76,7 +77,7 @@ class _Inference(Protocol):
     async def __call__(
         self,
         request: Request,
-        writer: ResponseWriter,
+        writer: Downstream,
         request_id: bytes,
         as_caller: Caller | None = None,
     ) -> None: ...
@@ -237,7 +238,7 @@ class Gateway:
 
     def send_error(
         self,
-        writer: ResponseWriter,
+        writer: Downstream,
         status: int,
         message: str,
         headers: Sequence[tuple[bytes, bytes]] = (),
@@ -249,7 +250,7 @@ class Gateway:
 
     def _error(
         self,
-        writer: ResponseWriter,
+        writer: Downstream,
         request_id: bytes,
         status: int,
         message: str,
@@ -286,13 +287,11 @@ class Gateway:
 
         return guarded
 
-    async def serve_as(
-        self, caller: Caller, path: bytes, body: bytes, writer: ResponseWriter
-    ) -> None:
+    async def serve_as(self, caller: Caller, path: bytes, body: bytes, writer: Downstream) -> None:
         """`body` as a POST to the model endpoint `path`, made by `caller` in this process
         and on the batch lane: the batch runner's way in (batches/runner.py). It goes the way
         a client's request goes (the caller's limits, admission, routing, retries, events);
-        its answer is written to `writer` (an http/captured.py CapturedResponse)."""
+        its answer is written to `writer` (a lifecycle/downstream.py Sink)."""
         headers = {b"content-type": JSON, LANE_HEADER: b"batch"}
         request = Request(b"POST", path, b"", headers, body, True, False)
         await self._batchable[path](request, writer, self._ids.next(), caller)
@@ -300,7 +299,7 @@ class Gateway:
     def _inference(self, parse: _Parser) -> _Inference:
         async def handle(
             request: Request,
-            writer: ResponseWriter,
+            writer: Downstream,
             request_id: bytes,
             as_caller: Caller | None = None,
         ) -> None:
@@ -362,7 +361,7 @@ class Gateway:
 
     def _refuse(
         self,
-        writer: ResponseWriter,
+        writer: Downstream,
         request_id: bytes,
         started: float,
         exc: Refused,
@@ -384,7 +383,7 @@ class Gateway:
         self,
         parse: _Parser,
         request: Request,
-        writer: ResponseWriter,
+        writer: Downstream,
         request_id: bytes,
         started: float,
         caller: Caller,

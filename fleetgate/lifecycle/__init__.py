@@ -1,4 +1,7 @@
-"""One request's lifecycle as typed events, and the hooks that hand them to subscribers."""
+"""One request's lifecycle as typed events, the hooks that hand them to subscribers, and what
+it writes its answer to (a downstream)."""
+
+from fleetgate.lifecycle.downstream import Downstream, Sink
 
 from fleetgate.lifecycle.events import (
     Admitted,
@@ -22,6 +25,7 @@ __all__ = [
     "AttemptEnded",
     "AttemptStarted",
     "Continued",
+    "Downstream",
     "Emitters",
     "Event",
     "Finished",
@@ -33,4 +37,5 @@ __all__ = [
     "Retried",
     "RetryRefused",
     "Routed",
+    "Sink",
 ]

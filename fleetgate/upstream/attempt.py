@@ -23,7 +23,7 @@ from fleetgate.http.errors import (
 )
 from fleetgate.http.forwarding import returned
 from fleetgate.http.transport import Transport, UpstreamAnswer
-from fleetgate.http.writer import ResponseWriter
+from fleetgate.lifecycle.downstream import Downstream
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
     AttemptEnded,
@@ -54,7 +54,7 @@ class Exchange:
     headers: list[tuple[bytes, bytes]]  # what goes upstream
     body: bytes
     request_id: bytes
-    writer: ResponseWriter
+    writer: Downstream
     started: float
     timeouts: Timeouts  # the pool's, or shorter where the client asked (gateway/requests.py)
     emit: Emitters

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fleetgate.http.transport import UpstreamAnswer
-from fleetgate.http.writer import ResponseWriter
+from fleetgate.lifecycle.downstream import Downstream
 from fleetgate.upstream.progress import StreamProgress
 
 
@@ -27,7 +27,7 @@ class StreamRelay:
 
     def __init__(
         self,
-        writer: ResponseWriter,
+        writer: Downstream,
         response: UpstreamAnswer,
         clock: Callable[[], float],
         progress: StreamProgress,
