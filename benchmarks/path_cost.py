@@ -26,13 +26,35 @@ from typing import Any
 from fleetgate.config import parse_config
 from fleetgate.fleet.backend import Backend
 from fleetgate.gateway.app import Gateway
-from fleetgate.http.captured import Nowhere
 from fleetgate.http.mock import MockTransport, Script, Sent
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.request_log import RequestLog, RequestLogSettings
 from fleetgate.runtime import settle_heap
 from fleetgate.serve import ResolvedPool, compose
+
+
+class Nowhere:
+    """A client connection that takes every write and never pushes back."""
+
+    closed = False
+    paused = False
+
+    def write(self, data: bytes) -> None:
+        pass
+
+    def writelines(self, parts: tuple[bytes, bytes]) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+    def when_drained(self, callback: Callable[[], None]) -> None:
+        callback()
+
+    def abort(self) -> None:
+        pass
+
 
 KEY = "sk-path-cost-benchmark"
 BODY = b'{"model":"fast","messages":[{"role":"user","content":"hi"}],"max_tokens":8}'

@@ -30,6 +30,7 @@ from fleetgate.config import (
     PoolConfig,
     check_config,
 )
+from fleetgate.director.director import Director
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.membership import Membership
@@ -41,6 +42,7 @@ from fleetgate.gateway.app import Gateway, RequestIds
 from fleetgate.gateway.batch_api import BatchApi
 from fleetgate.gateway.dashboard import Dashboard
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
+from fleetgate.gateway.inference import InferenceEndpoints
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.gpu import GpuBoard, GpuWatch
 from fleetgate.health.outlier import OutlierDetector
@@ -482,13 +484,24 @@ def compose(
         book = BatchBook(batch_store, settings, tenants, wall_clock, keys)
         book.resume()
         batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock), book, door)
+    routes = build_model_routes(config, rng)
+    director = Director(
+        clusters=clusters, failover=failover, emit=edge_emit, clock=clock, door=door,
+        routes=routes, pricing={p.model: p.pricing for p in config.pools},
+        assumed_output_tokens=config.limits.assumed_output_tokens,
+    )  # fmt: skip
+    ids = RequestIds()
+    inference = InferenceEndpoints(
+        director, clock, ids.next, door=door,
+        forward=RequestHeaders(config.server.deny_request_headers),
+        passthrough=config.server.passthrough_paths,
+    )  # fmt: skip
     gateway = Gateway(
-        clusters, failover, edge_emit, render, clock, RequestIds(),
-        int(wall_clock()), admin, heartbeats, build_model_routes(config, rng),
-        RequestHeaders(config.server.deny_request_headers), door, operators,
-        config.limits.assumed_output_tokens, {p.model: p.pricing for p in config.pools}, audit,
-        None if live is None else Dashboard(clusters, slo, live, usage, clock, wall_clock),
-        config.server.passthrough_paths, batch_api,
+        inference=inference, clusters=clusters, models=[*clusters, *routes], ids=ids,
+        created=int(wall_clock()), metrics=render, door=door, operators=operators, audit=audit,
+        admin=admin, heartbeats=heartbeats, batches=batch_api,
+        dashboard=None if live is None else Dashboard(clusters, slo, live, usage, clock,
+                                                      wall_clock),
     )  # fmt: skip
     return gateway, clusters
 
@@ -579,7 +592,9 @@ async def start_gateway(
         book = gateway.batch_book
         if book is not None:
             batch_rng = random.Random(rng.getrandbits(64))
-            runner = BatchRunner(book, gateway.serve_as, config.batches.concurrency, batch_rng)
+            runner = BatchRunner(
+                book, gateway.inference.serve_as, config.batches.concurrency, batch_rng
+            )
             runner.start()
     except BaseException:
         checker.stop()

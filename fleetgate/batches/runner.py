@@ -1,7 +1,8 @@
 """The batch runner: `concurrency` workers that take requests from the book (book.py) and run
 each through the gateway's own request path, in this process, as the batch's tenant and on the
-batch lane (`Serve`: gateway/app.py's `Gateway.serve_as`). So a batch meets the same limits,
-admission (interactive traffic first), routing, retries and metrics as a client's request.
+batch lane (`Serve`: gateway/inference.py's `InferenceEndpoints.serve_as`, which parses it and
+hands it to the Director). So a batch meets the same limits, admission (interactive traffic
+first), routing, retries and metrics as a client's request.
 
 A 429 or 503 (a rate limit or budget, a full pool, no backend) is not a request's answer: it
 goes back to its batch, which starts nothing for its Retry-After (1 to 60 s, jittered), and the

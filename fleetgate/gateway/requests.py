@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import codecs
 import logging
-import math
 from typing import TypeVar
 
 import msgspec
 
-from fleetgate.openai_api import with_fields
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.traffic.door import Refused
-from fleetgate.upstream.timeouts import Timeouts
 
 
 class BadRequest(Refused):
@@ -71,11 +68,6 @@ class ModelBody(msgspec.Struct):
 
     model: str
     user: str | None = None
-
-
-def with_model(body: bytes, model: str) -> bytes:
-    """The body with its `model` replaced (for a model alias, split or tier)."""
-    return with_fields(body, model=model)
 
 
 log = logging.getLogger(__name__)
@@ -339,40 +331,3 @@ def _form_part(body: bytes, content_type: bytes, name: bytes) -> tuple[list[byte
                     )
                 found = fields, value
     return found
-
-
-# Per-request overrides of the pool's timeouts, in seconds: shorter only. A longer one is
-# clamped to the pool's (as proxies treat a client's deadline: it may give up sooner, never
-# hold the gateway's connections longer than the operator allows).
-TIMEOUT_HEADERS = (
-    (b"x-fleetgate-first-byte-timeout-s", "first_byte_s"),
-    (b"x-fleetgate-idle-timeout-s", "idle_s"),
-    (b"x-fleetgate-total-timeout-s", "total_s"),
-)
-
-
-def request_timeouts(pool: Timeouts, headers: dict[bytes, bytes]) -> Timeouts:
-    """The pool's timeouts, with any the request shortens by header (`pool` itself when it
-    shortens none)."""
-    changes: dict[str, float] = {}
-    for name, field in TIMEOUT_HEADERS:
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value)
-        except ValueError:
-            seconds = math.nan
-        if not 0 < seconds < math.inf:
-            header = name.decode()
-            raise BadRequest(f"The {header} header must be a number of seconds > 0.", header)
-        if seconds < getattr(pool, field):
-            changes[field] = seconds
-    if not changes:
-        return pool
-    return Timeouts(
-        changes.get("first_byte_s", pool.first_byte_s),
-        changes.get("total_s", pool.total_s),
-        changes.get("idle_s", pool.idle_s),
-        pool.connect_s,
-    )

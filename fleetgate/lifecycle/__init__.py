@@ -2,7 +2,6 @@
 it writes its answer to (a downstream)."""
 
 from fleetgate.lifecycle.downstream import Downstream, Sink
-
 from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,

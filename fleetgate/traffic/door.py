@@ -4,7 +4,7 @@
     allow      the model the request names                    403 if the tenant may not use it
     refused    a limit's refusal (traffic/limits.py)          429 with Retry-After
 
-The entrance (gateway/entrance.py) reserves and settles the request's limits with `limits`
+The entrance (director/entrance.py) reserves and settles the request's limits with `limits`
 itself: one call each way on the request path.
 
 With auth off every request is the anonymous tenant's, which has no limits.

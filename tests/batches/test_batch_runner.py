@@ -60,7 +60,7 @@ class Setup:
         assert book is not None
         self.book: BatchBook = book
         self.waits_end = waits_end  # False: a wait never ends (a worker in one is held)
-        self.runner = BatchRunner(book, gateway.serve_as, 2, random.Random(0), self.sleep)
+        self.runner = BatchRunner(book, gateway.inference.serve_as, 2, random.Random(0), self.sleep)
 
     async def sleep(self, seconds: float) -> None:
         if not self.waits_end:

@@ -13,10 +13,8 @@ from fleetgate.gateway.requests import (
     parse_chat,
     parse_completion,
     parse_embedding,
-    request_timeouts,
 )
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.upstream.timeouts import Timeouts
 
 Parse = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 
@@ -219,19 +217,6 @@ def test_an_unexpected_error_while_decoding_is_still_a_400(
         parse_chat(chat_with(b'"x"'), {})
     assert info.value.status == 400
     assert "could not be read" in info.value.message
-
-
-def test_a_timeout_header_may_shorten_the_pool_s_timeouts_never_lengthen_them() -> None:
-    pool = Timeouts(first_byte_s=10.0, total_s=100.0, idle_s=5.0)
-    headers = {
-        b"x-fleetgate-first-byte-timeout-s": b"2.5",
-        b"x-fleetgate-total-timeout-s": b"1e300",  # clamped to the pool's, silently
-        b"x-fleetgate-idle-timeout-s": b"5.0",
-    }
-    got = request_timeouts(pool, headers)
-    assert (got.first_byte_s, got.total_s, got.idle_s, got.connect_s) == (2.5, 100.0, 5.0, 5.0)
-    longer = {b"x-fleetgate-total-timeout-s": b"1e300", b"x-fleetgate-idle-timeout-s": b"60"}
-    assert request_timeouts(pool, longer) is pool
 
 
 def test_a_form_s_model_field_is_found_and_a_file_named_model_is_not_it() -> None:

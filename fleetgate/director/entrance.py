@@ -1,28 +1,26 @@
 """What a parsed request passes before routing: its tenant's limits (traffic/door.py), then its
-pool's admission queue (traffic/admission.py); and what it gives back when it ends.
-
-Headers a client may send here (each may only lower what its tenant is allowed):
-    x-fleetgate-priority          critical | standard | sheddable
-    x-fleetgate-lane              batch: use only the pool's spare capacity
-    x-fleetgate-queue-timeout-s   the longest wait for admission, at most the tenant's
-"""
+pool's admission queue (traffic/admission.py); and what it gives back when it ends. The
+request's metadata may lower its class, put it on the batch lane or shorten its wait
+(director/request.py)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 
+from fleetgate.director.request import (
+    LANE_HEADER,
+    PRIORITY_HEADER,
+    QUEUE_TIMEOUT_HEADER,
+    InferenceRequest,
+    queue_timeout,
+)
 from fleetgate.traffic.admission import Admission, Shed, Ticket
-from fleetgate.traffic.door import Caller, FrontDoor, Refused, refused, retry_after
+from fleetgate.traffic.door import FrontDoor, Refused, refused, retry_after
 from fleetgate.traffic.limits import FREE, PricingSettings, Refusal, Reservation
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import Tenant
 from fleetgate.upstream.attempt import Exchange
-
-LANE_HEADER = b"x-fleetgate-lane"
-QUEUE_TIMEOUT_HEADER = b"x-fleetgate-queue-timeout-s"
-PRIORITY_HEADER = b"x-fleetgate-priority"
 
 
 @dataclass(slots=True)
@@ -53,17 +51,14 @@ class Entrance:
         self._assumed = assumed_output_tokens
 
     def enter_now(
-        self,
-        caller: Caller,
-        ex: Exchange,
-        headers: dict[bytes, bytes],
-        admission: Admission | None,
+        self, request: InferenceRequest, ex: Exchange, admission: Admission | None
     ) -> Entry | None:
         """The request's holds without a coroutine (the common case: no limits, or limits in
         this process's store), or `Refused`; None when `enter` must be awaited (a remote
         store). A returned entry may still be `waiting` for its place: then await `wait`."""
+        caller, metadata = request.caller, request.metadata
         tenant = caller.tenant
-        priority = self._priority(tenant, headers)
+        priority = self._priority(tenant, metadata)
         held = None
         if tenant.limited and self._limits is not None:
             routing = ex.routing
@@ -78,19 +73,16 @@ class Entrance:
             held = answer
             ex.count_usage = held.plan.counts_tokens
             ex.reply_head = held.head
-        return self._entry(tenant, priority, held, ex, headers, admission)
+        return self._entry(tenant, priority, held, ex, metadata, admission)
 
     async def enter(
-        self,
-        caller: Caller,
-        ex: Exchange,
-        headers: dict[bytes, bytes],
-        admission: Admission | None,
+        self, request: InferenceRequest, ex: Exchange, admission: Admission | None
     ) -> Entry:
         """`enter_now` when it returned None: the tenant's limits are in a remote store. The
-        request's holds, or `Refused` (429 over a limit, 503 shed, 400 bad header)."""
+        request's holds, or `Refused` (429 over a limit, 503 shed, 400 bad metadata)."""
+        caller, metadata = request.caller, request.metadata
         tenant = caller.tenant
-        priority = self._priority(tenant, headers)
+        priority = self._priority(tenant, metadata)
         assert self._limits is not None and tenant.limited
         routing = ex.routing
         pricing = self._pricing.get(ex.model, FREE)
@@ -101,7 +93,7 @@ class Entrance:
             raise refused(held, priority)
         ex.count_usage = held.plan.counts_tokens
         ex.reply_head = held.head
-        entry = self._entry(tenant, priority, held, ex, headers, admission)
+        entry = self._entry(tenant, priority, held, ex, metadata, admission)
         if entry.waiting:
             await self.wait(entry)
         return entry
@@ -126,8 +118,8 @@ class Entrance:
             raise
 
     @staticmethod
-    def _priority(tenant: Tenant, headers: dict[bytes, bytes]) -> Priority:
-        asked = headers.get(PRIORITY_HEADER)
+    def _priority(tenant: Tenant, metadata: Mapping[bytes, bytes]) -> Priority:
+        asked = metadata.get(PRIORITY_HEADER)
         if asked is None:
             return tenant.priority
         try:
@@ -141,7 +133,7 @@ class Entrance:
         priority: Priority,
         held: Reservation | None,
         ex: Exchange,
-        headers: dict[bytes, bytes],
+        metadata: Mapping[bytes, bytes],
         admission: Admission | None,
     ) -> Entry:
         """The entry, its ticket admitted at once when there is room."""
@@ -156,10 +148,10 @@ class Entrance:
         settings = tenant.settings
         routing = ex.routing
         deadline = settings.queue_timeout_s
-        if QUEUE_TIMEOUT_HEADER in headers:
-            deadline = _queue_timeout(headers, deadline)
+        if QUEUE_TIMEOUT_HEADER in metadata:
+            deadline = queue_timeout(metadata, deadline)
         ticket = Ticket(
-            tenant.name, priority, settings.batch or headers.get(LANE_HEADER) == b"batch",
+            tenant.name, priority, settings.batch or metadata.get(LANE_HEADER) == b"batch",
             routing.prompt_tokens + (routing.max_tokens or self._assumed), settings.weight,
             ex.started + deadline,
         )  # fmt: skip
@@ -178,19 +170,3 @@ class Entrance:
         if used is None:
             return None
         return self._limits.settle(entry.held, used[0], used[1])
-
-
-def _queue_timeout(headers: dict[bytes, bytes], tenants: float) -> float:
-    value = headers.get(QUEUE_TIMEOUT_HEADER)
-    if value is None:
-        return tenants
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = math.nan
-    if not 0 <= seconds < math.inf:
-        raise Refused(
-            400, "x-fleetgate-queue-timeout-s must be a number of seconds >= 0.",
-            "invalid_queue_timeout", param="x-fleetgate-queue-timeout-s",
-        )  # fmt: skip
-    return min(seconds, tenants)
