@@ -206,9 +206,17 @@ def build_clusters(
             prefill = Prefill(transport, clock, prefill_router, timeouts, prefill_emit)
         retries = c.retries
         clusters[c.model] = Cluster(
-            router, timeouts, retries, RetryBudget(retries), hedge, ttft, emit, prefill, admission,
-            c.engine_priority,
-        )  # fmt: skip
+            router=router,
+            timeouts=timeouts,
+            retries=retries,
+            budget=RetryBudget(retries),
+            hedge=hedge,
+            ttft=ttft,
+            emit=emit,
+            prefill=prefill,
+            admission=admission,
+            engine_priority=c.engine_priority,
+        )
     return clusters
 
 
@@ -456,7 +464,16 @@ def compose(
     admin = None
     if config.server.admin:
         members = Membership(pools, clock, probes)
-        admin = Admin(pools, clock, members, picks, usage, config, audit, slo)
+        admin = Admin(
+            pools=pools,
+            clock=clock,
+            members=members,
+            picks=picks,
+            usage=usage,
+            config=config,
+            audit=audit,
+            slo=slo,
+        )
     for pool_config in config.pools:
         if pool_config.gpu.enabled:
             for part in _parts(clusters[pool_config.model]):
@@ -552,10 +569,18 @@ async def start_gateway(
             name = f"{pool.model}#{i}" if i < n else f"{pool.model}#prefill{i - n}"
             backends.append(
                 Backend(
-                    backend_id(url), url, (pool.model,), b.weight, dict(b.labels),
-                    b.max_in_flight, b.api_key, name, b.cost_per_hour_usd, b.engine,
+                    id=backend_id(url),
+                    url=url,
+                    models=(pool.model,),
+                    weight=b.weight,
+                    labels=dict(b.labels),
+                    max_in_flight=b.max_in_flight,
+                    api_key=b.api_key,
+                    name=name,
+                    cost_per_hour_usd=b.cost_per_hour_usd,
+                    engine=b.engine,
                 )
-            )  # fmt: skip
+            )
         resolved.append(ResolvedPool(pool, tuple(backends[:n]), tuple(backends[n:])))
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
@@ -609,19 +634,19 @@ async def start_gateway(
             await tracing.close()
         raise
     return RunningGateway(
-        server,
-        client,
-        sims,
-        gateway,
-        pools,
-        checker,
-        scraper,
-        background,
-        tls is not None,
-        shared,
-        request_log,
-        tracing,
-        runner,
+        server=server,
+        client=client,
+        sims=sims,
+        gateway=gateway,
+        pools=pools,
+        checker=checker,
+        scraper=scraper,
+        background=background,
+        tls=tls is not None,
+        limit_store=shared,
+        request_log=request_log,
+        tracing=tracing,
+        batches=runner,
     )
 
 

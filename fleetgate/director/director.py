@@ -149,8 +149,17 @@ class Director:
         ex.tenant, ex.priority_label = caller.tenant.name, entry.priority.label
         ex.queued_s = now - ex.started
         if self._emit.admitted is not None:
-            self._emit.admitted(Admitted(ex.request_id, now, ex.model, ex.routing, ex.tenant,
-                                         ex.priority_label, ex.queued_s))  # fmt: skip
+            self._emit.admitted(
+                Admitted(
+                    request_id=ex.request_id,
+                    at=now,
+                    model=ex.model,
+                    request=ex.routing,
+                    tenant=ex.tenant,
+                    priority=ex.priority_label,
+                    queued_s=ex.queued_s,
+                )
+            )
         await self._failover.forward(cluster, ex)
         if ex.routing.endpoint == "responses":
             self._keep(ex)
@@ -218,5 +227,16 @@ class Director:
         it may be anything)."""
         finished = self._emit.finished
         if finished is not None:
-            finished(Finished(request_id, self._clock(), model, started, status, NO_BACKEND,
-                              outcome, None, None))  # fmt: skip
+            finished(
+                Finished(
+                    request_id=request_id,
+                    at=self._clock(),
+                    model=model,
+                    started=started,
+                    status=status,
+                    backend=NO_BACKEND,
+                    outcome=outcome,
+                    ttft_s=None,
+                    output_tokens=None,
+                )
+            )

@@ -110,9 +110,16 @@ def parse_engine_load(text: str, now: float) -> EngineLoad | None:
         return None
     kv = sums["kv_usage"] / kv_series if kv_series else 0.0
     return EngineLoad(
-        sums["running"], sums["waiting"], kv, hits, queries, hit_rate, now, capacity or None,
+        running=sums["running"],
+        waiting=sums["waiting"],
+        kv_usage=kv,
+        prefix_hits=hits,
+        prefix_queries=queries,
+        hit_rate=hit_rate,
+        scraped_at=now,
+        kv_capacity_tokens=capacity or None,
         step_totals=StepTotals(*totals) if totals else None,
-    )  # fmt: skip
+    )
 
 
 def _vllm_capacity(labels: dict[str, str]) -> float:

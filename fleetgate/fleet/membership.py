@@ -100,11 +100,18 @@ class Membership:
         self._places[model] = place + 1
         state = BackendState(
             Backend(
-                identity, joining.url, (model,), joining.weight, dict(joining.labels),
-                joining.max_in_flight, joining.api_key, f"{model}#{place}",
-                joining.cost_per_hour_usd, joining.engine,
+                id=identity,
+                url=joining.url,
+                models=(model,),
+                weight=joining.weight,
+                labels=dict(joining.labels),
+                max_in_flight=joining.max_in_flight,
+                api_key=joining.api_key,
+                name=f"{model}#{place}",
+                cost_per_hour_usd=joining.cost_per_hour_usd,
+                engine=joining.engine,
             )
-        )  # fmt: skip
+        )
         pool.add(state, self._clock())
         if self._watcher is not None:
             self._watcher.watch(pool, state)

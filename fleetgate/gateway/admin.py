@@ -176,8 +176,15 @@ class Admin:
                 raise _Refusal(400, "Give the backend's `url`: sim workers start with the "
                                "gateway, from its config.", "url")  # fmt: skip
             _check_url(order.url)
-            joining = Joining(order.url, order.weight, order.labels, order.max_in_flight,
-                              order.api_key, order.cost_per_hour_usd, order.engine)  # fmt: skip
+            joining = Joining(
+                url=order.url,
+                weight=order.weight,
+                labels=order.labels,
+                max_in_flight=order.max_in_flight,
+                api_key=order.api_key,
+                cost_per_hour_usd=order.cost_per_hour_usd,
+                engine=order.engine,
+            )
             try:
                 state = self._members.add(order.model, joining)
             except NotMember as exc:

@@ -231,11 +231,20 @@ def _backend(state: BackendState, pool: Pool, role: str, now: float) -> BackendV
     until = pool.ejected_until(state)
     gpus = state.gpus
     return BackendView(
-        state.backend.id, state.backend.name, role, state.verdict(now).value,
-        [name for flag, name in _FLAGS if flag in state.flags], state.in_flight,
-        state.in_flight_tokens, state.pending_prefill, state.weight, state.speed,
-        dict(state.backend.labels),
-        None if engine is None else Engine(engine.running, engine.waiting, engine.kv_usage),
-        latency.ttft_s, latency.e2e_s, None if until is None else max(0.0, until - now),
-        None if gpus is None else GpuView(gpus.state, now - gpus.at),
-    )  # fmt: skip
+        id=state.backend.id,
+        name=state.backend.name,
+        role=role,
+        verdict=state.verdict(now).value,
+        flags=[name for flag, name in _FLAGS if flag in state.flags],
+        in_flight=state.in_flight,
+        in_flight_tokens=state.in_flight_tokens,
+        pending_prefill=state.pending_prefill,
+        weight=state.weight,
+        speed=state.speed,
+        labels=dict(state.backend.labels),
+        engine=None if engine is None else Engine(engine.running, engine.waiting, engine.kv_usage),
+        ttft_s=latency.ttft_s,
+        e2e_s=latency.e2e_s,
+        ejected_for_s=None if until is None else max(0.0, until - now),
+        gpu=None if gpus is None else GpuView(gpus.state, now - gpus.at),
+    )

@@ -231,13 +231,13 @@ def parse_responses(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     if parsed.instructions:
         text = parsed.instructions.encode() + text
     return RoutingRequest(
-        parsed.model,
-        "responses",
-        bool(parsed.stream),
-        parsed.max_output_tokens,
-        _session(headers, parsed.user),
-        text,
-        parsed.previous_response_id,
+        model=parsed.model,
+        endpoint="responses",
+        stream=bool(parsed.stream),
+        max_tokens=parsed.max_output_tokens,
+        session_key=_session(headers, parsed.user),
+        prompt=text,
+        follows=parsed.previous_response_id,
     )
 
 

@@ -276,15 +276,15 @@ class HttpConnection(asyncio.Protocol):
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         parser = self._parser
         request = Request(
-            parser.get_method(),
-            path,
-            query,
-            self._headers,
-            body,
-            parser.should_keep_alive(),
-            self._too_large,
-            parser.get_http_version() != "1.0",
-            self._held,
+            method=parser.get_method(),
+            path=path,
+            query=query,
+            headers=self._headers,
+            body=body,
+            keep_alive=parser.should_keep_alive(),
+            body_too_large=self._too_large,
+            http11=parser.get_http_version() != "1.0",
+            held=self._held,
         )
         self._held = 0  # the request holds it now, until answered
         self._body = []

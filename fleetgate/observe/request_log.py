@@ -140,15 +140,23 @@ class RequestLog:
         ttft = event.ttft_s
         prompt, cost = event.prompt_tokens, event.cost_usd
         line = Line(
-            self._stamp(now), event.request_id.decode("latin-1"), tenant, event.status,
-            event.outcome, priority or None, event.model or None,
-            None if event.backend == NO_BACKEND else event.backend, reason, event.attempts,
-            None if queued is None else round(queued * 1000, 1),
-            None if ttft is None else round(ttft * 1000, 1),
-            round((event.at - event.started) * 1000, 1), prompt,
-            None if prompt is None else event.completion_tokens,
-            None if prompt is None else round(cost, 9) if cost else 0.0,
-        )  # fmt: skip
+            time=self._stamp(now),
+            request_id=event.request_id.decode("latin-1"),
+            tenant=tenant,
+            status=event.status,
+            outcome=event.outcome,
+            priority=priority or None,
+            model=event.model or None,
+            backend=None if event.backend == NO_BACKEND else event.backend,
+            reason=reason,
+            attempts=event.attempts,
+            queued_ms=None if queued is None else round(queued * 1000, 1),
+            ttft_ms=None if ttft is None else round(ttft * 1000, 1),
+            e2e_ms=round((event.at - event.started) * 1000, 1),
+            prompt_tokens=prompt,
+            completion_tokens=None if prompt is None else event.completion_tokens,
+            cost_usd=None if prompt is None else round(cost, 9) if cost else 0.0,
+        )
         if self.trace_ids is not None:
             line.trace_id = self.trace_ids(event.request_id)
         if self._skipped:

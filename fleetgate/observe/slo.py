@@ -202,7 +202,16 @@ class _Objective:
             mean = total / count if count else None
             burn = {window_label(window_s): 0.0 if mean is None else mean / self.target}
             met = mean is None or mean <= self.target
-            return ObjectiveStatus(self.name, "mean", self.target, mean, int(count), met, burn, [])
+            return ObjectiveStatus(
+                name=self.name,
+                kind="mean",
+                target=self.target,
+                value=mean,
+                requests=int(count),
+                met=met,
+                burn=burn,
+                alerts=[],
+            )
         windows = {window_s, *(a.long_s for a in alerts), *(a.short_s for a in alerts)}
         sums = self.ring.sums(now, windows)
         budget = 1.0 - self.target
@@ -215,9 +224,17 @@ class _Objective:
         burn = {window_label(w): rates[w] for w in sorted(rates)}
         met = share is None or share >= self.target
         return ObjectiveStatus(
-            self.name, "ratio", self.target, share, int(total), met, burn, firing, self.good,
-            self.bad,
-        )  # fmt: skip
+            name=self.name,
+            kind="ratio",
+            target=self.target,
+            value=share,
+            requests=int(total),
+            met=met,
+            burn=burn,
+            alerts=firing,
+            good_total=self.good,
+            bad_total=self.bad,
+        )
 
 
 def _burn(good: float, total: float, budget: float) -> float:

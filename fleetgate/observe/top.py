@@ -127,12 +127,13 @@ def _backends(pool: dict[str, Any]) -> Table:
         if b["ejected_for_s"] is not None:
             state.append(f" back in {b['ejected_for_s']:.0f} s")
         engine = b["engine"]
-        table.add_row(
+        cells = [
             Text(f"{b['name']} {b['id']}"), b["role"], state, str(b["in_flight"]),
             "-" if engine is None else f"{engine['running']:.0f}/{engine['waiting']:.0f}",
             "-" if engine is None else f"{engine['kv_usage']:.0%}", _ms(b["ttft_s"]),
             Text(" ".join(f"{k}={v}" for k, v in sorted(b["labels"].items()))),
-        )  # fmt: skip
+        ]  # fmt: skip
+        table.add_row(*cells)  # one cell a column, in the columns' order
     return table
 
 

@@ -127,12 +127,24 @@ class Failover:
                         cost = ex.price(prompt, completion)
                 emit.finished(
                     Finished(
-                        ex.request_id, self._clock(), ex.model, ex.started, status, ex.backend,
-                        outcome, ex.ttft_s, progress.events if progress is not None else None,
-                        ex.tenant, ex.priority_label, ex.queued_s, ex.attempts, prompt,
-                        completion, cost,
+                        request_id=ex.request_id,
+                        at=self._clock(),
+                        model=ex.model,
+                        started=ex.started,
+                        status=status,
+                        backend=ex.backend,
+                        outcome=outcome,
+                        ttft_s=ex.ttft_s,
+                        output_tokens=progress.events if progress is not None else None,
+                        tenant=ex.tenant,
+                        priority=ex.priority_label,
+                        queued_s=ex.queued_s,
+                        attempts=ex.attempts,
+                        prompt_tokens=prompt,
+                        completion_tokens=completion,
+                        cost_usd=cost,
                     )
-                )  # fmt: skip
+                )
 
     async def _hedged(
         self, cluster: Cluster, ex: Exchange, state: BackendState, retry_on: frozenset[int]

@@ -124,7 +124,10 @@ class Tenant:
         exact = frozenset(m for m in settings.models if m not in patterns)
         s = settings
         limited = s.limits.limited or s.key_limits.limited or s.budget is not None
-        return cls(s.name, s, priority, top, "*" in patterns, exact, patterns, limited)
+        return cls(
+            name=s.name, settings=s, priority=priority, max_priority=top,
+            all_models="*" in patterns, exact=exact, patterns=patterns, limited=limited,
+        )  # fmt: skip
 
     def may_use(self, model: str) -> bool:
         if self.all_models or model in self.exact:

@@ -241,7 +241,15 @@ class Attempts:
         ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
-                AttemptStarted(ex.request_id, sent, ex.model, state, kind, prompt, queued)
+                AttemptStarted(
+                    request_id=ex.request_id,
+                    at=sent,
+                    model=ex.model,
+                    backend=state,
+                    kind=kind,
+                    prompt_tokens=prompt,
+                    queued_prefill=queued,
+                )
             )
         ex.backend = state.backend.id  # until an answer reaches the client: the last tried
         status = 0
@@ -266,10 +274,17 @@ class Attempts:
                     if emit.first_token is not None:
                         emit.first_token(
                             FirstToken(
-                                ex.request_id, now, ex.model, state, kind, prompt, ttft, sent,
-                                ex.batch,
+                                request_id=ex.request_id,
+                                at=now,
+                                model=ex.model,
+                                backend=state,
+                                kind=kind,
+                                prompt_tokens=prompt,
+                                ttft_s=ttft,
+                                sent_at=sent,
+                                batch=ex.batch,
                             )
-                        )  # fmt: skip
+                        )
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
                         upstream = [
@@ -316,11 +331,25 @@ class Attempts:
                 events = streamed.events if streamed is not None else 0
                 emit.attempt_ended(
                     AttemptEnded(
-                        ex.request_id, clock(), ex.model, state, kind, sent, prompt, queued,
-                        status, error, wait_s, first_at, events, streamed is not None,
-                        ex.prior_status, ex.prior_backend, ex.priority,
+                        request_id=ex.request_id,
+                        at=clock(),
+                        model=ex.model,
+                        backend=state,
+                        kind=kind,
+                        sent_at=sent,
+                        prompt_tokens=prompt,
+                        queued_prefill=queued,
+                        status=status,
+                        error=error,
+                        retry_after_s=wait_s,
+                        first_token_at=first_at,
+                        events=events,
+                        stream=streamed is not None,
+                        prior_status=ex.prior_status,
+                        prior_backend=ex.prior_backend,
+                        priority=ex.priority,
                     )
-                )  # fmt: skip
+                )
             if status >= 500:
                 if status == ex.prior_status:
                     ex.prior_backend = None  # taken back now, and this one never counted
@@ -360,7 +389,15 @@ class Attempts:
         ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
-                AttemptStarted(ex.request_id, sent, ex.model, state, kind, 0, queued)
+                AttemptStarted(
+                    request_id=ex.request_id,
+                    at=sent,
+                    model=ex.model,
+                    backend=state,
+                    kind=kind,
+                    prompt_tokens=0,
+                    queued_prefill=queued,
+                )
             )
         status = 0
         error: ErrorKind | None = None
@@ -382,7 +419,15 @@ class Attempts:
                 if emit.first_token is not None:
                     emit.first_token(
                         FirstToken(
-                            ex.request_id, now, ex.model, state, kind, 0, None, sent, ex.batch
+                            request_id=ex.request_id,
+                            at=now,
+                            model=ex.model,
+                            backend=state,
+                            kind=kind,
+                            prompt_tokens=0,
+                            ttft_s=None,
+                            sent_at=sent,
+                            batch=ex.batch,
                         )
                     )
                 return True
@@ -404,10 +449,22 @@ class Attempts:
             if emit.attempt_ended is not None:
                 emit.attempt_ended(
                     AttemptEnded(
-                        ex.request_id, clock(), ex.model, state, kind, sent, 0, queued, status,
-                        error, wait_s, first_at, progress.events - events, status == 200,
+                        request_id=ex.request_id,
+                        at=clock(),
+                        model=ex.model,
+                        backend=state,
+                        kind=kind,
+                        sent_at=sent,
+                        prompt_tokens=0,
+                        queued_prefill=queued,
+                        status=status,
+                        error=error,
+                        retry_after_s=wait_s,
+                        first_token_at=first_at,
+                        events=progress.events - events,
+                        stream=status == 200,
                     )
-                )  # fmt: skip
+                )
 
 
 async def _relay(response: UpstreamAnswer, relay: StreamRelay, progress: StreamProgress) -> None:

@@ -88,7 +88,15 @@ class Prefill:
         ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
-                AttemptStarted(ex.request_id, now, model, state, kind, prompt, queued)
+                AttemptStarted(
+                    request_id=ex.request_id,
+                    at=now,
+                    model=model,
+                    backend=state,
+                    kind=kind,
+                    prompt_tokens=prompt,
+                    queued_prefill=queued,
+                )
             )
         status = 0
         error: ErrorKind | None = None
@@ -116,10 +124,22 @@ class Prefill:
             if emit.attempt_ended is not None:
                 emit.attempt_ended(
                     AttemptEnded(
-                        ex.request_id, clock(), model, state, kind, now, prompt, queued, status,
-                        error, wait_s, None, 0, False,
+                        request_id=ex.request_id,
+                        at=clock(),
+                        model=model,
+                        backend=state,
+                        kind=kind,
+                        sent_at=now,
+                        prompt_tokens=prompt,
+                        queued_prefill=queued,
+                        status=status,
+                        error=error,
+                        retry_after_s=wait_s,
+                        first_token_at=None,
+                        events=0,
+                        stream=False,
                     )
-                )  # fmt: skip
+                )
         params = handoff_params(answer) if status == 200 else None
         if params is None:
             return ex.body

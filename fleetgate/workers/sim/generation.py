@@ -180,7 +180,14 @@ class Generator:
         text = "".join(filler_token(i, plan.seed) for i in range(info.output_tokens))
         params = _handoff(job) if job.kv_send else None
         body = full_response(
-            job.chat, job.request_id, job.created, self._model, text, plan.finish_reason, u, params
+            chat=job.chat,
+            request_id=job.request_id,
+            created=job.created,
+            model=self._model,
+            text=text,
+            reason=plan.finish_reason,
+            u=u,
+            kv_transfer_params=params,
         )
         writer.send(200, _JSON, body)
 

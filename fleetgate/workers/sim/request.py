@@ -145,11 +145,18 @@ class RequestParser:
         plain = len(choices) == 1 and shape == Shape(shape.limit, shape.min_tokens) and not echo
         kv = body.kv_transfer_params or {}
         return Job(
-            request_id, chat, choices, bool(body.stream),
-            bool(body.stream_options and body.stream_options.include_usage), int(time.time()),
-            plain and logprobs is None, logprobs, kv_send=bool(kv.get("do_remote_decode")),
-            kv_receive=bool(kv.get("do_remote_prefill")), priority=body.priority,
-        )  # fmt: skip
+            request_id=request_id,
+            chat=chat,
+            choices=choices,
+            stream=bool(body.stream),
+            include_usage=bool(body.stream_options and body.stream_options.include_usage),
+            created=int(time.time()),
+            plain=plain and logprobs is None,
+            logprobs=logprobs,
+            kv_send=bool(kv.get("do_remote_decode")),
+            kv_receive=bool(kv.get("do_remote_prefill")),
+            priority=body.priority,
+        )
 
     def _prompts(self, body: Body, chat: bool) -> tuple[list[str] | None, list[PromptBlocks]]:
         """The prompts' texts (None for token ids) and blocks."""

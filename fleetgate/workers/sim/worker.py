@@ -62,9 +62,14 @@ class SimWorker:
         self.embedder = Embedder(self.parser)
         self.responses = ResponsesRequests(self.parser, f"{rng.getrandbits(32):08x}")
         self.generator = Generator(
-            spec.model, self.profile.block_size, self.driver, self.metrics, time.monotonic,
-            loop, kv_transfer_s,
-        )  # fmt: skip
+            model=spec.model,
+            block_size=self.profile.block_size,
+            driver=self.driver,
+            metrics=self.metrics,
+            clock=time.monotonic,
+            loop=loop,
+            kv_transfer_s_per_token=kv_transfer_s,
+        )
         self._server: HttpServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
