@@ -79,10 +79,10 @@ from fleetgate.routing.router import Router
 from fleetgate.runtime import settle_heap
 from fleetgate.traffic.admission import Admission, AdmissionSettings
 from fleetgate.traffic.batch_lane import BatchLane
+from fleetgate.traffic.concurrency import ConcurrencyLimit
 from fleetgate.traffic.door import Caller, FrontDoor
 from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.keys import ADMIN, HEARTBEAT, KeyRing, digest_of, read_key_file
-from fleetgate.traffic.limit import ConcurrencyLimit
 from fleetgate.traffic.limits import Limits
 from fleetgate.traffic.redis_store import RedisStore, redis_client
 from fleetgate.traffic.store import LimitStore, MemoryStore

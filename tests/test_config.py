@@ -319,7 +319,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     from fleetgate.resilience.retry import RetrySettings
     from fleetgate.traffic.admission import AdmissionSettings
     from fleetgate.traffic.batch_lane import BatchLaneSettings
-    from fleetgate.traffic.limit import LimitSettings
+    from fleetgate.traffic.concurrency import LimitSettings
     from fleetgate.traffic.limits import PricingSettings
     from fleetgate.traffic.tenants import BudgetSettings, RateLimitSettings, TenantSettings
 

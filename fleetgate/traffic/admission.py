@@ -1,7 +1,7 @@
 """Admission: when a pool is saturated, requests wait in front of routing, by class and fairly.
 
 A pool is saturated for a class when the requests it serves reach that class's share of its
-concurrency limit (`limit.py`): all of it for `critical`, less `headroom` for each class below
+concurrency limit (`concurrency.py`): all of it for `critical`, less `headroom` for each class below
 (standard 90%, sheddable and the batch lane 80%), so the classes above always find room left.
 Below it every request goes at once (one comparison). At it, a request waits in the queue of
 its class: `critical` before `standard` before `sheddable`, each a fair queue across tenants
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from fleetgate.settings import Settings, at_least, positive_seconds, within
 from fleetgate.traffic.batch_lane import BatchLane, BatchLaneSettings
-from fleetgate.traffic.limit import ConcurrencyLimit, LimitSettings
+from fleetgate.traffic.concurrency import ConcurrencyLimit, LimitSettings
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.queue import FairQueue
 from fleetgate.traffic.tenants import Tenant
@@ -39,7 +39,7 @@ class AdmissionSettings(Settings, frozen=True):
     """A pool's admission control (`pools[].admission`)."""
 
     enabled: bool = True  # off: every request goes to routing at once, however busy
-    limit: LimitSettings = LimitSettings()  # how many it serves at once (limit.py)
+    limit: LimitSettings = LimitSettings()  # how many it serves at once (concurrency.py)
     max_queue: int = 2048  # requests waiting at most; beyond, the lowest class is shed
     # Of the concurrency limit batch-lane requests may hold at most; under it the lane's own
     # cap keeps interactive requests' TTFT near its best (batch_lane.py).

@@ -5,6 +5,7 @@ extra says in one line what to install."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -19,6 +20,8 @@ from tests.e2e.procs import python, wait_ready
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "llama-3.1-8b-instruct"  # one of the built-in fleet's models
 HI = [{"role": "user", "content": "Hello!"}]
+# What a checkout holds that is not the project: environments, caches, build leftovers.
+LOCAL = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache", "out")
 
 # Building the wheel and installing its dependencies comes first, in whichever test runs first.
 pytestmark = pytest.mark.timeout(400)
@@ -34,7 +37,12 @@ def _run(command: list[str], cwd: Path) -> str:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The bin folder of a new virtual environment holding the wheel and its core dependencies."""
     tmp = tmp_path_factory.mktemp("clean-install")
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp), str(ROOT)], tmp)
+    # Built from a copy: building in place leaves build/ and *.egg-info in the checkout.
+    source = tmp / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*LOCAL))
+    _run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp), str(source)], tmp
+    )
     (wheel,) = tmp.glob("fleetgate-*.whl")
     venv.create(tmp / "venv", with_pip=True)
     bin_dir = tmp / "venv" / "bin"

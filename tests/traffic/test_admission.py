@@ -13,7 +13,7 @@ from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.pool import Pool
 from fleetgate.traffic.admission import Admission, AdmissionSettings, Shed, Ticket
 from fleetgate.traffic.batch_lane import BatchLane
-from fleetgate.traffic.limit import ConcurrencyLimit, LimitSettings
+from fleetgate.traffic.concurrency import ConcurrencyLimit, LimitSettings
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import Tenant, TenantSettings
 

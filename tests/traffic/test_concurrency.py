@@ -7,7 +7,7 @@ from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.pool import Pool
 from fleetgate.lifecycle.events import AttemptEnded
-from fleetgate.traffic.limit import ConcurrencyLimit, LimitSettings
+from fleetgate.traffic.concurrency import ConcurrencyLimit, LimitSettings
 
 
 class Clock:
