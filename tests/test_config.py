@@ -471,6 +471,8 @@ def pool_with(**fields: Any) -> dict[str, Any]:
          "`interval_s` must be a finite number of seconds > 0, got 0.0 - at `$.pools[0].engine_"),
         ({"weights": {"min_intervals": 0}},
          "`min_intervals` must be >= 1, got 0 - at `$.pools[0].weights`"),
+        ({"weights": {"max_error": 0}},
+         "`max_error` must be in (0, 1], got 0.0 - at `$.pools[0].weights`"),
         ({"total_timeout_s": float("nan")},
          "`total_timeout_s` must be a finite number of seconds > 0, got nan - at `$.pools[0]`"),
         ({"panic_threshold": 2}, "`panic_threshold` must be in [0, 1], got 2.0"),
