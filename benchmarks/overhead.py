@@ -26,6 +26,12 @@ With `--pair observability`, the same pairing compares the gateway as it runs by
 (metrics, the request log and the dashboard's live view on) with one whose are all off;
 `--pair request-log`, with one whose request log alone is off; `--pair tracing`, with one that
 also traces at 10% sampling, exporting to a local OTLP receiver (otlp_sink.py) that drops it.
+
+With `--baseline REF`, the gateway of this tree is measured beside the gateway of commit REF
+(made once into a cache of its own: baseline.py), both with their defaults, window by window
+in turn (`--rounds`, three by default) and then loaded at once; the ratios this tree / REF are
+printed with the targets of docs/benchmarks.md. Every change to the request path is measured
+this way against the reference commit named there, not only against its parent.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from baseline import fleetgate_command
 from harness import PY, cpu_seconds, drain, free_port, get, process, wait_http
 
 HERE = Path(__file__).resolve().parent
@@ -89,6 +96,8 @@ class Pair:
     other: str
     key: str | None
     line: str  # what the ratio is called in the report
+    base_command: tuple[str, ...] = (PY, "-m", "fleetgate")  # what runs the base gateway
+    rounds: int = 3  # windows taken in turn per figure, alternating
 
 
 PAIRS = {
@@ -119,14 +128,14 @@ def measure_pair(
 ) -> dict[str, dict[str, float]]:
     """Both gateways of `pair` at once, measured window by window in turn."""
     files, cmds, ports = [], [], []
-    for extra in (pair.base, pair.other):
+    sides = ((pair.base, pair.base_command), (pair.other, (PY, "-m", "fleetgate")))
+    for extra, command in sides:
         with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as cfg:
             cfg.write(pool + extra)
         port = free_port()
         files.append(cfg.name)
         ports.append(port)
-        cmds.append([*_pin(0), PY, "-m", "fleetgate", "serve", "--config", cfg.name,
-                     "--port", str(port)])  # fmt: skip
+        cmds.append([*_pin(0), *command, "serve", "--config", cfg.name, "--port", str(port)])
     try:
         with (
             _serving(cmds[0], f"http://127.0.0.1:{ports[0]}/healthz") as base,
@@ -138,7 +147,7 @@ def measure_pair(
                 (f"http://127.0.0.1:{ports[0]}", base.pid, None),
                 (f"http://127.0.0.1:{ports[1]}", other.pid, pair.key),
             ]
-            first, second = measure_alternately(targets, seconds, upstream_pid)
+            first, second = measure_alternately(targets, seconds, upstream_pid, pair.rounds)
             print(f"  {pair.base_name} and {pair.other_name} loaded at once ...", flush=True)
             shared = measure_at_once(targets, seconds)
             for figures, (rps, cpu_us) in zip((first, second), shared, strict=True):
@@ -233,12 +242,15 @@ def measure(
 
 
 def measure_alternately(
-    targets: list[tuple[str, int | None, str | None]], seconds: float, upstream_pid: int
+    targets: list[tuple[str, int | None, str | None]],
+    seconds: float,
+    upstream_pid: int,
+    rounds: int = 3,
 ) -> list[dict[str, float]]:
     """Each target's figures (url, its process, its API key); with several, each window is
-    run for one target after the other, three times over, and the median kept: on a shared
+    run for one target after the other, `rounds` times over, and the median kept: on a shared
     VM the machine's speed drifts by more than what is compared."""
-    rounds = 1 if len(targets) == 1 else 3
+    rounds = 1 if len(targets) == 1 else rounds
     paths = [(url + "/v1/chat/completions", pid, key) for url, pid, key in targets]
     for path, _, key in paths:
         _wrk(path, CHAT, 64, 2, key=key)  # warm up: connections, caches
@@ -318,6 +330,16 @@ def main() -> int:
                         "request log and the dashboard off), metrics-log (metrics and the "
                         "request log on, the rest off), request-log (it alone off), "
                         "tracing (on at 10%% sampling, to a local OTLP receiver)")  # fmt: skip
+    parser.add_argument("--baseline", metavar="REF", help="also the gateway of commit REF, "
+                        "beside this tree's in the same run (docs/benchmarks.md names the "
+                        "reference commit)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="windows in turn per figure "
+                        "when two gateways are compared (default 3)")  # fmt: skip
+    parser.add_argument(
+        "--router-policy",
+        default="cache_aware",
+        help="sglang-router's policy, when it is on PATH (default cache_aware, its own default)",
+    )
     args = parser.parse_args()
     if not shutil.which("wrk"):
         print("wrk is needed: apt-get install wrk", file=sys.stderr)
@@ -335,6 +357,12 @@ def main() -> int:
         gw_cmd = [*_pin(0), PY, "-m", "fleetgate", "serve", "--config", cfg.name,
                   "--port", str(gw_port)]  # fmt: skip
         pair = PAIRS.get("auth" if args.auth else args.pair or "")
+        if args.baseline:
+            command, sha = fleetgate_command(args.baseline)
+            pair = Pair("baseline", "", "fleetgate", "", None, f"this tree / {sha}",
+                        tuple(command), args.rounds)  # fmt: skip
+        elif pair is not None:
+            pair = replace(pair, rounds=args.rounds)
         if pair is None:
             with _serving(gw_cmd, f"http://127.0.0.1:{gw_port}/healthz") as gw:
                 print("through fleetgate ...", flush=True)
@@ -369,19 +397,21 @@ def main() -> int:
         router = shutil.which("sglang-router")
         if router:
             sg_cmd = [*_pin(0), router, "launch", "--host", "127.0.0.1", "--port", str(sg_port),
-                      "--worker-urls", upstream, "--policy", "round_robin"]  # fmt: skip
+                      "--worker-urls", upstream, "--policy", args.router_policy]  # fmt: skip
             with _serving(sg_cmd, f"http://127.0.0.1:{sg_port}/health") as sg:
                 print("through sglang-router ...", flush=True)
                 results["sglang-router"] = measure(
                     f"http://127.0.0.1:{sg_port}", seconds, sg.pid, up.pid
                 )
-    report(results)
+    report(results, pair.line if args.baseline and pair is not None else "")
     return 0
 
 
-def report(results: dict[str, dict[str, float]]) -> None:
+def report(results: dict[str, dict[str, float]], baseline: str = "") -> None:
+    """Every figure beside the direct one; `baseline`: what the baseline ratios are called."""
     direct = results["direct"]
-    order = ("fleetgate-obs-off", "fleetgate-log-off", "fleetgate-metrics-log", "fleetgate",
+    order = ("baseline", "fleetgate-obs-off", "fleetgate-log-off", "fleetgate-metrics-log",
+             "fleetgate",
              "fleetgate+auth", "fleetgate+tracing", "nginx", "sglang-router")  # fmt: skip
     names = [n for n in order if n in results]
     print()
@@ -408,6 +438,8 @@ def report(results: dict[str, dict[str, float]]) -> None:
         gw, ng = results["fleetgate"], results["nginx"]
         print(f"\nfleetgate / nginx: {gw['rps'] / ng['rps']:.2f}x the req/s, "
               f"{gw['cpu'] / ng['cpu']:.2f}x the CPU per streamed answer")  # fmt: skip
+    if baseline:
+        report_baseline(results, baseline)
     for pair in PAIRS.values():
         if pair.base_name in results and pair.other_name in results:
             base, other = results[pair.base_name], results[pair.other_name]
@@ -418,8 +450,26 @@ def report(results: dict[str, dict[str, float]]) -> None:
                   f"{other['p50_us'] - base['p50_us']:+,.0f} us at p50, "
                   f"{other['cpu'] / base['cpu']:.2f}x the CPU per streamed answer "
                   "(target: req/s >= 0.90x)")  # fmt: skip
+    if "sglang-router" in results and "fleetgate" in results:
+        gw, sg = results["fleetgate"], results["sglang-router"]
+        print(f"fleetgate / sglang-router: {gw['rps'] / sg['rps']:.2f}x the req/s (target >= "
+              f"1.3x), added p50 {gw['p50_us'] - direct['p50_us']:+,.0f} / "
+              f"{sg['p50_us'] - direct['p50_us']:+,.0f} us (target: no higher)")  # fmt: skip
     if "sglang-router" not in results:
         print("sglang-router: not installed (pip install sglang-router to compare)")
+
+
+def report_baseline(results: dict[str, dict[str, float]], line: str) -> None:
+    """This tree beside the baseline commit: the ratios docs/benchmarks.md holds it to."""
+    direct, base, now = results["direct"], results["baseline"], results["fleetgate"]
+    added_now, added_base = now["p50_us"] - direct["p50_us"], base["p50_us"] - direct["p50_us"]
+    print(
+        f"{line}: {now['rps'] / base['rps']:.3f}x the req/s at c64 in turn "
+        f"(target >= 0.95x), {now['shared_rps'] / base['shared_rps']:.3f}x loaded at once "
+        f"({base['cpu_us']:.1f} / {now['cpu_us']:.1f} us of CPU a request); added p50 at c1 "
+        f"{added_now:+,.0f} us against {added_base:+,.0f} us ({added_now - added_base:+,.0f};"
+        f" target within +10); {now['cpu'] / base['cpu']:.2f}x the CPU per streamed answer"
+    )
 
 
 if __name__ == "__main__":
