@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import (
@@ -47,9 +49,8 @@ class RoutingPipeline:
     """
 
     __slots__ = (
-        "_filters", "_learns", "_member_set", "_members", "_names", "_nominators",
-        "_picks", "_rng", "_rosters", "_scorers", "_shortlist", "_time_every", "_timed",
-        "_timer", "picker",
+        "_learns", "_member_set", "_members", "_nominators", "_picks", "_plain", "_rng",
+        "_rosters", "_scorer_names", "_shortlist", "_time_every", "_timed", "_timer", "picker",
     )  # fmt: skip
 
     def __init__(
@@ -62,18 +63,20 @@ class RoutingPipeline:
         rng: random.Random | None = None,
     ) -> None:
         self.picker = picker
-        self._filters = tuple(filters)
         total = sum(w for _, w in scorers) or 1.0
-        self._scorers = tuple((scorer, weight / total) for scorer, weight in scorers)
+        shares = tuple(weight / total for _, weight in scorers)
+        self._plain = _Plugins(
+            picker, tuple(filters), tuple(s for s, _ in scorers), shares, _Draw(self._shortlisted)
+        )
         self._learns = tuple(isinstance(s, Learner) for s, _ in scorers)
+        self._scorer_names = tuple(plugin_name(s) for s, _ in scorers)
         plugins = (*(s for s, _ in scorers), *filters)
         self._nominators = tuple(p for p in plugins if isinstance(p, Nominator))
         self._rosters = tuple(p for p in plugins if isinstance(p, Roster))
-        self._names = {id(p): plugin_name(p) for p in (picker, *filters, *(s for s, _ in scorers))}
         self._shortlist = max(1, shortlist)
         self._rng = rng or random.Random(0)
-        self._timer: PluginTimer = _ignore
-        self._timed = False
+        self._timer: PluginTimer | None = None
+        self._timed: _Plugins | None = None  # the plugins' stopwatches, while timing
         self._time_every = TIME_EVERY
         self._picks = 0  # since the last timed one
         self._members: Sequence[BackendState] | None = None
@@ -81,15 +84,20 @@ class RoutingPipeline:
 
     @property
     def scorers(self) -> tuple[Scorer, ...]:
-        return tuple(scorer for scorer, _ in self._scorers)
+        return self._plain.scorers
 
     def set_timer(self, timer: PluginTimer | None, every: int = TIME_EVERY) -> None:
         """Time each plugin's calls in one pick of `every` from now on (None: stop): a
-        histogram of plugin times needs a sample, not every pick (timing all of them cost
-        the metrics 1.5 us a request, six clock reads and six observations)."""
-        self._timer = timer or _ignore
-        self._timed = timer is not None
+        histogram of plugin times needs a sample, not every pick. A timed pick runs over
+        stopwatches standing in for the plugins; the others call the plugins themselves,
+        with no clock read and no call to spare."""
+        self._timer = timer
         self._time_every = max(1, every)
+        plain = self._plain
+        self._timed = None if timer is None else _Plugins(
+            _Stopwatch(plain.picker), tuple(_Stopwatch(f) for f in plain.filters),
+            tuple(_Stopwatch(s) for s in plain.scorers), plain.shares, _Stopwatch(plain.draw),
+        )  # fmt: skip
 
     def pick(
         self,
@@ -98,34 +106,53 @@ class RoutingPipeline:
         now: float,
         explain: dict[str, float] | None = None,
     ) -> BackendState | None:
-        """The chosen backend, or None when no candidate survives the filters. Each plugin's
-        time (a scorer's scoring and learning together) goes to the timer, if one is set.
-        `explain`, when given, receives each scorer's score of the chosen backend (by plugin
-        name; nothing when there was nothing to compare), for whoever wants to see why."""
-        timer: PluginTimer = _ignore
-        clock: Callable[[], float] = _zero
-        names = self._names
-        if self._timed:
+        """The chosen backend, or None when no candidate survives the filters. In a timed
+        pick each plugin's time (a scorer's scoring and learning together, a filter's passes
+        together) goes to the timer. `explain`, when given, receives each scorer's score of
+        the chosen backend (by plugin name; nothing when there was nothing to compare), for
+        whoever wants to see why."""
+        timed = self._timed
+        if timed is not None:
             self._picks += 1
             if self._picks >= self._time_every:
                 self._picks = 0
-                timer, clock = self._timer, perf_counter
-        scorers, filters = self._scorers, self._filters
-        filtering = [0.0] * len(filters)  # each filter's time, over one or two passes
+                return self._timed_pick(timed, request, candidates, now, explain)
+        return self._pick(self._plain, request, candidates, now, explain)
+
+    def _timed_pick(
+        self,
+        plugins: _Plugins,
+        request: RoutingRequest,
+        candidates: Sequence[BackendState],
+        now: float,
+        explain: dict[str, float] | None,
+    ) -> BackendState | None:
+        assert self._timer is not None  # set with the stopwatches
+        chosen = self._pick(plugins, request, candidates, now, explain)
+        for watch in plugins.stopwatches():
+            if watch.calls:
+                self._timer(watch.name, watch.spent)
+                watch.calls, watch.spent = 0, 0.0
+        return chosen
+
+    def _pick(
+        self,
+        plugins: _Plugins,
+        request: RoutingRequest,
+        candidates: Sequence[BackendState],
+        now: float,
+        explain: dict[str, float] | None,
+    ) -> BackendState | None:
+        scorers, shares = plugins.scorers, plugins.shares
         if scorers and len(candidates) > self._shortlist:
-            start = clock()
-            shortlist = self._shortlisted(request, candidates, now)
-            timer("shortlist", clock() - start)
+            shortlist = plugins.draw.shortlist(request, candidates, now)
             # Filters narrow the shortlist; only when it holds none they keep, the whole pool.
-            kept = self._filtered(request, shortlist, now, filtering, clock)
-            candidates = kept or self._filtered(request, candidates, now, filtering, clock)
+            kept = _filtered(plugins.filters, request, shortlist, now)
+            candidates = kept or _filtered(plugins.filters, request, candidates, now)
         else:
-            candidates = self._filtered(request, candidates, now, filtering, clock)
-        for f, seconds in zip(filters, filtering, strict=True):
-            timer(names[id(f)], seconds)
+            candidates = _filtered(plugins.filters, request, candidates, now)
         if not candidates:
             return None
-        spent = [0.0] * len(scorers)
         if scorers and len(candidates) == 1:  # nothing to compare: no scoring, only learning
             chosen = candidates[0]
         else:
@@ -133,42 +160,20 @@ class RoutingPipeline:
             each: list[list[float]] | None = [] if explain is not None else None
             if scorers:
                 combined = [0.0] * len(candidates)
-                for i, (scorer, share) in enumerate(scorers):
-                    start = clock()
+                for scorer, share in zip(scorers, shares, strict=True):
                     scores = scorer.score(request, candidates, now)
                     combined = [c + share * s for c, s in zip(combined, scores, strict=True)]
-                    spent[i] = clock() - start
                     if each is not None:  # kept only to explain
                         each.append(scores)
-            start = clock()
-            chosen = self.picker.pick(request, candidates, combined, now)
-            timer(names[id(self.picker)], clock() - start)
+            chosen = plugins.picker.pick(request, candidates, combined, now)
             if each and explain is not None:  # (each is None unless explaining)
                 at = candidates.index(chosen)
-                for (scorer, _), scores in zip(scorers, each, strict=True):
-                    explain[names[id(scorer)]] = scores[at]
-        for i, (scorer, _) in enumerate(scorers):
-            if self._learns[i]:
-                start = clock()
+                for name, scores in zip(self._scorer_names, each, strict=True):
+                    explain[name] = scores[at]
+        for scorer, learns in zip(scorers, self._learns, strict=True):
+            if learns:
                 scorer.chosen(request, chosen, now)  # type: ignore[attr-defined]
-                spent[i] += clock() - start
-            timer(names[id(scorer)], spent[i])
         return chosen
-
-    def _filtered(
-        self,
-        request: RoutingRequest,
-        candidates: Sequence[BackendState],
-        now: float,
-        spent: list[float],
-        clock: Callable[[], float],
-    ) -> Sequence[BackendState]:
-        """What every filter keeps of `candidates`, each filter's time added to `spent`."""
-        for i, f in enumerate(self._filters):
-            start = clock()
-            candidates = f.filter(request, candidates, now)
-            spent[i] += clock() - start
-        return candidates
 
     def _shortlisted(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
@@ -192,10 +197,84 @@ class RoutingPipeline:
         return list(picked)
 
 
-def _ignore(plugin: str, seconds: float) -> None:
-    """The timer while none is set."""
+def _filtered(
+    filters: Sequence[Filter],
+    request: RoutingRequest,
+    candidates: Sequence[BackendState],
+    now: float,
+) -> Sequence[BackendState]:
+    """What every filter keeps of `candidates`."""
+    for f in filters:
+        candidates = f.filter(request, candidates, now)
+    return candidates
 
 
-def _zero() -> float:
-    """The clock while no timer is set: timing costs two calls, not two clock reads."""
-    return 0.0
+@dataclass(frozen=True, slots=True)
+class _Plugins:
+    """A pipeline's plugins, or the stopwatches standing in for them in a timed pick."""
+
+    picker: Picker
+    filters: tuple[Filter, ...]
+    scorers: tuple[Scorer, ...]
+    shares: tuple[float, ...]  # each scorer's weight over the scorers' total
+    draw: _Draw | _Stopwatch  # the shortlist of a large pool
+
+    def stopwatches(self) -> Iterator[_Stopwatch]:
+        for plugin in (self.picker, *self.filters, *self.scorers, self.draw):
+            if isinstance(plugin, _Stopwatch):
+                yield plugin
+
+
+class _Draw:
+    """The pipeline's own step that draws a large pool's shortlist, timed as a plugin is."""
+
+    __slots__ = ("shortlist",)
+    name = "shortlist"
+
+    def __init__(
+        self, draw: Callable[[RoutingRequest, Sequence[BackendState], float], list[BackendState]]
+    ) -> None:
+        self.shortlist = draw
+
+
+class _Stopwatch:
+    """A plugin in a timed pick: it calls the plugin, adding the time each call takes."""
+
+    __slots__ = ("_plugin", "calls", "name", "spent")
+
+    def __init__(self, plugin: Picker | Filter | Scorer | _Draw) -> None:
+        self._plugin: Any = plugin
+        self.name = plugin_name(plugin)
+        self.calls = 0
+        self.spent = 0.0
+
+    def _timed(self, method: str, *args: Any) -> Any:
+        start = perf_counter()
+        try:
+            return getattr(self._plugin, method)(*args)
+        finally:
+            self.calls += 1
+            self.spent += perf_counter() - start
+
+    def filter(self, request: RoutingRequest, candidates: Sequence[BackendState],
+               now: float) -> Sequence[BackendState]:  # fmt: skip
+        kept: Sequence[BackendState] = self._timed("filter", request, candidates, now)
+        return kept
+
+    def score(self, request: RoutingRequest, candidates: Sequence[BackendState],
+              now: float) -> list[float]:  # fmt: skip
+        scores: list[float] = self._timed("score", request, candidates, now)
+        return scores
+
+    def pick(self, request: RoutingRequest, candidates: Sequence[BackendState],
+             scores: Sequence[float] | None, now: float) -> BackendState:  # fmt: skip
+        chosen: BackendState = self._timed("pick", request, candidates, scores, now)
+        return chosen
+
+    def chosen(self, request: RoutingRequest, state: BackendState, now: float) -> None:
+        self._timed("chosen", request, state, now)
+
+    def shortlist(self, request: RoutingRequest, candidates: Sequence[BackendState],
+                  now: float) -> list[BackendState]:  # fmt: skip
+        drawn: list[BackendState] = self._timed("shortlist", request, candidates, now)
+        return drawn
