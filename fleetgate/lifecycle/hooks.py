@@ -65,33 +65,6 @@ class Hooks:
             return None
         if len(handlers) == 1:
             return handlers[0]
-        if len(handlers) == 2:  # the common fan-outs, unrolled: no loop per event
-            first, second = handlers
-
-            def emit_two(event: E) -> None:
-                first(event)
-                second(event)
-
-            return emit_two
-        if len(handlers) == 3:
-            first, second, third = handlers
-
-            def emit_three(event: E) -> None:
-                first(event)
-                second(event)
-                third(event)
-
-            return emit_three
-        if len(handlers) == 4:  # AttemptEnded: accounting, outliers, the limit, metrics
-            first, second, third, fourth = handlers
-
-            def emit_four(event: E) -> None:
-                first(event)
-                second(event)
-                third(event)
-                fourth(event)
-
-            return emit_four
 
         def emit(event: E) -> None:
             for handler in handlers:
