@@ -44,12 +44,13 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engines import Resume
 from fleetgate.http.errors import UpstreamError
 from fleetgate.http.sse import SseDecoder
-from fleetgate.lifecycle.events import Continued, Routed
+from fleetgate.lifecycle.events import Continued
 from fleetgate.openai_api import DONE, DONE_EVENT, error_event, response_error_event
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.replay import Replayer
 from fleetgate.upstream.attempt import Attempts, Broken, Exchange, error_code
 from fleetgate.upstream.progress import StreamProgress
+from fleetgate.upstream.routed import routed
 
 _NOT_RESUMABLE = (
     "the answer cannot be continued faithfully on another backend ({why}); send a `seed` "
@@ -261,10 +262,9 @@ class Continuation:
                 return
             now = self._clock()
             emit = cluster.emit
-            why: dict[str, float] | None = {} if emit.routed is not None else None
-            state = cluster.router.pick_other(ex.routing, now, ex.tried, why)
-            if emit.routed is not None and why is not None:
-                emit.routed(Routed(ex.request_id, now, ex.model, state, "continuation", why))
+            state = routed(cluster.router, emit, request_id=ex.request_id,
+                           model=ex.model, routing=ex.routing, kind="continuation", now=now,
+                           tried=ex.tried)  # fmt: skip
             if state is None:
                 break
             ex.tried.append(state)

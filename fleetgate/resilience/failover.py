@@ -27,7 +27,6 @@ from fleetgate.lifecycle.events import (
     Outcome,
     Retried,
     RetryRefused,
-    Routed,
 )
 from fleetgate.openai_api import JSON, error_body
 from fleetgate.resilience.cluster import Cluster
@@ -35,6 +34,7 @@ from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.hedge import Race
 from fleetgate.resilience.retry import RETRYABLE_STATUSES, backoff_s
 from fleetgate.upstream.attempt import Attempts, Broken, Exchange, Failed
+from fleetgate.upstream.routed import routed
 
 _NEVER_RETRY: frozenset[int] = frozenset()
 
@@ -71,13 +71,8 @@ class Failover:
                 now = self._clock()
                 retry = bool(ex.tried)
                 kind: AttemptKind = "retry" if retry else "first"
-                why: dict[str, float] | None = {} if emit.routed is not None else None
-                if retry:
-                    state = router.pick_other(routing, now, ex.tried, why)
-                else:
-                    state = router.pick(routing, now, why)
-                if emit.routed is not None and why is not None:
-                    emit.routed(Routed(ex.request_id, now, ex.model, state, kind, why))
+                state = routed(router, emit, request_id=ex.request_id, model=ex.model,
+                               routing=routing, kind=kind, now=now, tried=ex.tried)  # fmt: skip
                 if state is None:
                     break
                 # A retry after a failed connect adds no work to the fleet: it is the first
@@ -164,10 +159,10 @@ class Failover:
             try:
                 now = self._clock()
                 emit = cluster.emit
-                why: dict[str, float] | None = {} if emit.routed is not None else None
-                other = cluster.router.pick_other(ex.routing, now, ex.tried, why)
-                if emit.routed is not None and why is not None:
-                    emit.routed(Routed(ex.request_id, now, ex.model, other, "hedge", why))
+                other = routed(
+                    cluster.router, emit, request_id=ex.request_id, model=ex.model,
+                    routing=ex.routing, kind="hedge", now=now, tried=ex.tried,
+                )  # fmt: skip
                 if other is None:
                     return await first
                 ex.tried.append(other)

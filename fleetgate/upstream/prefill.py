@@ -15,11 +15,12 @@ import msgspec
 
 from fleetgate.http.errors import UpstreamError
 from fleetgate.http.transport import Transport
-from fleetgate.lifecycle.events import AttemptEnded, AttemptKind, AttemptStarted, ErrorKind, Routed
+from fleetgate.lifecycle.events import AttemptEnded, AttemptKind, AttemptStarted, ErrorKind
 from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.openai_api import with_fields
 from fleetgate.routing.router import Router
 from fleetgate.upstream.attempt import Exchange, error_kind, retry_after_s
+from fleetgate.upstream.routed import routed
 from fleetgate.upstream.timeouts import Timeouts
 
 # What a prefill engine is asked for, as vLLM's disaggregation proxies ask it.
@@ -77,10 +78,8 @@ class Prefill:
         routing, model = ex.routing, ex.model
         kind: AttemptKind = "prefill"
         now = clock()
-        why: dict[str, float] | None = {} if emit.routed is not None else None
-        state = self.router.pick(routing, now, why)
-        if emit.routed is not None and why is not None:
-            emit.routed(Routed(ex.request_id, now, model, state, kind, why))
+        state = routed(self.router, emit, request_id=ex.request_id, model=model,
+                       routing=routing, kind=kind, now=now)  # fmt: skip
         if state is None:
             return ex.body
         prompt = routing.prompt_tokens
