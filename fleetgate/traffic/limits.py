@@ -137,7 +137,7 @@ class Limits:
         s, p = tenant.settings, self._prefix
         limits = (*_rate_limits(f"{p}:t:{tenant.name}", s.limits, False),
                   *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True))  # fmt: skip
-        # Requests buckets first, as the pinned cells are (the levels come in this order).
+        # Requests buckets first, as the pinned states are (the levels come in this order).
         plan = _Plan(tuple(sorted(limits, key=lambda limit: limit.kind != "requests")))
         if self._local is not None:  # its buckets are asked for with every request of the key
             plan.pinned = self._local.pin(
@@ -194,7 +194,7 @@ class Limits:
                 head = plan.template % (levels if pick is None else pick(levels))
                 return Reservation(plan, prompt_tokens, output, pricing, head)
             costs = plan.costs(prompt_tokens + output)
-            taken = local.take_cells(pinned.cells, costs)  # why, or taken if it refilled since
+            taken = local.take_states(pinned.states, costs)  # why, or taken if it refilled since
         return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
 
     async def reserve(
