@@ -41,13 +41,13 @@ class FleetAccounting:
             return
         if event.stream:
             if event.first_token_at is not None and event.status == 200:
-                # One event per token from a streaming engine (an opening role event counts
-                # one over, on every backend alike): no decoding needed.
+                # Time per output token from tokens, not events (a transport may report
+                # a stream in a few): lifecycle/events.py.
                 sent = event.sent_at
                 state.latency.record_stream(
                     event.first_token_at - sent,
                     event.at - sent,
-                    event.events,
+                    event.output_tokens,
                     event.queued_prefill + prompt,
                 )
         elif event.status < 400:

@@ -127,8 +127,9 @@ class FirstToken(Event, frozen=True, gc=False):
 class AttemptEnded(Event, frozen=True, gc=False):
     """An attempt is over, however it went: `status` is the backend's HTTP status (0 when none
     came), `error` why it ended without a whole answer (None when it had one). `stream`: the
-    answer was relayed as a stream, with its `first_token_at` and `events` (data events
-    relayed: one per token from a streaming engine); `sent_at`, `prompt_tokens` and
+    answer was relayed as a stream, with its `first_token_at` and `output_tokens` (the
+    engine's count when it sent a usage, else estimated from the text: upstream/progress.py;
+    never the number of events, which a transport may batch); `sent_at`, `prompt_tokens` and
     `queued_prefill` as its AttemptStarted said. `prior_status`: the last 5xx an earlier
     attempt of the request got (0: none), so that a body every backend refuses alike is seen
     as the request's fault; `prior_backend`: the backend that answer still counts against
@@ -144,7 +145,7 @@ class AttemptEnded(Event, frozen=True, gc=False):
     error: ErrorKind | None
     retry_after_s: float | None  # the backend's Retry-After, when it sent one
     first_token_at: float | None
-    events: int
+    output_tokens: int
     stream: bool
     prior_status: int = 0
     prior_backend: BackendState | None = None
@@ -205,8 +206,8 @@ class Finished(Event, frozen=True, gc=False):
     """The request is over: every Received request ends with exactly one Finished. `model` is
     the pool's ("" when refused before routing), `backend` the id of the backend whose
     answer the client got ("none" when the gateway answered itself). `output_tokens`: a
-    stream's data events relayed (one per token from a streaming engine); None for a whole
-    answer, whose body the gateway does not decode. A routed request also says whose it was
+    stream's output tokens (the engine's usage, else estimated from its text); None for a
+    whole answer, whose body the gateway does not decode. A routed request also says whose it was
     (`tenant`, its class `priority`), how long it waited for admission (`queued_s`) and how
     many attempts it took, so that a subscriber needs to keep nothing of it meanwhile. When
     its tokens are counted (traffic/limits.py: a limited tenant's, a priced pool's, any

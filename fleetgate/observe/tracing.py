@@ -243,7 +243,7 @@ class Tracing:
         backend = event.backend.backend.id
         stream = known.streams.pop(backend, None)
         if stream is not None:
-            stream.attributes["fleetgate.stream.events"] = event.events
+            stream.attributes["fleetgate.stream.output_tokens"] = event.output_tokens
             stream.end = event.at
         attempt = known.attempts.pop(backend, None)
         if attempt is None:

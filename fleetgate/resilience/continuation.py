@@ -83,7 +83,7 @@ def plan_continuation(
     if not isinstance(body, dict):
         return Plan("refused", why="the request could not be read again")
     if progress.finished and len(progress.choices) >= _choices_asked(body, chat):
-        if progress.usage or not _usage_asked(body) or not _deterministic(body):
+        if progress.reported is not None or not _usage_asked(body) or not _deterministic(body):
             return Plan("done")  # (without a seed, a usage never sent stays unsent)
         return Plan("replay", original)  # for the usage alone: the rest is the client's
     several = len(progress.choices) > 1 or body.get("n") not in (1, None)
@@ -146,12 +146,12 @@ def continuation_body(
     for key in ("max_completion_tokens", "max_tokens"):
         limit = body.get(key)
         if isinstance(limit, int):
-            if limit - progress.tokens < 1:
+            if limit - progress.deltas < 1:
                 return None
-            body[key] = limit - progress.tokens
+            body[key] = limit - progress.deltas
     min_tokens = body.get("min_tokens")
     if isinstance(min_tokens, int):
-        body["min_tokens"] = max(0, min_tokens - progress.tokens)
+        body["min_tokens"] = max(0, min_tokens - progress.deltas)
     text = progress.text
     if chat:
         messages = body.get("messages")
@@ -185,7 +185,7 @@ class Splicer:
         progress.settle()
         self._decoder = SseDecoder()
         self._progress = progress
-        self._streamed = progress.tokens  # tokens sent before this continuation
+        self._streamed = progress.deltas  # tokens sent before this continuation
         self._offset = len(progress.text)  # characters sent before (completions' text_offset)
 
     def rewrite(self, events: bytes) -> bytes:
@@ -275,7 +275,7 @@ class Continuation:
                     continue
             refused = ""
             if emit.continued is not None:
-                emit.continued(Continued(ex.request_id, now, ex.model, state, progress.tokens))
+                emit.continued(Continued(ex.request_id, now, ex.model, state, progress.deltas))
             if plan.way == "prefill":
                 again = await self._attempts.resume(
                     ex, state, plan.body, progress, Splicer(progress).rewrite

@@ -130,7 +130,7 @@ class Failover:
                         backend=ex.backend,
                         outcome=outcome,
                         ttft_s=ex.ttft_s,
-                        output_tokens=progress.events if progress is not None else None,
+                        output_tokens=progress.tokens if progress is not None else None,
                         tenant=ex.tenant,
                         priority=ex.priority_label,
                         queued_s=ex.queued_s,

@@ -90,12 +90,11 @@ class Exchange:
 
     def used(self) -> tuple[int, int] | None:
         """The prompt and completion tokens the request used, read once it is over (for
-        Finished and its tenant's limits): the engine's `usage` when the answer had one; for
-        a stream, the estimated prompt and the events relayed that carried text (one per
-        token from a streaming engine; not the role's event nor the finish reason's, which
-        counted 2 more than vLLM's usage for every stream); nothing for an error the client
-        got instead of an answer; None (keep what was reserved) for an answer whose use is
-        unknown."""
+        Finished and its tenant's limits): the engine's `usage` when the answer had one (a
+        stream's too, when it sent one); else for a stream the estimated prompt and its
+        output tokens estimated from its text (upstream/progress.py); nothing for an error
+        the client got instead of an answer; None (keep what was reserved) for an answer
+        whose use is unknown."""
         if not self._use_read:
             self._use_read = True
             usage = self.usage  # a whole answer's: the common case, read without a call
@@ -109,7 +108,7 @@ class Exchange:
         progress = self.progress
         if progress is not None:
             progress.settle()  # decodes what is left of it (it decodes in batches of 64 events)
-            if isinstance(progress, ResponsesProgress) and progress.reported is not None:
+            if progress.reported is not None:  # the engine's own count
                 return progress.reported.prompt_tokens, progress.reported.completion_tokens
             return self.routing.prompt_tokens, progress.tokens
         if self.writer.status == 200:
@@ -328,7 +327,10 @@ class Attempts:
             raise
         finally:
             if emit.attempt_ended is not None:
-                events = streamed.events if streamed is not None else 0
+                tokens = 0
+                if streamed is not None:
+                    streamed.settle()  # decoded now rather than at its Finished: no more work
+                    tokens = streamed.tokens
                 emit.attempt_ended(
                     AttemptEnded(
                         request_id=ex.request_id,
@@ -343,7 +345,7 @@ class Attempts:
                         error=error,
                         retry_after_s=wait_s,
                         first_token_at=first_at,
-                        events=events,
+                        output_tokens=tokens,
                         stream=streamed is not None,
                         prior_status=ex.prior_status,
                         prior_backend=ex.prior_backend,
@@ -402,7 +404,8 @@ class Attempts:
         status = 0
         error: ErrorKind | None = None
         first_at: float | None = None
-        events = progress.events
+        progress.settle()
+        tokens = progress.tokens  # sent before this continuation
         wait_s: float | None = None
         try:
             response = await self._send(ex, state, body)
@@ -447,6 +450,7 @@ class Attempts:
             raise
         finally:
             if emit.attempt_ended is not None:
+                progress.settle()
                 emit.attempt_ended(
                     AttemptEnded(
                         request_id=ex.request_id,
@@ -461,7 +465,7 @@ class Attempts:
                         error=error,
                         retry_after_s=wait_s,
                         first_token_at=first_at,
-                        events=progress.events - events,
+                        output_tokens=progress.tokens - tokens,
                         stream=status == 200,
                     )
                 )

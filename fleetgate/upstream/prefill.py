@@ -135,7 +135,7 @@ class Prefill:
                         error=error,
                         retry_after_s=wait_s,
                         first_token_at=None,
-                        events=0,
+                        output_tokens=0,
                         stream=False,
                     )
                 )

@@ -1,12 +1,22 @@
 """What one stream has delivered to its client so far, choice by choice: the text, the tool
 calls (id, name, arguments so far), how many logprobs entries, the finish reason; and the
-stream's id, its token count and whether it is complete. Continuation
-(resilience/continuation.py) reads it to ask another backend for the rest, or to check a
-replayed answer against what the client already has (resilience/replay.py)."""
+stream's id, its tokens and whether it is complete. Continuation (resilience/continuation.py)
+reads it to ask another backend for the rest, or to check a replayed answer against what the
+client already has (resilience/replay.py).
+
+A stream's tokens are what the answer says, never how many events carried it: the engine's
+`usage` when it sent one (stream_options.include_usage), else its text and tool-call
+arguments by the estimate prompts are counted with (bytes / 4, routing/base.py), so a
+transport that reports a stream in a few events counts it the same as one event a token.
+`deltas` (the pieces of text or arguments sent) is what continuation takes off a request's
+`max_tokens`: one token each from a streaming engine."""
 
 from __future__ import annotations
 
 import msgspec
+
+from fleetgate.openai_api import Usage, in_tokens
+from fleetgate.routing.base import BYTES_PER_TOKEN
 
 _DONE = b"[DONE]"
 _LAST = b"data: [DONE]\n\n"
@@ -43,15 +53,11 @@ class _Choice(msgspec.Struct, gc=False):
     finish_reason: str | None = None
 
 
-class _Usage(msgspec.Struct, gc=False):
-    pass  # only whether there was one: its fields are skipped
-
-
 class _Chunk(msgspec.Struct, gc=False):
     id: str = ""
     created: int = 0
     choices: list[_Choice] = []
-    usage: _Usage | None = None
+    usage: Usage | None = None
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
@@ -95,21 +101,32 @@ class StreamProgress:
     continuation needs the text), not one by one on the relay's hot path.
     """
 
-    __slots__ = ("_raw", "choices", "created", "done", "events", "id", "tokens", "usage")
+    __slots__ = (
+        "_raw", "_text_bytes", "choices", "created", "deltas", "done", "events", "id", "reported",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._raw: list[bytes] = []  # whole SSE events as sent, not decoded yet
         self.id = ""
         self.created = 0
         self.choices: dict[int, ChoiceProgress] = {}  # by index, in the order they came
-        # Deltas that carried text or tool-call arguments: one token each from a streaming
-        # engine, all choices together (what the limits count).
-        self.tokens = 0
+        # Deltas that carried text or tool-call arguments, all choices together: one token each
+        # from a streaming engine (what continuation takes off `max_tokens`).
+        self.deltas = 0
+        self._text_bytes = 0  # of that text and those arguments (ASCII: characters), decoded
         # Data events sent, [DONE] aside: counted as they pass, without decoding, for the
         # latency stats (a stream that ends without a failure is never decoded at all).
         self.events = 0
         self.done = False  # [DONE] was sent
-        self.usage = False  # a `usage` was sent (stream_options.include_usage)
+        self.reported: Usage | None = None  # the `usage` sent, if any
+
+    @property
+    def tokens(self) -> int:
+        """The output tokens sent so far (call `settle` first): the engine's count when it
+        reported one, else the estimate from the text (see the module docstring)."""
+        if self.reported is not None:
+            return self.reported.completion_tokens
+        return -(-self._text_bytes // BYTES_PER_TOKEN)
 
     @property
     def text(self) -> str:
@@ -159,11 +176,11 @@ class StreamProgress:
         if chunks and not self.id:
             self.id, self.created = chunks[0].id, chunks[0].created
         choices = self.choices
-        tokens = 0
+        deltas = size = 0
         at, got = -1, ChoiceProgress()  # the choice of the last delta: most often the next's
         for chunk in chunks:
             if chunk.usage is not None:
-                self.usage = True
+                self.reported = in_tokens(chunk.usage)
             for choice in chunk.choices:
                 if choice.index != at:
                     at = choice.index
@@ -176,22 +193,27 @@ class StreamProgress:
                 else:
                     piece = delta.content
                     if delta.tool_calls:
-                        tokens += _record_calls(got.tool_calls, delta.tool_calls)
+                        calls, length = _record_calls(got.tool_calls, delta.tool_calls)
+                        deltas += calls
+                        size += length
                 if piece:
                     got.parts.append(piece)
-                    tokens += 1
+                    deltas += 1
+                    size += len(piece)
                 logprobs = choice.logprobs
                 if logprobs is not None:
                     entries = logprobs.content if logprobs.content is not None else logprobs.tokens
                     got.logprobs += len(entries or ())
                 if choice.finish_reason is not None:
                     got.finish_reason = choice.finish_reason
-        self.tokens += tokens
+        self.deltas += deltas
+        self._text_bytes += size
 
 
-def _record_calls(calls: dict[int, ToolCallProgress], deltas: list[_ToolCall]) -> int:
-    """Add tool-call deltas to a choice's calls; the deltas that carried arguments."""
-    tokens = 0
+def _record_calls(calls: dict[int, ToolCallProgress], deltas: list[_ToolCall]) -> tuple[int, int]:
+    """Add tool-call deltas to a choice's calls; the deltas that carried arguments, and the
+    arguments' length."""
+    count = size = 0
     for delta in deltas:
         call = calls.get(delta.index)
         if call is None:
@@ -206,8 +228,9 @@ def _record_calls(calls: dict[int, ToolCallProgress], deltas: list[_ToolCall]) -
                 call.name += function.name  # a name may come in pieces, as arguments do
             if function.arguments:
                 call.arguments.append(function.arguments)
-                tokens += 1
-    return tokens
+                count += 1
+                size += len(function.arguments)
+    return count, size
 
 
 def _as_array(events: bytes) -> bytes:

@@ -2,11 +2,12 @@
 
 Its events are typed (`event: response.output_text.delta` + `data: {...}`) and it has no
 [DONE]: it is complete once a terminal event has gone out (`response.completed`,
-`response.incomplete`, `response.failed`, or an `error`). The text deltas are counted as
-they pass (one per token from a streaming engine), and the terminal event's `usage`, when it
-has one, is what the request used. Such a stream is not continued on another backend: a
-Response is built from items the engine numbers and stores, which another engine cannot
-take up half way; one that breaks off ends with an `error` event instead.
+`response.incomplete`, `response.failed`, or an `error`). The terminal event's `usage`, when
+it has one, is what the request used; until then, or without one, the text deltas' length
+gives the estimate (upstream/progress.py), read as they pass without decoding them. Such a
+stream is not continued on another backend: a Response is built from items the engine
+numbers and stores, which another engine cannot take up half way; one that breaks off ends
+with an `error` event instead.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from fleetgate.upstream.progress import StreamProgress
 
 _TERMINAL = re.compile(rb"(?:^|\n)event: ?(?:response\.(?:completed|incomplete|failed)|error)\r?\n")
 _DELTA = b"event: response.output_text.delta"
+_DELTA_TEXT = re.compile(rb'"delta":\s*"((?:[^"\\]|\\.)*)"')  # a text delta's, JSON-escaped
 _ID = re.compile(rb'"id":\s*"(resp_[^"]{1,200})"')  # the response's, in its first event
 
 
@@ -35,14 +37,13 @@ _decode_terminal = msgspec.json.Decoder(_Terminal).decode
 
 
 class ResponsesProgress(StreamProgress):
-    """A StreamProgress for a Responses API stream: `done` at its terminal event, `tokens`
-    from its text deltas, `reported` the usage its terminal event gave."""
+    """A StreamProgress for a Responses API stream: `done` at its terminal event, `reported`
+    the usage its terminal event gave."""
 
-    __slots__ = ("_last", "reported")
+    __slots__ = ("_last",)
 
     def __init__(self) -> None:
         super().__init__()
-        self.reported: Usage | None = None
         self._last = b""  # the terminal event's payload, decoded once asked for
 
     @property
@@ -53,7 +54,9 @@ class ResponsesProgress(StreamProgress):
         if not self.events and (named := _ID.search(events)) is not None:  # the first read
             self.id = named.group(1).decode("latin-1")  # where a follow-up must go: its id
         self.events += events.count(b"\ndata:") + events.startswith(b"data:")
-        self.tokens += events.count(_DELTA)
+        if _DELTA in events:
+            self.deltas += events.count(_DELTA)
+            self._text_bytes += sum(len(m) for m in _DELTA_TEXT.findall(events))
         found = _TERMINAL.search(events)
         if found is not None:
             self.done = True

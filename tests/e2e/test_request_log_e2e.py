@@ -71,12 +71,16 @@ def test_each_request_is_one_json_line_with_its_tenant_backend_tokens_and_cost(
     assert "ttft_ms" not in line  # a whole answer has no first token of its own
 
     stream = client.chat.completions.with_raw_response.create(
-        model=MODEL, messages=[{"role": "user", "content": "Count."}], max_tokens=5, stream=True
+        model=MODEL,
+        messages=[{"role": "user", "content": "Count."}],
+        max_tokens=5,
+        stream=True,
+        stream_options={"include_usage": True},
     )
     events = list(stream.parse())
     assert events
     line = logged(proc, stream.headers["x-request-id"])
-    # A stream's output is counted as its events that carried text: one per token.
+    # A stream's output is counted as its usage says (else estimated from its text).
     assert line["status"] == 200 and line["completion_tokens"] == 5
     assert 0 < line["ttft_ms"] <= line["e2e_ms"]
 

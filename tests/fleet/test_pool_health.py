@@ -37,8 +37,8 @@ def ended(state: BackendState, at: float, status: int, retry_after_s: float | No
     """An attempt's end at `state` with this answer (no transport error)."""
     return AttemptEnded(
         b"r", at, "m", state, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
-        status=status, error=None, retry_after_s=retry_after_s, first_token_at=None, events=0,
-        stream=False,
+        status=status, error=None, retry_after_s=retry_after_s, first_token_at=None,
+        output_tokens=0, stream=False,
     )  # fmt: skip
 
 

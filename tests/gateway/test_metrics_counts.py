@@ -81,6 +81,7 @@ async def test_known_traffic_is_counted_exactly_and_client_strings_never_become_
                 messages=hi,
                 max_tokens=3,
                 stream=True,  # type: ignore[arg-type]
+                stream_options={"include_usage": True},
             )
             async for _ in stream:
                 pass
@@ -114,7 +115,7 @@ async def test_known_traffic_is_counted_exactly_and_client_strings_never_become_
     assert total(text, "fleetgate_rejected_total", tenant="unknown", reason="invalid_api_key") == 1
     assert total(text, "fleetgate_rejected_total", tenant="a") == 2  # the model, the priority
     assert total(text, "fleetgate_rejected_total") == 4
-    # b's tokens are counted (a tokens limit): 3 streams of 3 tokens.
+    # b's tokens are counted (a tokens limit): 3 streams of 3 tokens, as their usage says.
     assert total(text, "fleetgate_tokens_total", tenant="b", kind="completion") == 9
     assert total(text, "fleetgate_backend_state", model="m", state="healthy") == 1
     assert total(text, "fleetgate_backend_flag", model="m", flag="ejected") == 0

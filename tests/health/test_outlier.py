@@ -48,8 +48,8 @@ def ended(
     """The end of an attempt at `state`: the backend's status (0: none came) and error."""
     return AttemptEnded(
         b"r", at, "m", state, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
-        status=status, error=error, retry_after_s=retry_after_s, first_token_at=None, events=0,
-        stream=False,
+        status=status, error=error, retry_after_s=retry_after_s, first_token_at=None,
+        output_tokens=0, stream=False,
     )  # fmt: skip
 
 

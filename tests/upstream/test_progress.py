@@ -22,18 +22,32 @@ def _fed(*events: bytes) -> StreamProgress:
     return progress
 
 
+def test_a_stream_reported_in_a_few_events_counts_the_same_as_one_event_a_token() -> None:
+    words = [" the", " world", " is", " large"] * 10
+    one_a_token = _fed(*(_event(w) for w in words))
+    few = _fed(*(_event("".join(words[i : i + 10])) for i in range(0, 40, 10)))
+    assert (one_a_token.events, few.events) == (40, 4)
+    assert one_a_token.tokens == few.tokens == 48  # 190 characters / 4: never the events
+    usage = b'data: {"id":"c-1","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":40}}'
+    few.feed(usage + b"\n\n")
+    few.settle()
+    assert few.tokens == 40  # what the engine said, once it said it
+
+
 def test_plain_events_give_text_tokens_id_and_the_end() -> None:
     progress = _fed(
         _event(""), _event("Hel"), _event("lo"), _event(None, "stop"), b"data: [DONE]\n\n"
     )
-    assert (progress.text, progress.tokens, progress.events) == ("Hello", 2, 4)
+    # 5 characters of text: 2 tokens by the estimate; 2 deltas; 4 data events
+    assert (progress.text, progress.tokens, progress.deltas, progress.events) == ("Hello", 2, 2, 4)
     assert (progress.id, progress.created) == ("c-1", 7)
     assert progress.finished and progress.done
 
 
 def test_several_events_in_one_read_count_like_one_by_one() -> None:
     events = [_event(str(i)) for i in range(100)]
-    assert _fed(b"".join(events)).tokens == _fed(*events).tokens == 100
+    assert _fed(b"".join(events)).deltas == _fed(*events).deltas == 100
+    assert _fed(b"".join(events)).tokens == _fed(*events).tokens == 48  # 190 characters / 4
     assert _fed(b"".join(events)).events == _fed(*events).events == 100
     assert _fed(b"".join(events)).text == "".join(str(i) for i in range(100))
 
@@ -46,7 +60,7 @@ def test_crlf_comments_other_fields_and_a_bad_payload_are_read_around() -> None:
         _event("b"),
         b"data: [DONE]\r\n\r\n",
     )
-    assert (progress.text, progress.tokens, progress.done) == ("ab", 2, True)
+    assert (progress.text, progress.deltas, progress.done) == ("ab", 2, True)
     assert progress.events == 3  # the comment is no data event, [DONE] is not counted
 
 
@@ -58,7 +72,7 @@ def test_a_completion_stream_counts_its_text() -> None:
 def test_the_first_id_is_kept_and_settling_twice_changes_nothing() -> None:
     progress = _fed(_event("a", id_="first"), _event("b", id_="second"))
     progress.settle()
-    assert (progress.id, progress.tokens) == ("first", 2)
+    assert (progress.id, progress.deltas) == ("first", 2)
     assert not progress.finished and not progress.done
 
 
@@ -86,7 +100,7 @@ def test_tool_calls_are_recorded_per_call_with_their_arguments_so_far() -> None:
     assert (call.id, call.type, call.name, "".join(call.arguments)) == (
         "call_1", "function", "get_weather", '{"city": "'
     )  # fmt: skip
-    assert progress.tool_calls and progress.text == "" and progress.tokens == 2
+    assert progress.tool_calls and progress.text == "" and progress.deltas == 2
     assert not progress.finished
 
 
@@ -101,14 +115,14 @@ def test_choices_are_kept_apart_with_their_logprobs_and_ends() -> None:
     first, second = progress.choices[0], progress.choices[1]
     assert (first.text, first.logprobs, first.finish_reason) == ("ac", 3, "stop")
     assert (second.text, second.logprobs, second.finish_reason) == ("b", 1, None)
-    assert progress.text == "ac" and progress.tokens == 3
+    assert progress.text == "ac" and progress.deltas == 3 and progress.tokens == 1
     assert not progress.finished  # choice 1 has not ended
     progress.feed(_chunk({"index": 1, "delta": {}, "finish_reason": "length"}))
     progress.settle()
-    assert progress.finished and not progress.usage
+    assert progress.finished and progress.reported is None
     progress.feed(b'data: {"id":"c-1","choices":[],"usage":{"completion_tokens":4}}\n\n')
     progress.settle()
-    assert progress.usage
+    assert progress.reported is not None and progress.tokens == 4  # the engine's own count
 
 
 def test_completions_logprobs_count_their_tokens() -> None:

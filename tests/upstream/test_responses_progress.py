@@ -9,16 +9,18 @@ def _event(kind: str, data: str) -> bytes:
     return f"event: {kind}\ndata: {data}\n\n".encode()
 
 
-def test_deltas_are_counted_and_the_terminal_event_gives_the_usage() -> None:
+def test_deltas_are_estimated_from_their_text_until_the_terminal_event_gives_the_usage() -> None:
     progress = ResponsesProgress()
     progress.feed(_event("response.created", '{"type":"response.created"}'))
-    delta = _event("response.output_text.delta", '{"type":"response.output_text.delta"}')
+    text = '{"type":"response.output_text.delta","delta":"ab \\"cd\\""}'  # 9 bytes as sent
+    delta = _event("response.output_text.delta", text)
     progress.feed(delta * 3)
-    assert (progress.tokens, progress.events, progress.done) == (3, 4, False)
+    assert (progress.tokens, progress.deltas, progress.events, progress.done) == (7, 3, 4, False)
     usage = '{"input_tokens":7,"output_tokens":3,"total_tokens":10}'
     progress.feed(delta + _event("response.completed", f'{{"response":{{"usage":{usage}}}}}'))
-    assert progress.done and progress.finished and progress.tokens == 4
+    assert progress.done and progress.finished and progress.deltas == 4
     progress.settle()
+    assert progress.tokens == 3  # the engine's count
     assert progress.reported is not None
     assert (progress.reported.prompt_tokens, progress.reported.completion_tokens) == (7, 3)
 
