@@ -465,7 +465,8 @@ class Attempts:
                         error=error,
                         retry_after_s=wait_s,
                         first_token_at=first_at,
-                        output_tokens=progress.tokens - tokens,
+                        # an estimate before, the engine's whole count after: never below 0
+                        output_tokens=max(0, progress.tokens - tokens),
                         stream=status == 200,
                     )
                 )
