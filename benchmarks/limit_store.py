@@ -72,9 +72,7 @@ async def per_request_us(limits: Limits, n: int, concurrency: int) -> float:
     async def one() -> None:
         held = await limits.reserve(TENANT, "", 20, 100)
         assert isinstance(held, Reservation)
-        settled = limits.settle(held, 20, 40)
-        if settled is not None:
-            await settled
+        await limits.settle(held, 20, 40)
 
     async def worker(count: int) -> None:
         for _ in range(count):

@@ -118,12 +118,7 @@ class Director:
         try:
             cluster, exchange = self._exchange(request, downstream)
             model = exchange.model
-            entrance = self._entrance
-            entry = entrance.enter_now(request, exchange, cluster.admission)
-            if entry is None:
-                entry = await entrance.enter(request, exchange, cluster.admission)
-            elif entry.waiting:
-                await entrance.wait(entry)
+            entry = await self._entrance.enter(request, exchange, cluster.admission)
         except Refused as exc:
             self.refuse(downstream, request_id=request_id, started=started, refusal=exc,
                         caller=caller, model=model)  # fmt: skip
@@ -137,9 +132,7 @@ class Director:
         try:  # from here on the entry's holds are given back, whatever happens
             await self._forward(cluster, exchange, entry, caller)
         finally:
-            settled = self._entrance.leave(entry, exchange)
-            if settled is not None:
-                await settled
+            await self._entrance.leave(entry, exchange)
 
     async def _forward(self, cluster: Cluster, ex: Exchange, entry: Entry, caller: Caller) -> None:
         if cluster.engine_priority and ex.routing.endpoint in _PRIORITISED:

@@ -5,7 +5,7 @@ request's metadata may lower its class, put it on the batch lane or shorten its 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from fleetgate.director.request import (
@@ -35,7 +35,7 @@ class Entry:
 
     @property
     def waiting(self) -> bool:
-        """It has no place in its pool yet: `Entrance.wait` for one."""
+        """It has no place in its pool yet (`Entrance.enter` waits for one)."""
         return self.ticket is not None and not self.ticket.admitted
 
 
@@ -50,12 +50,12 @@ class Entrance:
         self._pricing = {m: p for m, p in (pricing or {}).items() if p != FREE}
         self._assumed = assumed_output_tokens
 
-    def enter_now(
+    async def enter(
         self, request: InferenceRequest, ex: Exchange, admission: Admission | None
-    ) -> Entry | None:
-        """The request's holds without a coroutine (the common case: no limits, or limits in
-        this process's store), or `Refused`; None when `enter` must be awaited (a remote
-        store). A returned entry may still be `waiting` for its place: then await `wait`."""
+    ) -> Entry:
+        """The request's holds: its tenant's limits taken, then its place in its pool (waited
+        for when there is none yet); or `Refused` (429 over a limit, 503 shed, 400 bad
+        metadata)."""
         caller, metadata = request.caller, request.metadata
         tenant = caller.tenant
         priority = self._priority(tenant, metadata)
@@ -63,42 +63,20 @@ class Entrance:
         if tenant.limited and self._limits is not None:
             routing = ex.routing
             pricing = self._pricing.get(ex.model, FREE) if self._pricing else FREE
-            answer = self._limits.reserve_now(
+            answer = await self._limits.reserve(
                 tenant, caller.key_id, routing.prompt_tokens, routing.max_tokens, pricing
             )
-            if answer is None:
-                return None
             if isinstance(answer, Refusal):
                 raise refused(answer, priority)
             held = answer
             ex.count_usage = held.plan.counts_tokens
             ex.reply_head = held.head
-        return self._entry(tenant, priority, held, ex, metadata, admission)
-
-    async def enter(
-        self, request: InferenceRequest, ex: Exchange, admission: Admission | None
-    ) -> Entry:
-        """`enter_now` when it returned None: the tenant's limits are in a remote store. The
-        request's holds, or `Refused` (429 over a limit, 503 shed, 400 bad metadata)."""
-        caller, metadata = request.caller, request.metadata
-        tenant = caller.tenant
-        priority = self._priority(tenant, metadata)
-        assert self._limits is not None and tenant.limited
-        routing = ex.routing
-        pricing = self._pricing.get(ex.model, FREE)
-        held = await self._limits.reserve(
-            tenant, caller.key_id, routing.prompt_tokens, routing.max_tokens, pricing
-        )
-        if isinstance(held, Refusal):
-            raise refused(held, priority)
-        ex.count_usage = held.plan.counts_tokens
-        ex.reply_head = held.head
         entry = self._entry(tenant, priority, held, ex, metadata, admission)
         if entry.waiting:
-            await self.wait(entry)
+            await self._wait(entry)
         return entry
 
-    async def wait(self, entry: Entry) -> None:
+    async def _wait(self, entry: Entry) -> None:
         """Wait for the entry's place in its pool; `Refused` (503, or 429 at its tenant's
         own cap) when none comes by its deadline."""
         assert entry.ticket is not None and entry.admission is not None
@@ -107,9 +85,7 @@ class Entrance:
         except BaseException as exc:  # shed, or the client left: nothing was used
             if entry.held is not None:
                 assert self._limits is not None
-                refund = self._limits.settle(entry.held, 0, 0)
-                if refund is not None:
-                    await refund
+                await self._limits.settle(entry.held, 0, 0)
             if isinstance(exc, Shed):
                 wait = [retry_after(exc.retry_after_s)]
                 raise Refused(
@@ -159,14 +135,13 @@ class Entrance:
         admission.admit_now(ticket)
         return Entry(tenant.name, priority, held, ticket, admission)
 
-    def leave(self, entry: Entry, ex: Exchange) -> Awaitable[None] | None:
+    async def leave(self, entry: Entry, ex: Exchange) -> None:
         """Give back the request's place, and reconcile its limits with what it used (as its
         Finished said)."""
         if entry.ticket is not None and entry.admission is not None:
             entry.admission.leave(entry.ticket)
         if entry.held is None or self._limits is None:
-            return None
+            return
         used = ex.used()
-        if used is None:
-            return None
-        return self._limits.settle(entry.held, used[0], used[1])
+        if used is not None:
+            await self._limits.settle(entry.held, used[0], used[1])

@@ -16,14 +16,14 @@ SDKs read go with every answer of a limited tenant.
 from __future__ import annotations
 
 import operator
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
 
 from fleetgate.settings import Settings, at_least
-from fleetgate.traffic.store import Bucket, LimitStore, MemoryStore, Pinned, Taken
+from fleetgate.traffic.store import Account, Bucket, LimitStore, Taken
 from fleetgate.traffic.tenants import RateLimitSettings, Tenant
 
 
@@ -125,8 +125,6 @@ class Limits:
         assumed_output_tokens: int = 256,
     ) -> None:
         self._store = store
-        # The in-process store answers at once: no coroutine for it (reserve_now, settle).
-        self._local = store if isinstance(store, MemoryStore) else None
         self._wall = wall_clock  # budgets' periods are counted in Unix time
         self._prefix = prefix
         self._assumed = assumed_output_tokens
@@ -139,11 +137,11 @@ class Limits:
                   *_rate_limits(f"{p}:k:{key_id}", s.key_limits, True))  # fmt: skip
         # Requests buckets first, as the pinned states are (the levels come in this order).
         plan = _Plan(tuple(sorted(limits, key=lambda limit: limit.kind != "requests")))
-        if self._local is not None:  # its buckets are asked for with every request of the key
-            plan.pinned = self._local.pin(
-                [limit.bucket for limit in plan.limits if limit.kind == "requests"],
-                [limit.bucket for limit in plan.limits if limit.kind != "requests"],
-            )
+        # Its buckets are asked for with every request of the key: one account of the store.
+        plan.account = self._store.account(
+            [limit.bucket for limit in plan.limits if limit.kind == "requests"],
+            [limit.bucket for limit in plan.limits if limit.kind != "requests"],
+        )
         self._plans[key_id or f"tenant:{tenant.name}"] = plan
         return plan
 
@@ -167,36 +165,6 @@ class Limits:
         self._periods[key] = (index, full)
         return full
 
-    def reserve_now(
-        self,
-        tenant: Tenant,
-        key_id: str,
-        prompt_tokens: int,
-        max_tokens: int | None,
-        pricing: PricingSettings = FREE,
-    ) -> Reservation | Refusal | None:
-        """`reserve` without a coroutine when the store is this process's own (the common
-        case: nothing to wait for); None when the store is remote: await `reserve`."""
-        local = self._local
-        if local is None:
-            return None
-        if tenant.settings.budget is not None:
-            plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
-            taken = local.take_now(plan.buckets, costs)
-        else:  # through the key's own pinned buckets: the common case, made cheap
-            plan = self._plans.get(key_id or f"tenant:{tenant.name}") or self._plan(tenant, key_id)
-            pinned = plan.pinned
-            assert pinned is not None  # every plan is pinned in this process's store
-            output = max_tokens if max_tokens is not None else self._assumed
-            levels = pinned.take(prompt_tokens + output)
-            if levels is not None:
-                pick = plan.pick  # plan.head, without a call
-                head = plan.template % (levels if pick is None else pick(levels))
-                return Reservation(plan, prompt_tokens, output, pricing, head)
-            costs = plan.costs(prompt_tokens + output)
-            taken = local.take_states(pinned.states, costs)  # why, or taken if it refilled since
-        return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
-
     async def reserve(
         self,
         tenant: Tenant,
@@ -206,55 +174,31 @@ class Limits:
         pricing: PricingSettings = FREE,
     ) -> Reservation | Refusal:
         """Take what the request may use from its tenant's limits, or say why it may not."""
-        plan, costs, output = self._ask(tenant, key_id, prompt_tokens, max_tokens, pricing)
-        taken = await self._store.take(plan.buckets, costs)
-        return self._answer(plan, costs, taken, prompt_tokens, output, pricing)
-
-    def _ask(
-        self,
-        tenant: Tenant,
-        key_id: str,
-        prompt_tokens: int,
-        max_tokens: int | None,
-        pricing: PricingSettings,
-    ) -> tuple[_Plan, list[float], int]:
-        """The buckets a request takes from, what it takes from each, and its output tokens
-        reserved."""
         key = key_id or f"tenant:{tenant.name}"
         plan = self._plans.get(key) or self._plan(tenant, key_id)
         output = max_tokens if max_tokens is not None else self._assumed
-        if tenant.settings.budget is None:
-            return plan, plan.costs(prompt_tokens + output), output
-        plan = self._budgeted(tenant, key, plan)
-        return plan, [_cost(lim, pricing, prompt_tokens, output) for lim in plan.limits], output
-
-    def _answer(
-        self,
-        plan: _Plan,
-        costs: list[float],
-        taken: Taken,
-        prompt_tokens: int,
-        output: int,
-        pricing: PricingSettings,
-    ) -> Reservation | Refusal:
+        size = prompt_tokens + output
+        costs = None  # what it takes from each bucket, when they differ by limit (a budget)
+        if tenant.settings.budget is None:  # through the key's own account: the common case
+            taken = await plan.account.take(size)
+        else:
+            plan = self._budgeted(tenant, key, plan)
+            costs = [_cost(lim, pricing, prompt_tokens, output) for lim in plan.limits]
+            taken = await self._store.take(plan.buckets, costs)
         if taken.ok:
             return Reservation(plan, prompt_tokens, output, pricing, plan.head(taken.levels))
         headers = plan.refusal_headers(taken.levels)
+        costs = plan.costs(size) if costs is None else costs
         return _refusal(plan.limits, costs, taken, headers, self._wall())
 
-    def settle(
-        self, held: Reservation, prompt_tokens: int, output_tokens: int
-    ) -> Awaitable[None] | None:
-        """Reconcile a reservation with what the request used (None: nothing to change)."""
+    async def settle(self, held: Reservation, prompt_tokens: int, output_tokens: int) -> None:
+        """Reconcile a reservation with what the request used."""
         plan = held.plan
         if not plan.budgeted:  # tokens alone: one difference for every tokens bucket
             unused = held.prompt_tokens + held.output_tokens - prompt_tokens - output_tokens
-            if unused == 0 or not plan.token_buckets:
-                return None
-            if plan.pinned is not None:
-                plan.pinned.give(unused)
-                return None
-            return self._store.give(plan.token_buckets, [float(unused)] * len(plan.token_buckets))
+            if unused != 0 and plan.token_buckets:
+                await plan.account.give(unused)
+            return
         buckets, amounts = [], []
         for limit in held.limits:
             if limit.kind == "requests":
@@ -264,13 +208,8 @@ class Limits:
             if used != reserved:
                 buckets.append(limit.bucket)
                 amounts.append(reserved - used)
-        return self._give(buckets, amounts) if buckets else None
-
-    def _give(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> Awaitable[None] | None:
-        if self._local is not None:
-            self._local.give_now(buckets, amounts)
-            return None
-        return self._store.give(buckets, amounts)
+        if buckets:
+            await self._store.give(buckets, amounts)
 
 
 _HEADER_NAMES = {
@@ -283,15 +222,15 @@ class _Plan:
     """A key's limits, with what each request recomputes made once."""
 
     __slots__ = (
-        "buckets", "budgeted", "by_kind", "counts_tokens", "limits", "per_request", "pick",
-        "pinned", "template", "token_at", "token_buckets", "unit",
+        "account", "buckets", "budgeted", "by_kind", "counts_tokens", "limits", "per_request",
+        "pick", "template", "token_at", "token_buckets", "unit",
     )  # fmt: skip
 
     def __init__(self, limits: tuple[_Limit, ...]) -> None:
         self.limits = limits
         self.buckets = tuple(limit.bucket for limit in limits)
-        # Its buckets pinned in this process's store (Limits._plan), when the store is one.
-        self.pinned: Pinned | None = None
+        # Its rate limits' buckets as one account of the store (Limits._plan; not a budget).
+        self.account: Account
         self.per_request = tuple(limit.kind == "requests" for limit in limits)
         self.token_buckets = tuple(lim.bucket for lim in limits if lim.kind == "tokens")
         self.budgeted = any(limit.kind == "budget" for limit in limits)

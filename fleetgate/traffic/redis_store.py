@@ -29,7 +29,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
 from fleetgate.traffic.instances import InstanceCount
-from fleetgate.traffic.store import Bucket, MemoryStore, Taken, wait_for
+from fleetgate.traffic.store import Bucket, BucketsAccount, MemoryStore, Taken, wait_for
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class RedisStore:
     async def take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         reply = await self._run(_TAKE, buckets, costs)
         if reply is None:
-            return self._fallback.take_now(self._share(buckets), costs)
+            return await self._fallback.take(self._share(buckets), costs)
         levels = [float(level) for level in reply[1:]]
         if reply[0] == 1:
             return Taken(True, levels, 0.0)
@@ -156,9 +156,12 @@ class RedisStore:
         )
         return Taken(False, levels, wait)
 
+    def account(self, requests: Sequence[Bucket], sized: Sequence[Bucket]) -> BucketsAccount:
+        return BucketsAccount(self, requests, sized)
+
     async def give(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
         if await self._run(_GIVE, buckets, amounts) is None:
-            self._fallback.give_now(self._share(buckets), amounts)
+            await self._fallback.give(self._share(buckets), amounts)
 
     async def _run(
         self, script: str, buckets: Sequence[Bucket], values: Sequence[float]

@@ -46,12 +46,46 @@ class Taken(msgspec.Struct, gc=False):
     wait_s: float
 
 
+class Account(Protocol):
+    """The refilling buckets one caller takes from with every request (a key's rate limits),
+    as one: its `requests` buckets cost a request 1, its `sized` ones the request's size."""
+
+    async def take(self, size: float) -> Taken:
+        """Take 1 or `size` from each bucket, all or none (levels in the order requests,
+        sized)."""
+
+    async def give(self, amount: float) -> None:
+        """`amount` back to each sized bucket (negative: the request used more)."""
+
+
 class LimitStore(Protocol):
     async def take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
         """Take each cost from its bucket, all or none."""
 
     async def give(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
         """Add each amount (negative: take more) to its bucket, at most to its capacity."""
+
+    def account(self, requests: Sequence[Bucket], sized: Sequence[Bucket]) -> Account:
+        """The account of buckets asked for together with every request (refilling ones)."""
+
+
+class BucketsAccount:
+    """An account as plain takes and gives of its buckets: a store with nothing faster."""
+
+    __slots__ = ("_requests", "_sized", "_store", "buckets")
+
+    def __init__(self, store: LimitStore, requests: Sequence[Bucket], sized: Sequence[Bucket]):
+        self._store = store
+        self._requests = len(requests)
+        self._sized = tuple(sized)
+        self.buckets = (*requests, *sized)
+
+    async def take(self, size: float) -> Taken:
+        costs = [1.0] * self._requests + [size] * len(self._sized)
+        return await self._store.take(self.buckets, costs)
+
+    async def give(self, amount: float) -> None:
+        await self._store.give(self._sized, [amount] * len(self._sized))
 
 
 def wait_for(level: float, cost: float, rate_per_s: float) -> float:
@@ -63,9 +97,8 @@ def wait_for(level: float, cost: float, rate_per_s: float) -> float:
 
 class MemoryStore:
     """Buckets in this process's memory, on the injected clock, each one's state a
-    `BucketState` changed in place. A caller that asks for the same buckets with every request
-    (a key's limits: traffic/limits.py) may `pin` their states and take and give through
-    them, without finding them again each time."""
+    `BucketState` changed in place. It never waits: its coroutines answer at once. A key's
+    `account` holds its buckets' states, taken from and given to without finding them again."""
 
     _SWEEP_EVERY = 4096  # takes between sweeps of forgotten buckets
 
@@ -74,17 +107,16 @@ class MemoryStore:
         self._states: dict[str, BucketState] = {}  # by the bucket's key
         self._calls = 0
 
-    def pin(self, requests: Sequence[Bucket], sized: Sequence[Bucket]) -> Pinned:
+    def account(self, requests: Sequence[Bucket], sized: Sequence[Bucket]) -> MemoryAccount:
         """The states of refilling buckets (full ones for those not remembered), never swept,
-        for a caller that keeps them (bounded by the config: one set per key): `requests`
-        buckets cost a request 1, `sized` ones its size."""
+        for a caller that keeps them (bounded by the config: one set per key)."""
         buckets = (*requests, *sized)
         if any(bucket.rate_per_s <= 0 for bucket in buckets):
-            raise ValueError("only refilling buckets are pinned (a budget's period ends)")
+            raise ValueError("only refilling buckets make an account (a budget's period ends)")
         states = self._states_of(buckets, self._clock())
         for state in states:
             state.pinned = True
-        return Pinned(self._clock, self.give_states, states, len(requests))
+        return MemoryAccount(self._clock, self._give, states, len(requests))
 
     def _states_of(self, buckets: Sequence[Bucket], now: float) -> list[BucketState]:
         known = self._states
@@ -97,22 +129,11 @@ class MemoryStore:
         return found
 
     async def take(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
-        return self.take_now(buckets, costs)
-
-    def take_now(self, buckets: Sequence[Bucket], costs: Sequence[float]) -> Taken:
-        """`take`, without a coroutine (the store of one process never waits)."""
         now = self._clock()
-        return self.take_states(self._states_of(buckets, now), costs, now)
-
-    def take_states(
-        self, states: Sequence[BucketState], costs: Sequence[float], now: float | None = None
-    ) -> Taken:
-        """`take_now` from states (`pin`'s), at `now` (None: the clock's)."""
-        if now is None:
-            now = self._clock()
         self._calls += 1
         if self._calls >= self._SWEEP_EVERY:
             self._sweep(now)
+        states = self._states_of(buckets, now)
         levels = [state.level_at(now) for state in states]
         if any(level < cost for level, cost in zip(levels, costs, strict=True)):
             return _refused(states, levels, costs)
@@ -123,16 +144,10 @@ class MemoryStore:
         return Taken(True, left, 0.0)
 
     async def give(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
-        self.give_now(buckets, amounts)
+        self._give(self._states_of(buckets, self._clock()), amounts)
 
-    def give_now(self, buckets: Sequence[Bucket], amounts: Sequence[float]) -> None:
-        now = self._clock()
-        self.give_states(self._states_of(buckets, now), amounts, now)
-
-    def give_states(
-        self, states: Sequence[BucketState], amounts: Sequence[float], now: float | None = None
-    ) -> None:
-        """`give_now` to states (`pin`'s)."""
+    def _give(self, states: Sequence[BucketState], amounts: Sequence[float]) -> None:
+        now: float | None = None
         for state, amount in zip(states, amounts, strict=True):
             if amount >= 0 and state.bucket.rate_per_s > 0:
                 state.refund(amount)
@@ -144,7 +159,7 @@ class MemoryStore:
 
     def _sweep(self, now: float) -> None:
         """Forget the buckets that are full again, and the budgets whose period is over (not
-        a pinned one)."""
+        one of an account)."""
         self._calls = 0
         states = self._states
         for key in [k for k, state in states.items() if not state.pinned and state.expired(now)]:
@@ -193,47 +208,44 @@ class BucketState:
         return now >= self.bucket.expires(self.level, self.then)
 
 
-class Pinned:
-    """A caller's refilling buckets pinned in the in-process store (`MemoryStore.pin`): the
-    ones it asks for with every request (a key's rate limits), taken from and given to with
-    no lookup. The first `requests` states cost a request 1 (they count requests), the others
-    its size (its tokens). Its takes are not counted toward the store's sweeps: only unpinned
-    buckets are swept (budgets), and each is made by a take that is counted, so what waits
-    for a sweep stays bounded."""
+class MemoryAccount:
+    """An account in the in-process store (`MemoryStore.account`): a key's refilling buckets'
+    states, taken from and given to with no lookup. The first `requests` states cost a
+    request 1 (they count requests), the others its size (its tokens). Its takes are not
+    counted toward the store's sweeps: only unpinned buckets are swept (budgets), and each is
+    made by a take that is counted, so what waits for a sweep stays bounded."""
 
     __slots__ = ("_clock", "_give", "_sized_or_not", "sized", "states")
 
     def __init__(
         self,
         clock: Callable[[], float],
-        give_states: Callable[[Sequence[BucketState], Sequence[float]], None],
+        give: Callable[[Sequence[BucketState], Sequence[float]], None],
         states: list[BucketState],
         requests: int,
     ) -> None:
         self._clock = clock
-        self._give = give_states  # the store's, for a debt (`give`)
+        self._give = give  # the store's, for a debt (`give`)
         self.states = states
         self.sized = states[requests:]
         # Each state, and whether it costs the request's size (else 1: it counts requests).
         self._sized_or_not = tuple((state, i >= requests) for i, state in enumerate(states))
 
-    def take(self, size: float) -> tuple[float, ...] | None:
-        """Take 1 or `size` from each bucket, all or none: their levels after, in the order
-        of `states`; None when one is short and nothing was taken (`take_states` of
-        `states` then says why)."""
+    async def take(self, size: float) -> Taken:
         now = self._clock()
         left = []
         for state, sized in self._sized_or_not:
             level = state.level_at(now) - (size if sized else 1.0)
-            if level < 0:
-                return None
+            if level < 0:  # short: nothing is taken
+                levels = [state.level_at(now) for state in self.states]
+                costs = [size if sized else 1.0 for _, sized in self._sized_or_not]
+                return _refused(self.states, levels, costs)
             left.append(level)
         for state, level in zip(self.states, left, strict=True):
             state.level, state.then = level, now
-        return tuple(left)
+        return Taken(True, left, 0.0)
 
-    def give(self, amount: float) -> None:
-        """`amount` back to each bucket of the request's size (negative: it used more)."""
+    async def give(self, amount: float) -> None:
         if amount >= 0:  # added to the level as it was (BucketState.refund)
             for state in self.sized:
                 state.level += amount

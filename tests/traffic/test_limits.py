@@ -37,8 +37,7 @@ def lines(held: Reservation) -> list[tuple[bytes, bytes]]:
 
 
 async def settle(lim: Limits, held: Reservation, prompt: int, output: int) -> None:
-    pending = lim.settle(held, prompt, output)  # the in-process store: done at once
-    assert pending is None
+    await lim.settle(held, prompt, output)
 
 
 async def reserve(

@@ -71,78 +71,80 @@ async def test_a_budget_does_not_refill_within_its_period_then_is_forgotten(
     assert (await store.take([budget], [1])).levels == [9]
 
 
-def test_full_and_expired_memory_buckets_are_swept() -> None:
+async def test_full_and_expired_memory_buckets_are_swept() -> None:
     clock = Clock()
     store = MemoryStore(clock)
     for i in range(100):
-        store.take_now([Bucket(f"k{i}", 10, 1.0)], [5])
+        await store.take([Bucket(f"k{i}", 10, 1.0)], [5])
     assert len(store) == 100
     clock.now += 6  # all full again
     for _ in range(MemoryStore._SWEEP_EVERY):
-        store.take_now([Bucket("live", 1e9, 1.0)], [1])
+        await store.take([Bucket("live", 1e9, 1.0)], [1])
     assert len(store) == 1
 
 
-def test_a_refusal_says_why_at_the_instant_it_was_decided() -> None:
+async def test_a_refusal_says_why_at_the_instant_it_was_decided() -> None:
     """Time passes between reading the clock to decide and reading it again: the refusal's
     levels and wait are those of the decision (read later, the bucket could have refilled,
     and a refusal with no bucket short of its cost became a 500 under load)."""
     times = iter([1000.0, 1000.6, 1001.2, 1001.8])
     store = MemoryStore(lambda: next(times))
     rpm = Bucket("rpm", 1, 1.0)
-    assert store.take_now([rpm], [1]).ok  # at 1000.0: empty after
-    refused = store.take_now([rpm], [1])  # at 1000.6: 0.6 of 1
+    assert (await store.take([rpm], [1])).ok  # at 1000.0: empty after
+    refused = await store.take([rpm], [1])  # at 1000.6: 0.6 of 1
     assert not refused.ok
     assert refused.levels == [pytest.approx(0.6)]
     assert refused.wait_s == pytest.approx(0.4)
 
 
-def test_a_debt_right_after_a_give_back_is_taken_from_the_capped_level() -> None:
+async def test_a_debt_right_after_a_give_back_is_taken_from_the_capped_level() -> None:
     clock = Clock()
     store = MemoryStore(clock)
     tpm = Bucket("tpm", 100, 10.0)
-    store.take_now([tpm], [80])
-    store.give_now([tpm], [500])  # capped at 100 when read, at this instant too
-    store.give_now([tpm], [-150])
-    assert store.take_now([tpm], [1]).levels == [pytest.approx(-50)]
+    await store.take([tpm], [80])
+    await store.give([tpm], [500])  # capped at 100 when read, at this instant too
+    await store.give([tpm], [-150])
+    assert (await store.take([tpm], [1])).levels == [pytest.approx(-50)]
 
 
-def test_pinned_buckets_are_never_swept_and_take_and_give_as_the_buckets_do() -> None:
+async def test_an_account_is_never_swept_and_takes_and_gives_as_its_buckets_do() -> None:
     clock = Clock()
     store = MemoryStore(clock)
     rpm, tpm, other = Bucket("rpm", 10, 1.0), Bucket("tpm", 100, 10.0), Bucket("other", 10, 1.0)
-    pinned = store.pin([rpm], [tpm])
-    assert pinned.take(40) == (9, 60)  # 1 request, 40 tokens
-    pinned.give(5)  # used 35: 5 back to the tokens bucket alone
-    assert store.take_now([rpm, tpm], [0, 0]).levels == [9, 65]  # the same state, either way
-    assert pinned.take(70) is None  # short of tokens: all or none, nothing was taken
-    assert store.take_now([rpm, tpm], [0, 0]).levels == [9, 65]
-    pinned.give(-80)  # used 80 more than reserved: a debt, at this instant
-    assert store.take_now([tpm], [0]).levels == [-15]
+    account = store.account([rpm], [tpm])
+    assert (await account.take(40)).levels == [9, 60]  # 1 request, 40 tokens
+    await account.give(5)  # used 35: 5 back to the tokens bucket alone
+    assert (await store.take([rpm, tpm], [0, 0])).levels == [9, 65]  # the same state, either way
+    assert not (await account.take(70)).ok  # short of tokens: all or none, nothing was taken
+    assert (await store.take([rpm, tpm], [0, 0])).levels == [9, 65]
+    await account.give(-80)  # used 80 more than reserved: a debt, at this instant
+    assert (await store.take([tpm], [0])).levels == [-15]
     clock.now += 2.0  # refills 2 requests (capped at 10) and 20 tokens
-    assert pinned.take(1) == (9, 4)
-    store.take_now([other], [1])
+    assert (await account.take(1)).levels == [9, 4]
+    await store.take([other], [1])
     clock.now += 100  # all full again: the unpinned one is forgotten at the next sweep
     store._sweep(clock())
     assert len(store) == 2
-    assert pinned.take(100) == (9, 0) and store.take_now([tpm], [1]).ok is False
+    assert (await account.take(100)).levels == [9, 0]
+    assert (await store.take([tpm], [1])).ok is False
     with pytest.raises(ValueError, match="refilling"):
-        store.pin([], [Bucket("budget", 10, 0.0, ttl_s=60)])
+        store.account([], [Bucket("budget", 10, 0.0, ttl_s=60)])
 
 
 @pytest.mark.parametrize("requests", [0, 1, 2])
-def test_pinned_buckets_of_any_shape_take_all_or_none_in_their_order(requests: int) -> None:
+async def test_an_account_of_any_shape_takes_all_or_none_in_its_order(requests: int) -> None:
     clock = Clock()
     store = MemoryStore(clock)
     counted = [Bucket(f"rpm{i}", 2 + i, 1.0) for i in range(requests)]
     sized = [Bucket("tpm", 100, 10.0), Bucket("key:tpm", 50, 10.0)][: 3 - requests]
-    pinned = store.pin(counted, sized)
-    assert pinned.take(30) == (*(1 + i for i in range(requests)), *[70, 20][: len(sized)])
+    account = store.account(counted, sized)
+    expected = [*(1 + i for i in range(requests)), *[70, 20][: len(sized)]]
+    assert (await account.take(30)).levels == expected
     if len(sized) == 2:
-        assert pinned.take(30) is None  # the key's 20 tokens are short: nothing taken
-        assert store.take_now(sized, [0, 0]).levels == [70, 20]
+        assert not (await account.take(30)).ok  # the key's 20 tokens are short: nothing taken
+        assert (await store.take(sized, [0, 0])).levels == [70, 20]
     if requests:
-        assert pinned.take(1) is not None  # the first requests bucket is empty now
-        assert pinned.take(1) is None
+        assert (await account.take(1)).ok  # the first requests bucket is empty now
+        assert not (await account.take(1)).ok
     clock.now += 1.0  # a second refills 1 request and 10 tokens to each
-    assert pinned.take(0) is not None
+    assert (await account.take(0)).ok
