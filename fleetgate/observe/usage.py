@@ -1,8 +1,9 @@
-"""Each tenant's use since the gateway started: requests let through to routing (Admitted), and
-the tokens and spend of those answered (their Finished: the engine's usage at the pool's
-prices), per pool. One account for the metrics (fleetgate_tokens, fleetgate_spend_usd), the
-dashboard and GET /admin/tenants, kept while any of them is on. Counted in this gateway alone
-(with several gateways, Prometheus sums the series)."""
+"""Each tenant's use since the gateway started: requests let through to routing, and the tokens
+and spend of those answered (the engine's usage at the pool's prices), per pool, all read from
+their Finished (one event a request: a request is counted once it is over). One account for
+the metrics (fleetgate_tokens, fleetgate_spend_usd), the dashboard and GET /admin/tenants,
+kept while any of them is on. Counted in this gateway alone (with several gateways,
+Prometheus sums the series)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from collections.abc import Iterable
 
 import msgspec
 
-from fleetgate.lifecycle.events import Admitted, Finished
+from fleetgate.lifecycle.events import Finished
 from fleetgate.lifecycle.hooks import Hooks
 
 
 class TenantUse(msgspec.Struct):
     tenant: str
-    requests: int = 0  # admitted (let through to routing)
+    requests: int = 0  # admitted (let through to routing), once over
     prompt_tokens: int = 0
     completion_tokens: int = 0
     spend_usd: float = 0.0
@@ -28,6 +29,7 @@ class TenantUsage:
 
     def __init__(self, known: Iterable[str] = ()) -> None:
         self._requests = dict.fromkeys(known, 0)  # admitted, by tenant (names from the config)
+        self._counts_requests = True
         # Per (pool, tenant): [prompt tokens, completion tokens, spend]. Only these are kept
         # per answer (a tenant's totals are summed when read: far more answers than reads).
         self.by_pool: dict[tuple[str, str], list[float]] = {}
@@ -35,15 +37,13 @@ class TenantUsage:
     def subscribe(self, hooks: Hooks, requests: bool = True) -> None:
         """Hear what tenants use; their requests too unless `requests` is False (the metrics
         alone read only the tokens and spend: they count requests themselves)."""
-        if requests:
-            hooks.subscribe(Admitted, self.on_admitted)
+        self._counts_requests = requests
         hooks.subscribe(Finished, self.on_finished)
 
-    def on_admitted(self, event: Admitted) -> None:
-        requests = self._requests
-        requests[event.tenant] = requests.get(event.tenant, 0) + 1
-
     def on_finished(self, event: Finished) -> None:
+        if self._counts_requests and event.queued_s is not None:  # it was admitted
+            requests = self._requests
+            requests[event.tenant] = requests.get(event.tenant, 0) + 1
         if event.prompt_tokens is None:  # nothing it used is counted
             return
         key = (event.model, event.tenant)

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from fleetgate.lifecycle.events import Admitted, Finished
+from fleetgate.lifecycle.events import Finished
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.usage import TenantUsage, TenantUse
-from fleetgate.routing.base import RoutingRequest
 
 
-def admitted(tenant: str) -> Admitted:
-    return Admitted(b"r", 100.0, "m", RoutingRequest("m", "chat", False), tenant, "critical")
-
-
-def finished(model: str, tenant: str, prompt: int | None, completion: int, cost: float) -> Finished:
-    return Finished(b"r", 101.0, model, 100.0, 200, "b", "answered", None, None, tenant,
-                    "critical", 0.0, 1, prompt, completion, cost)  # fmt: skip
+def finished(
+    model: str, tenant: str, prompt: int | None, completion: int, cost: float, queued: bool = True
+) -> Finished:
+    return Finished(
+        request_id=b"r", at=101.0, model=model, started=100.0, status=200, backend="b",
+        outcome="answered", ttft_s=None, output_tokens=None, tenant=tenant, priority="critical",
+        queued_s=0.0 if queued else None, attempts=1, prompt_tokens=prompt,
+        completion_tokens=completion, cost_usd=cost,
+    )  # fmt: skip
 
 
 def test_each_tenant_counts_its_admitted_requests_tokens_and_spend() -> None:
@@ -22,12 +23,11 @@ def test_each_tenant_counts_its_admitted_requests_tokens_and_spend() -> None:
     hooks = Hooks()
     usage.subscribe(hooks)
     emit = Emitters(hooks)
-    assert emit.admitted is not None and emit.finished is not None
-    for tenant in ("gold", "gold", "anonymous"):
-        emit.admitted(admitted(tenant))
+    assert emit.finished is not None
     emit.finished(finished("m", "gold", 10, 5, 0.25))
     emit.finished(finished("m2", "gold", 3, 2, 0.5))
     emit.finished(finished("m", "anonymous", None, 0, 0.0))  # an error answer: nothing counted
+    emit.finished(finished("m", "gold", None, 0, 0.0, queued=False))  # refused: not admitted
     assert usage.tenants() == [
         TenantUse("anonymous", 1),
         TenantUse("gold", 2, 13, 7, 0.75),
