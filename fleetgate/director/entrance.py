@@ -17,7 +17,7 @@ from fleetgate.director.request import (
 )
 from fleetgate.traffic.admission import Admission, Shed, Ticket
 from fleetgate.traffic.door import FrontDoor, Refused, refused, retry_after
-from fleetgate.traffic.limits import FREE, PricingSettings, Refusal, Reservation
+from fleetgate.traffic.limits import FREE, OverLimit, PricingSettings, Reservation
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import Tenant
 from fleetgate.upstream.attempt import Exchange
@@ -66,7 +66,7 @@ class Entrance:
             answer = await self._limits.reserve(
                 tenant, caller.key_id, routing.prompt_tokens, routing.max_tokens, pricing
             )
-            if isinstance(answer, Refusal):
+            if isinstance(answer, OverLimit):
                 raise refused(answer, priority)
             held = answer
             ex.count_usage = held.plan.counts_tokens

@@ -45,6 +45,7 @@ from fleetgate.observe.slo import SloBook
 from fleetgate.observe.usage import TenantUsage
 from fleetgate.openai_api import error_body
 from fleetgate.settings import Settings, positive
+from fleetgate.traffic.door import Refused
 from fleetgate.traffic.keys import bearer
 
 _JSON = b"application/json"
@@ -70,14 +71,6 @@ class _Joining(BackendConfig, frozen=True, kw_only=True):
     """A backend to add: a config's backend entry (its checks) and the pool's model."""
 
     model: str
-
-
-class _Refusal(Exception):
-    """An admin request that cannot be done: its status and OpenAI-shaped error."""
-
-    def __init__(self, status: int, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.param = status, message, param
 
 
 class Admin:
@@ -173,8 +166,8 @@ class Admin:
             order = _decode(request.body, _Joining, "{'model': M, 'url': URL, 'weight': W?, "
                             "'labels': {...}?}")  # fmt: skip
             if order.url is None:  # the config's other kind, `sim`, starts with the gateway
-                raise _Refusal(400, "Give the backend's `url`: sim workers start with the "
-                               "gateway, from its config.", "url")  # fmt: skip
+                raise Refused(400, "Give the backend's `url`: sim workers start with the "
+                              "gateway, from its config.", None, param="url")  # fmt: skip
             _check_url(order.url)
             joining = Joining(
                 url=order.url,
@@ -188,11 +181,11 @@ class Admin:
             try:
                 state = self._members.add(order.model, joining)
             except NotMember as exc:
-                raise _Refusal(404, f"{exc}.", "model") from None
+                raise Refused(404, f"{exc}.", None, param="model") from None
             except AlreadyMember as exc:
                 then = "add it again once it has left" if exc.leaving else "DELETE it first"
-                raise _Refusal(409, f"{exc}; {then}.", "url") from None
-        except _Refusal as exc:
+                raise Refused(409, f"{exc}; {then}.", None, param="url") from None
+        except Refused as exc:
             writer.send(exc.status, _headers(request_id), error_body(exc.status, exc.message,
                                                                      exc.param))  # fmt: skip
             return
@@ -228,7 +221,7 @@ class Admin:
         headers = _headers(request_id)
         try:
             order = _decode(request.body, _Weight, "{'backend': ID, 'weight': W}")
-        except _Refusal as exc:
+        except Refused as exc:
             writer.send(exc.status, headers, error_body(exc.status, exc.message, exc.param))
             return
         try:
@@ -246,7 +239,7 @@ class Admin:
         headers = _headers(request_id)
         try:
             order = _decode(request.body, _Drain, "{'backend': ID, 'draining': true|false}")
-        except _Refusal as exc:
+        except Refused as exc:
             writer.send(exc.status, headers, error_body(exc.status, exc.message, exc.param))
             return
         found = self._members.find(order.backend)
@@ -300,7 +293,7 @@ def _decode(body: bytes, kind: type[T], shape: str) -> T:
         # ("unknown field `colour`", "missing required field `model`", "`weight` must ...").
         found = _AT.search(str(exc)) or _NAMED.search(str(exc))
         param = found.group(1) if found else None
-        raise _Refusal(400, f"Send {shape}: {exc}", param) from None
+        raise Refused(400, f"Send {shape}: {exc}", None, param=param) from None
 
 
 def _check_url(url: str) -> None:
@@ -312,12 +305,14 @@ def _check_url(url: str) -> None:
         port = None
     if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
         shown = without_credentials(url)
-        raise _Refusal(400, f"`url` must be http(s)://HOST:PORT[/PATH], got {shown!r}", "url")
+        raise Refused(
+            400, f"`url` must be http(s)://HOST:PORT[/PATH], got {shown!r}", None, param="url"
+        )
     if parts.username is not None or parts.password is not None:
-        raise _Refusal(400, "`url` must not hold a user or password: give the backend's key "
-                       "as `api_key`.", "url")  # fmt: skip
+        raise Refused(400, "`url` must not hold a user or password: give the backend's key "
+                      "as `api_key`.", None, param="url")  # fmt: skip
     if parts.query or parts.fragment:
-        raise _Refusal(400, f"`url` must have no query or fragment, got {url!r}", "url")
+        raise Refused(400, f"`url` must have no query or fragment, got {url!r}", None, param="url")
 
 
 def _no_backend(backend: str) -> bytes:

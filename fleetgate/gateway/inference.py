@@ -11,7 +11,7 @@ from typing import Protocol
 from fleetgate.director.director import Director
 from fleetgate.director.request import LANE_HEADER, InferenceRequest
 from fleetgate.gateway.requests import (
-    BadRequest,
+    bad_request,
     is_form,
     parse_chat,
     parse_completion,
@@ -80,7 +80,7 @@ class InferenceEndpoints:
                 if self._door is not None:
                     caller = self._door.identify(request.headers)
                 inference = self._inference(request, parse, request_id, started, caller)
-            except Refused as exc:  # a BadRequest too
+            except Refused as exc:
                 director.refuse(writer, request_id=request_id, started=started, refusal=exc,
                                 caller=caller)  # fmt: skip
                 return
@@ -100,7 +100,7 @@ class InferenceEndpoints:
         caller: Caller,
     ) -> InferenceRequest:
         if request.body_too_large:
-            raise BadRequest(
+            raise bad_request(
                 "The request body is larger than this gateway accepts; send a smaller one.",
                 status=413, code="request_too_large",
             )  # fmt: skip

@@ -1,7 +1,7 @@
 """Parsing of OpenAI request bodies: only what routing needs, validated, the rest left as bytes.
 
 Fields are typed as the OpenAI API types them; a wrong type or a missing field becomes a
-`BadRequest` naming the field (`param`) and saying what to send instead. Before any of it, the
+a 400 `Refused` naming the field (`param`) and saying what to send instead. Before any of it, the
 whole body must be UTF-8 and nest at most `MAX_DEPTH` levels (`check_body`): what the gateway
 leaves as bytes goes to the backend as it is, and a backend that fails on it must not be the
 one blamed.
@@ -19,14 +19,12 @@ from fleetgate.routing.base import RoutingRequest
 from fleetgate.traffic.door import Refused
 
 
-class BadRequest(Refused):
-    """The client sent something the gateway cannot route; becomes a 4xx (a refusal the edge
-    answers like the front door's, traffic/door.py)."""
-
-    def __init__(
-        self, message: str, param: str | None = None, status: int = 400, code: str | None = None
-    ) -> None:
-        super().__init__(status, message, code, param=param)
+def bad_request(
+    message: str, param: str | None = None, status: int = 400, code: str | None = None
+) -> Refused:
+    """The refusal of a body the gateway cannot route: a 4xx the edge answers like any other
+    (traffic/door.py's `Refused`)."""
+    return Refused(status, message, code, param=param)
 
 
 class _Common(msgspec.Struct, kw_only=True):
@@ -79,7 +77,7 @@ _NOT_STRUCTURE = bytes(c for c in range(256) if c not in b'[]{}"')
 
 
 def check_body(body: bytes) -> None:
-    """`BadRequest` unless the body is UTF-8 and nests at most MAX_DEPTH levels.
+    """A 400 `Refused` unless the body is UTF-8 and nests at most MAX_DEPTH levels.
 
     msgspec checks the UTF-8 of the strings it decodes, not of the values it skips or keeps
     raw (the messages), and refuses depth only past the interpreter's recursion limit (about
@@ -93,12 +91,12 @@ def check_body(body: bytes) -> None:
         try:
             codecs.utf_8_decode(body, "strict", True)
         except UnicodeDecodeError as exc:
-            raise BadRequest(
+            raise bad_request(
                 f"The body is not valid UTF-8 (byte 0x{body[exc.start]:02x} at offset "
                 f"{exc.start}); send JSON encoded as UTF-8."
             ) from None
     if _deeper_than(body, MAX_DEPTH):
-        raise BadRequest(
+        raise bad_request(
             f"The body nests arrays and objects more than {MAX_DEPTH} levels deep; send a "
             "flatter one."
         )
@@ -151,7 +149,7 @@ def _decode(decoder: msgspec.json.Decoder[_T], body: bytes, fields: str) -> _T:
         raise _translate(exc, fields) from None
     except Exception as exc:  # the client's bytes must never become the gateway's 500
         log.warning("unexpected error decoding a request body: %r", exc)
-        raise BadRequest(
+        raise bad_request(
             f"The body could not be read ({type(exc).__name__}). Send a JSON object with {fields}."
         ) from None
 
@@ -163,18 +161,18 @@ _responses = msgspec.json.Decoder(ResponsesBody)
 _model_only = msgspec.json.Decoder(ModelBody)
 
 
-def _translate(exc: msgspec.DecodeError, fields: str) -> BadRequest:
+def _translate(exc: msgspec.DecodeError, fields: str) -> Refused:
     text = str(exc)
     if isinstance(exc, msgspec.ValidationError):
         message, _, where = text.partition(" - at `$.")
         param = where.rstrip("`").split("[", 1)[0].split(".", 1)[0] or None
         if message.startswith("Object missing required field"):
             param = message.split("`")[1]
-            return BadRequest(f"`{param}` is required: send a body with {fields}.", param)
+            return bad_request(f"`{param}` is required: send a body with {fields}.", param)
         if message.startswith("Expected `object`"):
-            return BadRequest(f"The body must be a JSON object with {fields}.")
-        return BadRequest(f"Invalid `{param}`: {message.lower()}. Fix the field and retry.", param)
-    return BadRequest(f"The body is not valid JSON ({text}). Send a JSON object with {fields}.")
+            return bad_request(f"The body must be a JSON object with {fields}.")
+        return bad_request(f"Invalid `{param}`: {message.lower()}. Fix the field and retry.", param)
+    return bad_request(f"The body is not valid JSON ({text}). Send a JSON object with {fields}.")
 
 
 def _session(headers: dict[bytes, bytes], user: str | None) -> str | None:
@@ -189,7 +187,7 @@ def _prompt_bytes(prompt: str | list[msgspec.Raw]) -> bytes:
 def parse_chat(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     parsed = _decode(_chat, body, "`model` and `messages`")
     if not parsed.messages:
-        raise BadRequest("`messages` must be a non-empty array of messages.", "messages")
+        raise bad_request("`messages` must be a non-empty array of messages.", "messages")
     return RoutingRequest(
         parsed.model,
         "chat",
@@ -203,7 +201,7 @@ def parse_chat(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
 def parse_completion(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     parsed = _decode(_completion, body, "`model` and `prompt`")
     if parsed.prompt is None or parsed.prompt == []:
-        raise BadRequest("`prompt` is required: send a string or an array of strings.", "prompt")
+        raise bad_request("`prompt` is required: send a string or an array of strings.", "prompt")
     return RoutingRequest(
         parsed.model,
         "completions",
@@ -217,16 +215,16 @@ def parse_completion(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest
 def parse_embedding(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     parsed = _decode(_embedding, body, "`model` and `input`")
     if parsed.input is None or parsed.input == []:
-        raise BadRequest("`input` is required: send a string or a non-empty array.", "input")
+        raise bad_request("`input` is required: send a string or a non-empty array.", "input")
     return RoutingRequest(parsed.model, "embeddings", False, None, parsed.user)
 
 
 def parse_responses(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
     parsed = _decode(_responses, body, "`model` and `input`")
     if parsed.input is None or parsed.input == [] or parsed.input == "":
-        raise BadRequest("`input` is required: send a string or an array of input items.", "input")
+        raise bad_request("`input` is required: send a string or an array of input items.", "input")
     if parsed.max_output_tokens is not None and parsed.max_output_tokens < 1:
-        raise BadRequest("`max_output_tokens` must be at least 1.", "max_output_tokens")
+        raise bad_request("`max_output_tokens` must be at least 1.", "max_output_tokens")
     text = parsed.input.encode() if isinstance(parsed.input, str) else b"".join(parsed.input)
     if parsed.instructions:
         text = parsed.instructions.encode() + text
@@ -269,18 +267,18 @@ def parse_multipart_model(body: bytes, headers: dict[bytes, bytes]) -> RoutingRe
     its `model` field."""
     model = multipart_field(body, headers.get(b"content-type", b""), b"model")
     if model is None:
-        raise BadRequest("Send the form field `model` (multipart/form-data).", "model")
+        raise bad_request("Send the form field `model` (multipart/form-data).", "model")
     try:
         name = model.decode()
     except UnicodeDecodeError:
-        raise BadRequest("The form field `model` is not valid UTF-8.", "model") from None
+        raise bad_request("The form field `model` is not valid UTF-8.", "model") from None
     return RoutingRequest(name, "other", False, None, _session(headers, None), b"")
 
 
 def multipart_field(body: bytes, content_type: bytes, name: bytes) -> bytes | None:
     """The value of the form field `name` in a `multipart/form-data` body, or None (RFC 7578:
     parts separated by `--boundary` lines, each with a Content-Disposition naming it).
-    `BadRequest` when the body names it twice: an engine that reads the other one would be
+    a 400 `Refused` when the body names it twice: an engine that reads the other one would be
     served a model the gateway did not route (and price) the request for."""
     part = _form_part(body, content_type, name)
     return None if part is None else part[1]
@@ -301,7 +299,7 @@ def multipart_file(body: bytes, content_type: bytes, name: bytes) -> tuple[str, 
 
 def _form_part(body: bytes, content_type: bytes, name: bytes) -> tuple[list[bytes], bytes] | None:
     """The Content-Disposition parameters and the value of the part named `name` (None when
-    there is none; `BadRequest` when there are two)."""
+    there is none; a 400 `Refused` when there are two)."""
     kind, _, params = content_type.partition(b";")
     if kind.strip().lower() != b"multipart/form-data":
         return None
@@ -326,7 +324,7 @@ def _form_part(body: bytes, content_type: bytes, name: bytes) -> tuple[list[byte
             fields = [p.strip() for p in disposition.split(b";")]
             if wanted in fields:  # not filename="..."
                 if found is not None:
-                    raise BadRequest(
+                    raise bad_request(
                         f"The form names `{name.decode()}` twice; send it once.", name.decode()
                     )
                 found = fields, value

@@ -57,7 +57,7 @@ class Request:
         self.held = held  # bytes of the server's body budget this request holds until answered
 
 
-class _Refused(Exception):
+class _BadHttp(Exception):
     """Raised in a parser callback to stop at a head that gets an error at once."""
 
     def __init__(self, status: int, message: str, retry: bool = False) -> None:
@@ -123,7 +123,7 @@ class HttpConnection(asyncio.Protocol):
         self._busy = False  # the body being received is discarded: no room in `bodies`
         self._head_bytes = 0
         self._in_head = False
-        self._deferred_error: _Refused | None = None  # sent after the queued answers
+        self._deferred_error: _BadHttp | None = None  # sent after the queued answers
         self._too_large = False
         self.deadline = NEVER  # loop time of the idle or request-read deadline (deadlines.py)
         self._deadline_message: str | None = None  # None: idle, close quietly; else a 408
@@ -154,25 +154,25 @@ class HttpConnection(asyncio.Protocol):
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._reject(
-                _Refused(400, "upgrades (HTTP/2 included) are not supported; use HTTP/1.1")
+                _BadHttp(400, "upgrades (HTTP/2 included) are not supported; use HTTP/1.1")
             )
             return
         except httptools.HttpParserCallbackError as exc:
             refused = exc.__context__
-            if isinstance(refused, _Refused):
+            if isinstance(refused, _BadHttp):
                 self._reject(refused)
             else:
-                self._reject(_Refused(400, "the request is not valid HTTP/1.1"))
+                self._reject(_BadHttp(400, "the request is not valid HTTP/1.1"))
             return
         except httptools.HttpParserError:
-            self._reject(_Refused(400, "the request is not valid HTTP/1.1"))
+            self._reject(_BadHttp(400, "the request is not valid HTTP/1.1"))
             return
         if self._in_head:
             # Still inside a request's head after all of `data`: count it here, because the
             # parser buffers a long header line without calling back until it ends.
             self._head_bytes += len(data)
             if self._head_bytes > self._limits.max_header_bytes:
-                self._reject(_Refused(431, _HEAD_TOO_LARGE))
+                self._reject(_BadHttp(431, _HEAD_TOO_LARGE))
 
     def eof_received(self) -> bool:
         # A client's EOF is a disconnect, as nginx treats it: what it asked for is cancelled
@@ -232,9 +232,9 @@ class HttpConnection(asyncio.Protocol):
         headers = self._headers
         size = len(self._url) + sum(len(k) + len(v) + 4 for k, v in headers.items())
         if size > self._limits.max_header_bytes:
-            raise _Refused(431, _HEAD_TOO_LARGE)  # the parser stops; data_received answers
+            raise _BadHttp(431, _HEAD_TOO_LARGE)  # the parser stops; data_received answers
         if b"host" not in headers and self._parser.get_http_version() == "1.1":
-            raise _Refused(400, "an HTTP/1.1 request must have a Host header (RFC 9112 3.2)")
+            raise _BadHttp(400, "an HTTP/1.1 request must have a Host header (RFC 9112 3.2)")
         length = headers.get(b"content-length")
         if length is not None:  # a digit string: the parser has refused anything else
             declared = int(length)
@@ -246,9 +246,9 @@ class HttpConnection(asyncio.Protocol):
             # The client waits for a word before it sends the body: refuse it now, and it
             # never sends the body at all.
             if self._too_large:
-                raise _Refused(413, _BODY_TOO_LARGE)
+                raise _BadHttp(413, _BODY_TOO_LARGE)
             if self._busy:
-                raise _Refused(503, _BODIES_FULL, retry=True)
+                raise _BadHttp(503, _BODIES_FULL, retry=True)
             if self._task is None:
                 self.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits a second without it
 
@@ -270,7 +270,7 @@ class HttpConnection(asyncio.Protocol):
             return  # feed_data raises HttpParserUpgrade next; the client gets a 400
         if self._busy:
             self._disarm()
-            self._reject(_Refused(503, _BODIES_FULL, retry=True))
+            self._reject(_BadHttp(503, _BODIES_FULL, retry=True))
             return
         path, _, query = self._url.partition(b"?")
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
@@ -404,13 +404,13 @@ class HttpConnection(asyncio.Protocol):
         if self._task is not None:
             return  # never cut a response in progress
         if message is not None:
-            self._reject(_Refused(408, message))
+            self._reject(_BadHttp(408, message))
         elif self._transport is not None and self._transport.get_write_buffer_size():
             self.abort()  # idle, yet the client never read what it was sent: let it go now
         else:
             self._close()
 
-    def _reject(self, refused: _Refused) -> None:
+    def _reject(self, refused: _BadHttp) -> None:
         if self._task is not None:
             # Answer the requests that came before the bad bytes first, then this.
             self._deferred_error = refused

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from fleetgate.traffic.keys import KeyRing, bearer
-from fleetgate.traffic.limits import Limits, Refusal
+from fleetgate.traffic.limits import Limits, OverLimit
 from fleetgate.traffic.priority import Priority
 from fleetgate.traffic.tenants import ANONYMOUS, Tenant
 
@@ -118,7 +118,7 @@ class FrontDoor:
         return self._limits
 
 
-def refused(held: Refusal, priority: Priority) -> Refused:
-    """A limit's refusal as the 429 the client gets."""
-    headers = [retry_after(held.retry_after_s), *held.headers]
-    return Refused(429, held.message, held.code, headers, priority=priority)
+def refused(over: OverLimit, priority: Priority) -> Refused:
+    """Being over a limit, as the 429 the client gets."""
+    headers = [retry_after(over.retry_after_s), *over.headers]
+    return Refused(429, over.message, over.code, headers, priority=priority)

@@ -105,7 +105,7 @@ def _cost(limit: _Limit, pricing: PricingSettings, prompt: float, completion: fl
 
 
 @dataclass(frozen=True, slots=True)
-class Refusal:
+class OverLimit:
     """Why a request may not go now: the 429's message, code, and Retry-After."""
 
     message: str
@@ -172,7 +172,7 @@ class Limits:
         prompt_tokens: int,
         max_tokens: int | None,
         pricing: PricingSettings = FREE,
-    ) -> Reservation | Refusal:
+    ) -> Reservation | OverLimit:
         """Take what the request may use from its tenant's limits, or say why it may not."""
         key = key_id or f"tenant:{tenant.name}"
         plan = self._plans.get(key) or self._plan(tenant, key_id)
@@ -310,7 +310,7 @@ def _refusal(
     taken: Taken,
     headers: list[tuple[bytes, bytes]],
     now: float,
-) -> Refusal:
+) -> OverLimit:
     """The refusal for the limit that keeps the request waiting longest; on a tie, the one
     configured first (the tenant's before the key's, requests before tokens, a budget last),
     whatever the order of a plan's buckets."""
@@ -331,7 +331,7 @@ def _refusal(
             f"This key's tenant has spent its budget of {limit.amount:g} {unit} for the "
             f"period; it renews in {duration(retry)}."
         )
-        return Refusal(message, "insufficient_quota", retry, headers)
+        return OverLimit(message, "insufficient_quota", retry, headers)
     scope = "key" if limit.per_key else "tenant"
     if cost > limit.bucket.capacity:
         message = (
@@ -343,7 +343,7 @@ def _refusal(
             f"Rate limit reached: {limit.amount:g} {limit.kind} per minute for this {scope}. "
             f"Retry in {duration(retry)}."
         )
-    return Refusal(message, "rate_limit_exceeded", retry, headers)
+    return OverLimit(message, "rate_limit_exceeded", retry, headers)
 
 
 def duration(seconds: float) -> str:

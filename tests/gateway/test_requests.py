@@ -1,4 +1,4 @@
-"""Parsing OpenAI bodies: what routing needs comes out; a bad body is a BadRequest that names the
+"""Parsing OpenAI bodies: what routing needs comes out; a bad body is a 400 `Refused` that names the
 field (`param`) and says what to send instead."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pytest
 
 from fleetgate.gateway.requests import (
     MAX_DEPTH,
-    BadRequest,
     parse_chat,
     parse_completion,
     parse_embedding,
 )
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.traffic.door import Refused
 
 Parse = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
 
@@ -96,7 +96,7 @@ def test_an_embedding_body() -> None:
 def test_a_bad_field_names_the_param_and_what_to_send(
     parse: Parse, body: bytes, param: str, says: str
 ) -> None:
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(Refused) as info:
         parse(body, {})
     assert info.value.param == param
     assert info.value.status == 400
@@ -127,7 +127,7 @@ def test_a_bad_field_names_the_param_and_what_to_send(
 def test_a_body_that_is_not_a_json_object_says_to_send_one(
     parse: Parse, fields: str, body: bytes, says: str
 ) -> None:
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(Refused) as info:
         parse(body, {})
     assert info.value.param is None
     assert info.value.status == 400
@@ -149,7 +149,7 @@ def chat_with(content: bytes, model: bytes = b"m") -> bytes:
     ],
 )
 def test_a_body_that_is_not_utf8_is_refused_with_where(body: bytes) -> None:
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(Refused) as info:
         parse_chat(body, {})
     assert info.value.status == 400
     assert "not valid UTF-8" in info.value.message
@@ -174,7 +174,7 @@ def nested(depth: int) -> bytes:
 
 def test_nesting_up_to_the_limit_passes_and_one_more_level_is_refused() -> None:
     parse_chat(nested(MAX_DEPTH), {})
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(Refused) as info:
         parse_chat(nested(MAX_DEPTH + 1), {})
     assert info.value.status == 400
     assert f"more than {MAX_DEPTH} levels" in info.value.message
@@ -182,7 +182,7 @@ def test_nesting_up_to_the_limit_passes_and_one_more_level_is_refused() -> None:
 
 def test_a_thousand_levels_in_a_2_kb_body_is_a_400_not_a_recursion_error() -> None:
     body = chat_with(b"[" * 1000 + b"]" * 1000)
-    with pytest.raises(BadRequest, match="levels deep"):
+    with pytest.raises(Refused, match="levels deep"):
         parse_chat(body, {})
 
 
@@ -213,7 +213,7 @@ def test_an_unexpected_error_while_decoding_is_still_a_400(
             raise MemoryError  # any error the decoder was not expected to raise
 
     monkeypatch.setattr("fleetgate.gateway.requests._chat", Broken())
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(Refused) as info:
         parse_chat(chat_with(b'"x"'), {})
     assert info.value.status == 400
     assert "could not be read" in info.value.message
@@ -238,12 +238,12 @@ def test_a_form_s_model_field_is_found_and_a_file_named_model_is_not_it() -> Non
 def test_a_form_naming_its_model_twice_is_refused_and_a_delimiter_inside_a_line_is_content() -> (
     None
 ):
-    from fleetgate.gateway.requests import BadRequest, multipart_field
+    from fleetgate.gateway.requests import multipart_field
 
     ctype = b"multipart/form-data; boundary=B"
     model = b'--B\r\nContent-Disposition: form-data; name="model"\r\n\r\n%b\r\n'
     twice = model % b"a" + model % b"b" + b"--B--\r\n"
-    with pytest.raises(BadRequest, match="`model` twice"):
+    with pytest.raises(Refused, match="`model` twice"):
         multipart_field(twice, ctype, b"model")
     # A file whose bytes hold "--B" and a fake part mid-line: not a part the engine sees.
     hidden = (

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from fleetgate.traffic.limits import Limits, PricingSettings, Refusal, Reservation, duration
+from fleetgate.traffic.limits import Limits, OverLimit, PricingSettings, Reservation, duration
 from fleetgate.traffic.store import MemoryStore
 from fleetgate.traffic.tenants import Tenant, TenantSettings
 
@@ -55,9 +55,9 @@ async def reserve(
 
 async def refused(
     lim: Limits, t: Tenant, prompt: int = 10, out: int | None = 20, key: str = "k1"
-) -> Refusal:
+) -> OverLimit:
     held = await lim.reserve(t, key, prompt, out)
-    assert isinstance(held, Refusal), held
+    assert isinstance(held, OverLimit), held
     return held
 
 
@@ -162,7 +162,7 @@ async def test_a_cost_budget_charges_each_pools_prices() -> None:
     await settle(lim, held, 200, 100)  # 0.4 used: 0.2 back
     await reserve(lim, t, prompt=200, out=100, pricing=price)  # 0.4 more: 0.8 spent
     no = await lim.reserve(t, "k1", 100, 100, price)  # 0.3 more would pass 1.0
-    assert isinstance(no, Refusal) and "1 USD" in no.message
+    assert isinstance(no, OverLimit) and "1 USD" in no.message
     free = await lim.reserve(t, "k1", 100, 100, PricingSettings())
     assert isinstance(free, Reservation)  # a free pool costs nothing
 
