@@ -6,7 +6,8 @@ request's metadata may lower its class, put it on the batch lane or shorten its 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from fleetgate.director.request import (
     LANE_HEADER,
@@ -23,8 +24,7 @@ from fleetgate.traffic.tenants import Tenant
 from fleetgate.upstream.attempt import Exchange
 
 
-@dataclass(slots=True)
-class Entry:
+class Entry(msgspec.Struct):
     """An admitted request's holds, given back by `Entrance.leave`."""
 
     tenant: str
