@@ -2,8 +2,9 @@
 left. The gateway's edge makes it from a client's HTTP request; the batch runner from a line of
 a batch; a simulator from a trace.
 
-`metadata` are the request's headers that steer its lifecycle, by lower-case name (empty for a
-request that has none). Each may only lower what the caller's tenant is allowed:
+`metadata` are the request's headers that steer its lifecycle (x-fleetgate-*: the edge passes
+no other), by lower-case name (empty for a request that has none). Each may only lower what
+the caller's tenant is allowed:
 
     x-fleetgate-priority              critical | standard | sheddable
     x-fleetgate-lane                  batch: use only the pool's spare capacity
@@ -56,6 +57,8 @@ class InferenceRequest(msgspec.Struct, kw_only=True):
 def request_timeouts(pool: Timeouts, metadata: Mapping[bytes, bytes]) -> Timeouts:
     """The pool's timeouts, with any the request shortens (`pool` itself when it shortens
     none); `Refused` (400) naming a value that is no number of seconds > 0."""
+    if not metadata:  # the common case: no header of the gateway's own
+        return pool
     changes: dict[str, float] = {}
     for name, field_name in TIMEOUT_HEADERS:
         value = metadata.get(name)

@@ -27,7 +27,8 @@ from fleetgate.routing.base import RoutingRequest
 from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
 
 _Parser = Callable[[bytes, dict[bytes, bytes]], RoutingRequest]
-_BATCH_LANE = {b"content-type": JSON, LANE_HEADER: b"batch"}
+_BATCH_LANE = {LANE_HEADER: b"batch"}  # a batch request's metadata
+_BATCH_HEADERS = {b"content-type": JSON, **_BATCH_LANE}  # what its parser reads
 
 # The model endpoints a batch's requests may go to as well (`serve_as`).
 BATCHABLE: Mapping[bytes, _Parser] = {
@@ -107,11 +108,12 @@ class InferenceEndpoints:
         headers = request.headers
         routing = parse(request.body, headers)
         upload = routing.endpoint == "other" and is_form(headers)
+        forwarded, metadata = self._forward.split(headers)
         return InferenceRequest(
             request_id=request_id, started=started, path=request.path, routing=routing,
             body=request.body, caller=caller,
             content_type=headers[b"content-type"] if upload else JSON, upload=upload,
-            metadata=headers, forwarded=self._forward.forwarded(headers),
+            metadata=metadata, forwarded=forwarded,
         )  # fmt: skip
 
     async def serve_as(self, caller: Caller, path: bytes, body: bytes, writer: Downstream) -> None:
@@ -123,7 +125,7 @@ class InferenceEndpoints:
         director = self._director
         director.received(request_id, started, path)
         try:
-            routing = self._parsers[path](body, _BATCH_LANE)
+            routing = self._parsers[path](body, _BATCH_HEADERS)
         except Refused as exc:
             director.refuse(writer, request_id=request_id, started=started, refusal=exc,
                             caller=caller)  # fmt: skip

@@ -24,7 +24,8 @@ _NOT_FORWARDED = HOP_BY_HOP | {
     b"host", b"content-length", b"content-type", b"x-request-id", b"authorization", b"expect",
     b"accept-encoding",
 }  # fmt: skip
-_OWN_PREFIXES = (b"proxy-", b"x-fleetgate-")
+OWN_PREFIX = b"x-fleetgate-"  # the gateway's own controls: steer a request, never passed on
+_FORWARD, _DROP, _OWN = 0, 1, 2  # what becomes of a request header
 # Response headers the gateway writes itself (http/writer.py: framing and the connection's
 # fate; the request id).
 _NOT_RETURNED = HOP_BY_HOP | {b"content-length", b"x-request-id"}
@@ -34,34 +35,48 @@ _MAX_VERDICTS = 4096  # names remembered; a client inventing names gets them jud
 
 
 class RequestHeaders:
-    """The request headers that go on to the upstream: all but those above and `deny`."""
+    """The request headers that go on to the upstream: all but those above and `deny`; and
+    the gateway's own controls (x-fleetgate-*), which steer the request instead."""
 
     def __init__(self, deny: Iterable[str] = ()) -> None:
         self._denied = _NOT_FORWARDED | {name.lower().encode() for name in deny}
-        self._verdicts: dict[bytes, bool] = {}
+        self._verdicts: dict[bytes, int] = {}
 
-    def _judge(self, name: bytes) -> bool:
-        keep = name not in self._denied and not name.startswith(_OWN_PREFIXES)
+    def _judge(self, name: bytes) -> int:
+        if name.startswith(OWN_PREFIX):
+            verdict = _OWN
+        elif name in self._denied or name.startswith(b"proxy-"):
+            verdict = _DROP
+        else:
+            verdict = _FORWARD
         if len(self._verdicts) < _MAX_VERDICTS:
-            self._verdicts[name] = keep
-        return keep
+            self._verdicts[name] = verdict
+        return verdict
 
-    def forwarded(self, headers: dict[bytes, bytes]) -> list[tuple[bytes, bytes]]:
-        """Those of `headers` (lower-case names, as http/server.py parses them) to pass on."""
+    def split(
+        self, headers: dict[bytes, bytes]
+    ) -> tuple[list[tuple[bytes, bytes]], dict[bytes, bytes]]:
+        """Those of `headers` (lower-case names, as http/server.py parses them) to pass on,
+        and the gateway's own controls among them."""
         verdicts = self._verdicts
         out = []
+        own: dict[bytes, bytes] | None = None
         for name, value in headers.items():
-            keep = verdicts.get(name)
-            if keep is None:
-                keep = self._judge(name)
-            if keep:
+            verdict = verdicts.get(name)
+            if verdict is None:
+                verdict = self._judge(name)
+            if verdict == _FORWARD:
                 out.append((name, value))
+            elif verdict == _OWN:
+                if own is None:
+                    own = {}
+                own[name] = value
         connection = headers.get(b"connection")
         if connection is not None and connection not in _PLAIN_CONNECTION:
             # The headers it names are hop-by-hop too.
             named = {token.strip().lower() for token in connection.split(b",")}
             out = [(name, value) for name, value in out if name not in named]
-        return out
+        return out, own if own is not None else {}
 
 
 def returned(
