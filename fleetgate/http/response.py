@@ -66,8 +66,14 @@ class UpstreamResponse:
 
     async def read(self) -> bytes:
         """The whole body."""
-        parts = [chunk async for chunk in self.chunks()]
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        if not self._done:  # still arriving, or broken off: read it as it comes
+            parts = [chunk async for chunk in self.chunks()]
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+        chunks = self._chunks  # all here already (a small answer: the common case)
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self._buffered = 0
+        return body
 
     def chunks(self) -> UpstreamResponse:
         return self

@@ -143,7 +143,7 @@ class AttemptEnded(Event, frozen=True, gc=False):
     queued_prefill: int
     status: int
     error: ErrorKind | None
-    retry_after_s: float | None  # the backend's Retry-After, when it sent one
+    retry_after_s: float | None  # the backend's Retry-After, when it sent one with an error
     first_token_at: float | None
     output_tokens: int
     stream: bool

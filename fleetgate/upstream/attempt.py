@@ -306,7 +306,8 @@ class Attempts:
                     error = self._error_kind(ex, exc, sent)
                     return Broken(progress, exc)
                 return None
-            wait_s = retry_after_s(response.header(b"retry-after"))
+            if status >= 400:  # an engine asks for no traffic for a while with an error
+                wait_s = retry_after_s(response.header(b"retry-after"))
             data = await response.read()
         except UpstreamError as exc:
             error = self._error_kind(ex, exc, sent)
