@@ -64,3 +64,20 @@ def test_the_clock_is_the_loop_s_virtual_one_not_the_wall_s() -> None:
         assert time.monotonic() - real < 0.1
 
     run(main)
+
+
+@in_virtual_time
+async def test_work_in_a_thread_takes_no_virtual_time(clock: LoopClock) -> None:
+    ticks: list[float] = []
+
+    async def tick() -> None:
+        while True:
+            await clock.sleep(1.0)
+            ticks.append(clock.now())
+
+    ticker = asyncio.ensure_future(tick())
+    await asyncio.to_thread(sum, range(2_000_000))  # real work: the ticker must not run ahead
+    assert clock.now() == 0.0 and ticks == []
+    await clock.sleep(2.5)
+    assert ticks == [1.0, 2.0]
+    ticker.cancel()

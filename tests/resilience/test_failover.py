@@ -16,6 +16,7 @@ import httptools
 import msgspec
 import pytest
 
+from fleetgate.clock import Clock, LoopClock
 from fleetgate.config import parse_config
 from fleetgate.fleet.backend import Backend
 from fleetgate.http.errors import ConnectError, LocalExhaustion, ReadError
@@ -125,8 +126,14 @@ class Harness:
     script of the k-th request sent upstream (0 for the first)."""
 
     def __init__(
-        self, n: int, answer: Callable[[int, Sent], Script], prefill: int = 0, **pool: Any
+        self,
+        n: int,
+        answer: Callable[[int, Sent], Script],
+        prefill: int = 0,
+        clock: Clock | None = None,
+        **pool: Any,
     ) -> None:
+        self.clock = clock = clock or LoopClock()
         urls = [f"http://10.0.0.{i}:8000" for i in range(n + prefill)]
         backends = tuple(Backend(f"b{i}", u, ("m",)) for i, u in enumerate(urls))
         section = {"model": "m", "policy": "round_robin", **pool,
@@ -142,15 +149,14 @@ class Harness:
         def handler(sent: Sent) -> Script:
             return answer(len(self.transport.sent) - 1, sent)
 
-        self.transport = MockTransport(handler)
-        clock = time.monotonic
+        self.transport = MockTransport(handler, clock)
         resolved = ResolvedPool(config.pools[0], backends[:n], backends[n:])
         self.cluster: Cluster = build_clusters(
             [resolved], default_registry(), random.Random(1), transport=self.transport,
             clock=clock, subscribe=record,
         )["m"]  # fmt: skip
-        attempts = Attempts(self.transport, clock)
-        continuation = Continuation(attempts, clock)
+        attempts = Attempts(self.transport, clock.now)
+        continuation = Continuation(attempts, clock.now)
         self.failover = Failover(attempts, continuation, clock, random.Random(2))
         self.socket = ClientSocket()
 
@@ -165,7 +171,7 @@ class Harness:
         writer = ResponseWriter(self.socket, keep_alive=True)
         c = self.cluster
         return Exchange(
-            "m", routing, b"/v1/chat/completions", [], body, b"r1", writer, time.monotonic(),
+            "m", routing, b"/v1/chat/completions", [], body, b"r1", writer, self.clock.now(),
             timeouts or c.timeouts, c.emit, c.timeouts,
         )  # fmt: skip
 
