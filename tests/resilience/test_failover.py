@@ -2,7 +2,8 @@
 hedging, continuation and a client that leaves, with the pool built as the gateway builds it
 (serve.build_clusters) and every event recorded. Only the sockets are stand-ins: upstreams
 answer from scripts (http/mock.py) and the client's connection is a buffer that a real
-ResponseWriter writes into and a real HTTP parser reads back."""
+ResponseWriter writes into and a real HTTP parser reads back. When each step happens, to the
+instant, is tested in virtual time: test_failover_in_virtual_time.py."""
 
 from __future__ import annotations
 
@@ -388,23 +389,6 @@ async def test_every_pick_is_reported_with_the_scores_that_chose_it() -> None:
     assert routed.kind == "first" and routed.backend is not None
     assert set(routed.scores) == {"queue", "kv_cache"}
     assert all(0.0 <= s <= 1.0 for s in routed.scores.values())
-
-
-async def test_a_retry_holds_a_share_of_the_budget_for_as_long_as_it_runs() -> None:
-    retrying: list[int] = []
-
-    def answer(k: int, sent: Sent) -> Script:
-        retrying.append(h.cluster.budget.retrying)  # as the attempt is sent
-        return Script(503) if k == 0 else Script(200, [b"{}"], head_delay_s=0.05)
-
-    h = Harness(2, answer, retries=FAST_RETRIES)
-    task = asyncio.get_running_loop().create_task(h.forward())
-    await asyncio.sleep(0.03)  # the retry is waiting for its answer now
-    assert h.cluster.budget.retrying == 1
-    got = await task
-    assert got.status == 200
-    assert retrying == [0, 1]
-    h.assert_settled()  # released when it ended
 
 
 async def test_a_client_that_leaves_a_hedged_request_ends_both_attempts_before_finished() -> None:
