@@ -17,6 +17,7 @@ import argparse
 import random
 import time
 
+from fleetgate.clock import LoopClock
 from fleetgate.config import parse_config
 from fleetgate.fleet.backend import Backend
 from fleetgate.health.outlier import OutlierDetector, OutlierSettings
@@ -45,7 +46,7 @@ def main() -> None:
     metrics = GatewayMetrics(lambda: ())
     cluster = build_clusters(
         [ResolvedPool(config.pools[0], (backend,))], default_registry(), random.Random(0),
-        transport=HttpClient(), clock=time.monotonic, subscribe=metrics.subscribe,
+        transport=HttpClient(), clock=LoopClock(), subscribe=metrics.subscribe,
     )["m"]  # fmt: skip
     edge = Hooks()
     metrics.subscribe(edge)

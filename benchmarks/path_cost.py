@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fleetgate.clock import LoopClock
 from fleetgate.config import parse_config
 from fleetgate.fleet.backend import Backend
 from fleetgate.gateway.app import Gateway
@@ -84,7 +85,7 @@ def build(extra: dict[str, Any], request_log: RequestLog | None = None) -> Gatew
     backend = Backend("127.0.0.1:9", url, ("fast",))
     gateway, _ = compose(
         config, [ResolvedPool(config.pools[0], (backend,))], transport=MockTransport(answer),
-        clock=time.monotonic, rng=random.Random(0), request_log=request_log,
+        clock=LoopClock(), rng=random.Random(0), request_log=request_log,
     )  # fmt: skip
     return gateway
 
@@ -103,10 +104,7 @@ async def per_request_us(gateway: Gateway, headers: dict[bytes, bytes], n: int) 
 def null_request_log() -> RequestLog:
     """The request log as the gateway runs it, its lines written nowhere."""
 
-    def later(delay: float, callback: Callable[[], None]) -> object:
-        return asyncio.get_running_loop().call_later(delay, callback)
-
-    return RequestLog(RequestLogSettings(), lambda lines: None, False, schedule=later)
+    return RequestLog(RequestLogSettings(), lambda lines: None, False, LoopClock().call_later)
 
 
 async def main() -> None:

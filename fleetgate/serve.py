@@ -22,6 +22,7 @@ from fleetgate.batches.book import BatchBook
 from fleetgate.batches.files import FileShelf
 from fleetgate.batches.runner import BatchRunner
 from fleetgate.batches.store import BatchStore
+from fleetgate.clock import Clock, LoopClock
 from fleetgate.config import (
     BackendConfig,
     Config,
@@ -165,12 +166,13 @@ def build_clusters(
     rng: random.Random,
     *,
     transport: Transport,
-    clock: Callable[[], float],
+    clock: Clock,
     subscribe: Callable[[Hooks], None],
     tenants: Mapping[str, Tenant] | None = None,
 ) -> dict[str, Cluster]:
     """Each pool with its routing, policies, admission queue and event subscribers
     (`subscribe` adds those every pool shares, such as metrics)."""
+    now = clock.now
     clusters: dict[str, Cluster] = {}
     for item in resolved:
         c = item.config
@@ -191,9 +193,9 @@ def build_clusters(
             nonlocal admission
             ttft.subscribe(hooks)
             if admit.enabled:
-                limit = ConcurrencyLimit(admit.limit, pool, clock, ranked)
+                limit = ConcurrencyLimit(admit.limit, pool, now, ranked)
                 limit.subscribe(hooks)
-                lane = BatchLane(admit.batch_lane, len(pool.states), clock())
+                lane = BatchLane(admit.batch_lane, len(pool.states), now())
                 lane.subscribe(hooks)
                 admission = Admission(admit, limit, tenants or {}, clock, lane, ranked)
 
@@ -203,7 +205,7 @@ def build_clusters(
         if c.prefill is not None:
             pipeline = _pipeline(c, registry, ctx, True)
             prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None)
-            prefill = Prefill(transport, clock, prefill_router, timeouts, prefill_emit)
+            prefill = Prefill(transport, now, prefill_router, timeouts, prefill_emit)
         retries = c.retries
         clusters[c.model] = Cluster(
             router=router,
@@ -233,20 +235,20 @@ def _parts(cluster: Cluster) -> tuple[Pool, ...]:
 
 
 def build_limit_store(
-    limits: LimitsConfig, clock: Callable[[], float], rng: random.Random
+    limits: LimitsConfig, clock: Clock, rng: random.Random
 ) -> MemoryStore | RedisStore:
     """Where limits are counted (`limits.store`): this process's memory, or a Redis that every
     gateway on it shares; a RedisStore counts the gateways from `start()` until `close()`."""
     if limits.store != "redis":
-        return MemoryStore(clock)
+        return MemoryStore(clock.now)
     assert limits.redis_url is not None  # LimitsConfig checks it
     client = redis_client(limits.redis_url)
     # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
     instance_id = secrets.token_hex(8)
     instances = InstanceCount(
-        client, limits.key_prefix, instance_id, random.Random(rng.getrandbits(64))
+        client, limits.key_prefix, instance_id, random.Random(rng.getrandbits(64)), clock
     )
-    return RedisStore(client, instances, clock)
+    return RedisStore(client, instances, clock.now)
 
 
 def build_front_door(
@@ -372,7 +374,7 @@ def compose(
     resolved: list[ResolvedPool],
     *,
     transport: Transport,
-    clock: Callable[[], float],
+    clock: Clock,
     rng: random.Random,
     registry: PluginRegistry | None = None,
     wall_clock: Callable[[], float] = time.time,
@@ -391,17 +393,18 @@ def compose(
     request is written to `request_log` when one is given, and traced by `tracing`; the Batch
     API keeps its files and batches in `batch_store` (none: the API is off), and the batches
     it left running are resumed (their runner is started with the server: `start_gateway`)."""
+    now = clock.now  # for what only reads the time
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
     clusters: dict[str, Cluster] = {}
-    slo = SloBook({p.model: p.slo for p in config.pools}, clock)
+    slo = SloBook({p.model: p.slo for p in config.pools}, now)
     usage = TenantUsage(t.name for t in config.tenants)  # the metrics', dashboard's, admin's
-    gpus = GpuBoard(clock)  # the GPU agents' readings, for the pools that take them
+    gpus = GpuBoard(now)  # the GPU agents' readings, for the pools that take them
     metrics = GatewayMetrics(
         lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
         lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
         slo.status,
-        clock,
+        now,
         lambda: usage.by_pool,
         tenants=[
             (t.name, t.priority.label)
@@ -420,7 +423,7 @@ def compose(
         exporters.append(lambda hooks: usage.subscribe(hooks, requests=False))
     live = None
     if config.server.dashboard:
-        live = LiveView(clock, wall_clock, random.Random(rng.getrandbits(64)))
+        live = LiveView(now, wall_clock, random.Random(rng.getrandbits(64)))
         exporters.append(live.subscribe)
     if tracing is not None:
         exporters.append(tracing.subscribe)
@@ -445,9 +448,9 @@ def compose(
     if config.server.metrics:
         for model, cluster in clusters.items():
             cluster.router.pipeline.set_timer(metrics.routing_timer(model))
-    attempts = Attempts(transport, clock, None if tracing is None else tracing.headers_for)
+    attempts = Attempts(transport, now, None if tracing is None else tracing.headers_for)
     failover = Failover(
-        attempts, Continuation(attempts, clock), clock, random.Random(rng.getrandbits(64))
+        attempts, Continuation(attempts, now), clock, random.Random(rng.getrandbits(64))
     )
     pools = {model: cluster.pool for model, cluster in clusters.items()}
     audit = None
@@ -463,10 +466,10 @@ def compose(
             probes.start(part, pool_config.health_check, pool_config.engine_metrics)
     admin = None
     if config.server.admin:
-        members = Membership(pools, clock, probes)
+        members = Membership(pools, now, probes)
         admin = Admin(
             pools=pools,
-            clock=clock,
+            clock=now,
             members=members,
             picks=picks,
             usage=usage,
@@ -492,7 +495,7 @@ def compose(
             gpus.expire()
 
         background.every(gpus.expire_every_s, 0.0, expire_gpu_readings, wait_first=True)
-    door, operators = build_front_door(config, tenants, clock, wall_clock, limit_store)
+    door, operators = build_front_door(config, tenants, now, wall_clock, limit_store)
     render = metrics.render if config.server.metrics else None
     batch_api = None
     if batch_store is not None:
@@ -503,13 +506,13 @@ def compose(
         batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock), book, door)
     routes = build_model_routes(config, rng)
     director = Director(
-        clusters=clusters, failover=failover, emit=edge_emit, clock=clock, door=door,
+        clusters=clusters, failover=failover, emit=edge_emit, clock=now, door=door,
         routes=routes, pricing={p.model: p.pricing for p in config.pools},
         assumed_output_tokens=config.limits.assumed_output_tokens,
     )  # fmt: skip
     ids = RequestIds()
     inference = InferenceEndpoints(
-        director, clock, ids.next, door=door,
+        director, now, ids.next, door=door,
         forward=RequestHeaders(config.server.deny_request_headers),
         passthrough=config.server.passthrough_paths,
     )  # fmt: skip
@@ -526,23 +529,25 @@ def compose(
 async def start_gateway(
     config: Config,
     *,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Clock | None = None,
     registry: PluginRegistry | None = None,
 ) -> RunningGateway:
-    """Start embedded sims (if any), build pools and metrics, and listen."""
+    """Start embedded sims (if any), build pools and metrics, and listen; every timer runs
+    on `clock` (the running loop's by default)."""
     check_config(config)
+    clock = clock or LoopClock()
     request_log = None
     if config.request_log.enabled:  # before anything starts: an unwritable path stops here
         try:
-            request_log = open_request_log(config.request_log)
+            request_log = open_request_log(config.request_log, clock.call_later)
         except OSError as exc:
             raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
     rng = random.Random(config.seed)
     tracing = None
     if config.tracing.enabled:
         sampling = random.Random(rng.getrandbits(64))
-        tracing = start_tracing(config.tracing, time.time() - clock(), sampling)
-    client = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
+        tracing = start_tracing(config.tracing, time.time() - clock.now(), sampling)
+    client = HttpClient(connect_timeout_s=config.server.connect_timeout_s, clock=clock)
     sims: SimFleetProcess | None = None
     sim_specs = [
         SimSpec(
@@ -584,7 +589,7 @@ async def start_gateway(
         resolved.append(ResolvedPool(pool, tuple(backends[:n]), tuple(backends[n:])))
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
-    background = PeriodicTasks(random.Random(rng.getrandbits(64)))
+    background = PeriodicTasks(random.Random(rng.getrandbits(64)), clock)
     store = build_limit_store(config.limits, clock, rng)
     shared = store if isinstance(store, RedisStore) else None
     runner = None
@@ -612,13 +617,13 @@ async def start_gateway(
             background.every(s.tls_reload_s, 0.0, reload, wait_first=True)
         server = await start_server(
             gateway.handle, gateway.send_error, s.host, s.port, s,
-            tls.context if tls is not None else None,
+            tls.context if tls is not None else None, clock=clock,
         )  # fmt: skip
         book = gateway.batch_book
         if book is not None:
             batch_rng = random.Random(rng.getrandbits(64))
             runner = BatchRunner(
-                book, gateway.inference.serve_as, config.batches.concurrency, batch_rng
+                book, gateway.inference.serve_as, config.batches.concurrency, batch_rng, clock
             )
             runner.start()
     except BaseException:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import random
 import re
-import time
 from typing import Any
 
 import pytest
 
+from fleetgate.clock import LoopClock
 from fleetgate.config import ConfigError, parse_config
 from fleetgate.fleet.backend import Backend
 from fleetgate.http.client import HttpClient
@@ -28,7 +28,7 @@ def clusters_for(**pool: Any) -> dict[str, Cluster]:
         default_registry(),
         random.Random(0),
         transport=HttpClient(),
-        clock=time.monotonic,
+        clock=LoopClock(),
         subscribe=lambda hooks: None,
     )
 

@@ -14,6 +14,7 @@ runs again after the restart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from fleetgate.batches.book import BatchBook
 from fleetgate.batches.running import Run
 from fleetgate.batches.validation import BatchRequest
+from fleetgate.clock import Clock
 from fleetgate.lifecycle.downstream import Downstream, Sink
 from fleetgate.traffic.door import Caller
 
@@ -40,13 +42,13 @@ class BatchRunner:
         serve: Serve,
         concurrency: int,
         rng: random.Random,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        clock: Clock,
     ) -> None:
         self._book = book
         self._serve = serve
         self._concurrency = concurrency
         self._rng = rng
-        self._sleep = sleep
+        self._clock = clock
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -85,15 +87,8 @@ class BatchRunner:
         if ready_at is None:
             await self._wake.wait()
             return
-        waits = [
-            asyncio.ensure_future(self._wake.wait()),
-            asyncio.ensure_future(self._sleep(max(0.0, ready_at - self._book.now()))),
-        ]
-        try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for wait in waits:
-                wait.cancel()
+        with contextlib.suppress(TimeoutError):
+            await self._clock.within(self._wake.wait(), max(0.0, ready_at - self._book.now()))
 
     async def _run(self, run: Run, request: BatchRequest) -> None:
         book = self._book
@@ -130,7 +125,7 @@ class BatchRunner:
 
     async def _ticks(self) -> None:
         while True:
-            await self._sleep(TICK_S)
+            await self._clock.sleep(TICK_S)
             try:
                 self._book.tick()
             except Exception:

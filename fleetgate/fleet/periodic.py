@@ -7,13 +7,13 @@ import asyncio
 import random
 from collections.abc import Awaitable, Callable
 
+from fleetgate.clock import Clock
+
 
 class PeriodicTasks:
-    def __init__(
-        self, rng: random.Random, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
-    ) -> None:
+    def __init__(self, rng: random.Random, clock: Clock) -> None:
         self._rng = rng
-        self._sleep = sleep
+        self._clock = clock
         self._tasks: set[asyncio.Task[None]] = set()
 
     def every(
@@ -31,7 +31,7 @@ class PeriodicTasks:
             if not wait_first:
                 await action()
             while True:
-                await self._sleep(interval_s * self._rng.uniform(1 - jitter, 1 + jitter))
+                await self._clock.sleep(interval_s * self._rng.uniform(1 - jitter, 1 + jitter))
                 await action()
 
         task = asyncio.get_running_loop().create_task(loop())

@@ -9,11 +9,11 @@ exports no load metrics (Ollama, a generic OpenAI server) is not scraped after t
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from fleetgate.clock import Clock
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
 from fleetgate.fleet.engines import ENGINES, PENDING, by_metrics, by_models
@@ -44,13 +44,12 @@ class MetricsScraper:
     def __init__(
         self,
         client: Transport,
-        clock: Callable[[], float],
+        clock: Clock,
         rng: random.Random,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._client = client
-        self._clock = clock
-        self._tasks = PeriodicTasks(rng, sleep)
+        self._now = clock.now
+        self._tasks = PeriodicTasks(rng, clock)
         self._scraping: dict[BackendState, Callable[[], None]] = {}
 
     def start(self, states: Iterable[BackendState], settings: ScrapeSettings) -> None:
@@ -101,7 +100,7 @@ class MetricsScraper:
             return False
         body = answer[1]
         try:
-            load = parse_engine_load(body.decode("utf-8", "replace"), self._clock())
+            load = parse_engine_load(body.decode("utf-8", "replace"), self._now())
         except MetricsFormatError:
             return False
         if load is None:

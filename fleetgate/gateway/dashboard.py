@@ -26,6 +26,7 @@ from importlib import resources
 
 import msgspec
 
+from fleetgate.clock import Clock
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.gpu import GpuState
 from fleetgate.fleet.health import HealthFlag
@@ -119,7 +120,7 @@ class Dashboard:
         slo: SloBook,
         live: LiveView,
         usage: TenantUsage,
-        clock: Callable[[], float],
+        clock: Clock,
         wall_clock: Callable[[], float] = time.time,
         interval_s: float = 1.0,
         max_stream_s: float = 600.0,
@@ -129,11 +130,12 @@ class Dashboard:
         self._slo = slo
         self._live = live
         self._usage = usage
-        self._clock = clock
+        self._clock = clock  # the live view's interval
+        self._now = clock.now
         self._wall = wall_clock
         self._interval_s = interval_s
         self._max_stream_s = max_stream_s
-        self._started = clock()
+        self._started = clock.now()
         self._closed = asyncio.Event()
         self._max_streams = max_streams
         self._streams = 0  # live views open now
@@ -170,7 +172,7 @@ class Dashboard:
     def view(self, after: int = 0) -> Snapshot:
         """The fleet now, with the seconds labelled after `after`; the fleet's part is made
         once per second of the clock, however many streams ask."""
-        now = self._clock()
+        now = self._now()
         if int(now) != self._made_at:
             self._made_at, self._pools_now = int(now), self._pools_view(now)
         live = self._live
@@ -209,17 +211,17 @@ class Dashboard:
         headers = [(b"content-type", b"text/event-stream"), (b"x-request-id", request_id),
                    *SECURITY_HEADERS]  # fmt: skip
         writer.start(200, headers)
-        after, ends = 0, self._clock() + self._max_stream_s
+        after, ends = 0, self._now() + self._max_stream_s
         self._streams += 1
         try:
-            while not (self._closed.is_set() or writer.disconnected) and self._clock() < ends:
+            while not (self._closed.is_set() or writer.disconnected) and self._now() < ends:
                 view = self.view(after)
                 if view.points:
                     after = view.points[-1].t
                 writer.write(b"event: snapshot\ndata: %b\n\n" % msgspec.json.encode(view))
                 await writer.drain()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._closed.wait(), self._interval_s)
+                    await self._clock.within(self._closed.wait(), self._interval_s)
         finally:
             self._streams -= 1
             writer.end()

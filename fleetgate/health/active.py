@@ -10,13 +10,13 @@ path, 2xx is good), `inference` (a one-token completion, which proves the model 
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal
 
 import msgspec
 
+from fleetgate.clock import Clock
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.periodic import PeriodicTasks
@@ -79,13 +79,12 @@ class ActiveChecker:
     def __init__(
         self,
         client: HttpClient,
-        clock: Callable[[], float],
+        clock: Clock,
         rng: random.Random,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._client = client
-        self._clock = clock
-        self._tasks = PeriodicTasks(rng, sleep)
+        self._now = clock.now
+        self._tasks = PeriodicTasks(rng, clock)
         self._beats: dict[str, int] = {}  # heartbeats received per backend id, for kind heartbeat
         self._probing: dict[BackendState, Callable[[], None]] = {}
 
@@ -152,7 +151,7 @@ class ActiveChecker:
             else:
                 ok = await self.probe(model, state, s)
             if tracker.record(ok):
-                changed(self._clock())
+                changed(self._now())
 
         return check
 

@@ -14,12 +14,14 @@ import asyncio
 import errno
 import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 from urllib.parse import urlsplit
 
 import httptools
 
+from fleetgate.clock import Clock, LoopClock
 from fleetgate.http.deadlines import NEVER, DeadlineSweeper
 from fleetgate.http.errors import (
     ConnectError,
@@ -75,9 +77,11 @@ class _Connection(asyncio.Protocol):
         max_idle: int,
         loop: asyncio.AbstractEventLoop,
         busy: set[_Connection],
+        now: Callable[[], float],
     ) -> None:
         # Kept, not looked up: asyncio.get_running_loop() costs a getpid() syscall on 3.11.
         self.loop = loop
+        self._now = now  # the client's clock, which its sweeper reads too
         self._pool = pool
         self._max_idle = max_idle
         self._parser = httptools.HttpResponseParser(self)
@@ -86,7 +90,7 @@ class _Connection(asyncio.Protocol):
         self.sink: RelaySink | None = None  # set while `UpstreamResponse.relay` runs
         self._head: asyncio.Future[UpstreamResponse] | None = None
         self._busy = busy  # connections carrying a request: the client's sweeper checks them
-        self.deadline = NEVER  # loop time by which the head (or the body) must have come
+        self.deadline = NEVER  # the clock's time by which the head (or the body) must have come
         self._deadline_message = ""
         self._total_at = NEVER  # the whole answer's deadline, when an idle one is also set
         self._idle_s: float | None = None  # longest silence allowed inside a body
@@ -196,7 +200,7 @@ class _Connection(asyncio.Protocol):
         return head
 
     def set_deadline(self, delay_s: float, message: str) -> None:
-        self.deadline = self.loop.time() + delay_s
+        self.deadline = self._now() + delay_s
         self._deadline_message = message
         self._idle_s = None
 
@@ -210,7 +214,7 @@ class _Connection(asyncio.Protocol):
 
     def _rearm_idle(self) -> None:
         if self._idle_s is not None and not self._reading_paused:
-            self.deadline = min(self._total_at, self.loop.time() + self._idle_s)
+            self.deadline = min(self._total_at, self._now() + self._idle_s)
 
     def expire(self) -> None:
         """Called by the client's sweeper once `deadline` has passed."""
@@ -260,7 +264,9 @@ class HttpClient:
         max_idle_per_origin: int = 512,
         connect_timeout_s: float = 5.0,
         ssl_context: ssl.SSLContext | None = None,
+        clock: Clock | None = None,
     ) -> None:
+        self._clock = clock or LoopClock()  # its timeouts
         self._pools: dict[Origin, list[_Connection]] = {}
         self._busy: set[_Connection] = set()
         self._sweeper: DeadlineSweeper[_Connection] | None = None
@@ -322,7 +328,7 @@ class HttpClient:
     ) -> _Connection:
         loop = asyncio.get_running_loop()
         if self._sweeper is None:
-            self._sweeper = DeadlineSweeper(loop, self._busy)
+            self._sweeper = DeadlineSweeper(self._clock, self._busy)
             self._sweeper.start()
         ctx = None
         if origin.scheme == "https":
@@ -330,13 +336,16 @@ class HttpClient:
                 self._ssl_context = ssl.create_default_context()
             ctx = self._ssl_context
         try:
-            async with asyncio.timeout(timeout_s):
-                _, conn = await loop.create_connection(
-                    lambda: _Connection(pool, self._max_idle, loop, self._busy),
+            now = self._clock.now
+            _, conn = await self._clock.within(
+                loop.create_connection(
+                    lambda: _Connection(pool, self._max_idle, loop, self._busy, now),
                     origin.host,
                     origin.port,
                     ssl=ctx,
-                )
+                ),
+                timeout_s,
+            )
         except TimeoutError as exc:
             raise ConnectError(f"connecting timed out after {timeout_s:g} s") from exc
         except OSError as exc:

@@ -17,6 +17,7 @@ from typing import Protocol, cast
 
 import httptools
 
+from fleetgate.clock import Clock, LoopClock
 from fleetgate.http.deadlines import NEVER, DeadlineSweeper
 from fleetgate.http.limits import BodyBudget, ServerLimits
 from fleetgate.http.writer import ClientDisconnected, ResponseWriter
@@ -105,9 +106,11 @@ class HttpConnection(asyncio.Protocol):
         live: set[HttpConnection],
         loop: asyncio.AbstractEventLoop,
         bodies: BodyBudget,
+        now: Callable[[], float],
     ) -> None:
         # Kept, not looked up: asyncio.get_running_loop() costs a getpid() syscall on 3.11.
         self._loop = loop
+        self._now = now  # the server's clock, which its sweeper reads too
         self._handler = handler
         self._live = live
         self._on_error = on_error
@@ -125,7 +128,7 @@ class HttpConnection(asyncio.Protocol):
         self._in_head = False
         self._deferred_error: _BadHttp | None = None  # sent after the queued answers
         self._too_large = False
-        self.deadline = NEVER  # loop time of the idle or request-read deadline (deadlines.py)
+        self.deadline = NEVER  # clock time of the idle or request-read deadline (deadlines.py)
         self._deadline_message: str | None = None  # None: idle, close quietly; else a 408
         self._pending: deque[Request] = deque()
         self._task: asyncio.Task[None] | None = None
@@ -391,7 +394,7 @@ class HttpConnection(asyncio.Protocol):
 
     def _arm(self, delay_s: float, timeout_message: str | None) -> None:
         """(Re)set the connection's one deadline: idle (close quietly) or reading (408)."""
-        self.deadline = self._loop.time() + delay_s
+        self.deadline = self._now() + delay_s
         self._deadline_message = timeout_message
 
     def _disarm(self) -> None:
@@ -442,10 +445,12 @@ class HttpServer:
         server: asyncio.Server,
         live: set[HttpConnection],
         sweeper: DeadlineSweeper[HttpConnection],
+        clock: Clock,
     ) -> None:
         self.server = server
         self._live = live
         self._sweeper = sweeper
+        self._clock = clock
 
     @property
     def port(self) -> int:
@@ -465,15 +470,15 @@ class HttpServer:
         """Stop listening and let the requests in progress finish, for up to `timeout_s`;
         then cut what is left. Returns how many requests were still running at the end."""
         self.server.close()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
+        clock = self._clock
+        deadline = clock.now() + timeout_s
         while True:
             for conn in list(self._live):
                 if conn.idle:
                     conn.abort()  # between requests: nothing is lost by closing it
-            if not self._live or loop.time() >= deadline:
+            if not self._live or clock.now() >= deadline:
                 break
-            await asyncio.sleep(0.05)
+            await clock.sleep(0.05)
         left = len(self._live)
         self.abort()
         return left
@@ -493,16 +498,20 @@ async def start_server(
     port: int,
     limits: ServerLimits | None = None,
     tls: ssl.SSLContext | None = None,
+    clock: Clock | None = None,
 ) -> HttpServer:
-    """Listen on host:port (TLS with `tls`) and serve every connection with `handler`."""
+    """Listen on host:port (TLS with `tls`) and serve every connection with `handler`; its
+    timeouts run on `clock` (the running loop's by default)."""
     lim = limits or ServerLimits()
+    clock = clock or LoopClock()
     live: set[HttpConnection] = set()
     bodies = BodyBudget(lim.max_buffered_body_bytes)
     loop = asyncio.get_running_loop()
+    now = clock.now
     server = await loop.create_server(
-        lambda: HttpConnection(handler, on_error, lim, live, loop, bodies),
+        lambda: HttpConnection(handler, on_error, lim, live, loop, bodies, now=now),
         host, port, backlog=4096, ssl=tls,
     )  # fmt: skip
-    sweeper = DeadlineSweeper(loop, live)
+    sweeper = DeadlineSweeper(clock, live)
     sweeper.start()
-    return HttpServer(server, live, sweeper)
+    return HttpServer(server, live, sweeper, clock)

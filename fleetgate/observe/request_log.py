@@ -25,7 +25,6 @@ batches, `flush_s` apart, with one write each: the request path only appends to 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import sys
@@ -103,16 +102,16 @@ class RequestLog:
         settings: RequestLogSettings,
         write: Callable[[bytes], None],
         text: bool,
+        schedule: Schedule,
         wall_clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
-        schedule: Schedule | None = None,
     ) -> None:
         self._settings = settings
         self._write = write
         self._text = text
+        self._schedule = schedule  # the lifecycle clock's call_later: the next flush
         self._wall = wall_clock
         self._rng = rng or random.Random()
-        self._schedule = schedule or _call_later
         # A refused request's tenant, class and reason, until its Finished (in the same step).
         self._refused: dict[bytes, tuple[str, str, str]] = {}
         self._pending: list[Line] = []
@@ -212,9 +211,10 @@ class RequestLog:
 
 
 def open_request_log(
-    settings: RequestLogSettings, wall_clock: Callable[[], float] = time.time
+    settings: RequestLogSettings, schedule: Schedule, wall_clock: Callable[[], float] = time.time
 ) -> RequestLog:
-    """The request log `settings` ask for, writing to standard output or its file."""
+    """The request log `settings` ask for, writing to standard output or its file, its
+    flushes scheduled by `schedule` (the lifecycle clock's call_later)."""
     if settings.path == "-":
         stream = sys.stdout
 
@@ -236,11 +236,7 @@ def open_request_log(
         write(b"")  # fails at start, not at the first request, if it cannot be written
         terminal = False
     text = settings.format == "text" or (settings.format == "auto" and terminal)
-    return RequestLog(settings, write, text, wall_clock)
-
-
-def _call_later(delay: float, callback: Callable[[], None]) -> object:
-    return asyncio.get_running_loop().call_later(delay, callback)
+    return RequestLog(settings, write, text, schedule, wall_clock)
 
 
 def _text(line: Line) -> bytes:

@@ -15,9 +15,10 @@ reaches here ends with one Finished event, whatever happened.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Awaitable, Callable
 
+from fleetgate.clock import Clock
 from fleetgate.fleet.backend import BackendState
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
@@ -47,15 +48,14 @@ class Failover:
         self,
         attempts: Attempts,
         continuation: Continuation,
-        clock: Callable[[], float],
+        clock: Clock,
         rng: random.Random,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._attempts = attempts
         self._continuation = continuation
-        self._clock = clock
+        self._clock = clock  # backoffs and the hedge's delay
+        self._now = clock.now
         self._rng = rng
-        self._sleep = sleep
 
     async def forward(self, cluster: Cluster, ex: Exchange) -> None:
         """Answer the client of `ex` from the pool of `cluster`."""
@@ -68,7 +68,7 @@ class Failover:
             if cluster.prefill is not None and routing.endpoint in ("chat", "completions"):
                 ex.body = await cluster.prefill.handoff(ex)
             for attempt in range(retries.max_attempts):
-                now = self._clock()
+                now = self._now()
                 retry = bool(ex.tried)
                 kind: AttemptKind = "retry" if retry else "first"
                 state = routed(router, emit, request_id=ex.request_id, model=ex.model,
@@ -87,7 +87,7 @@ class Failover:
                         if emit.retried is not None:
                             before = failed.status if failed is not None else 0
                             emit.retried(Retried(ex.request_id, now, ex.model, before))
-                        await self._sleep(backoff_s(retries, attempt, self._rng))
+                        await self._clock.sleep(backoff_s(retries, attempt, self._rng))
                     ex.tried.append(state)
                     last = attempt + 1 == retries.max_attempts
                     retry_on = _NEVER_RETRY if last else RETRYABLE_STATUSES
@@ -123,7 +123,7 @@ class Failover:
                 emit.finished(
                     Finished(
                         request_id=ex.request_id,
-                        at=self._clock(),
+                        at=self._now(),
                         model=ex.model,
                         started=ex.started,
                         status=status,
@@ -153,11 +153,13 @@ class Failover:
         race.tasks.append(first)
         budget = cluster.budget
         try:
-            done, _ = await asyncio.wait({first}, timeout=cluster.ttft.delay_s)
-            if done or race.winner is not None or not budget.try_acquire(cluster.pool.in_flight):
+            # Shielded: a first attempt late past the delay runs on, raced by the hedge.
+            with contextlib.suppress(TimeoutError):
+                return await self._clock.within(asyncio.shield(first), cluster.ttft.delay_s)
+            if race.winner is not None or not budget.try_acquire(cluster.pool.in_flight):
                 return await first
             try:
-                now = self._clock()
+                now = self._now()
                 emit = cluster.emit
                 other = routed(
                     cluster.router, emit, request_id=ex.request_id, model=ex.model,

@@ -22,9 +22,10 @@ kept out of what the others may take).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from fleetgate.clock import Clock
 from fleetgate.settings import Settings, at_least, positive_seconds, within
 from fleetgate.traffic.batch_lane import BatchLane, BatchLaneSettings
 from fleetgate.traffic.concurrency import ConcurrencyLimit, LimitSettings
@@ -105,14 +106,15 @@ class Admission:
         settings: AdmissionSettings,
         limit: ConcurrencyLimit,
         tenants: Mapping[str, Tenant],
-        clock: Callable[[], float],
+        clock: Clock,
         lane: BatchLane | None = None,
         engine_priority: bool = False,
     ) -> None:
         self._settings = settings
         self._limit = limit
-        self._clock = clock
-        self._lane = lane or BatchLane(settings.batch_lane, 1, clock())
+        self._clock = clock  # a queued request's wait
+        self._now = clock.now
+        self._lane = lane or BatchLane(settings.batch_lane, 1, clock.now())
         self._caps = {n: t.settings.max_concurrency for n, t in tenants.items()
                       if t.settings.max_concurrency is not None}  # fmt: skip
         self._floors = {n: t.settings.min_concurrency for n, t in tenants.items()
@@ -139,7 +141,7 @@ class Admission:
         self._rate_sum = 0.0
         self._rate_weight = 0.0
         self._left = 0  # requests that left since the last tick
-        self._last_tick = clock()
+        self._last_tick = clock.now()
         self._next_tick = self._last_tick + _TICK_S
 
     # -- the request path ------------------------------------------------------------
@@ -175,7 +177,7 @@ class Admission:
 
     async def wait(self, ticket: Ticket) -> None:
         """Wait for a place until the ticket's deadline; `Shed` when there is none."""
-        wait_s = ticket.deadline - self._clock()
+        wait_s = ticket.deadline - self._now()
         predicted = self._predicted_wait(ticket)
         if predicted is not None and predicted > wait_s:
             raise Shed(self._shed_message(ticket, predicted), max(1.0, predicted))
@@ -189,7 +191,7 @@ class Admission:
         self.waiting += 1
         self._dispatch()  # the queue held only requests gone already: room for this one
         try:
-            await asyncio.wait_for(asyncio.shield(future), max(0.0, wait_s))
+            await self._clock.within(asyncio.shield(future), max(0.0, wait_s))
         except TimeoutError:
             if not ticket.admitted:
                 self._give_up(ticket)
@@ -232,7 +234,7 @@ class Admission:
             del holding[name]  # none in flight: forgotten (a pool's tenants come and go)
         if not self._plain or ticket.batch:
             self._count_out(ticket)
-        now = self._clock()
+        now = self._now()
         if now >= self._next_tick:
             self._tick(now)
         if self.waiting:
@@ -257,7 +259,7 @@ class Admission:
     def _busy_again(self) -> None:
         """The pool was idle: the drain rate is measured again from now (time with nothing
         in flight says nothing about how fast requests leave)."""
-        now = self._clock()
+        now = self._now()
         self._left = 0
         self._last_tick = now
         self._next_tick = now + _TICK_S

@@ -23,6 +23,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from fleetgate.clock import Clock
 from fleetgate.fleet.periodic import PeriodicTasks
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ class InstanceCount:
         prefix: str,
         instance_id: str,
         rng: random.Random,
+        clock: Clock,
         interval_s: float = 2.0,
         ttl_s: float = 6.0,  # three missed heartbeats before a gateway is counted out
     ) -> None:
@@ -57,7 +59,7 @@ class InstanceCount:
         self.instance_id = instance_id
         self._interval_s = interval_s
         self._ttl_ms = max(1, round(ttl_s * 1000))
-        self._tasks = PeriodicTasks(rng)
+        self._tasks = PeriodicTasks(rng, clock)
         self.count = 1
 
     def start(self) -> None:

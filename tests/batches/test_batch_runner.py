@@ -1,5 +1,5 @@
 """The runner over a real gateway built by the composition root (a mock transport in place of
-the network, the runner's waits injected, moving the wall clock): a 503 with Retry-After is
+the network), in virtual time (tests/virtual_time.py): a 503 with Retry-After is
 tried again once that time has passed, a batch cancelled meanwhile leaves it unrun, a tenant
 over its rate limit holds no worker, and a tenant gone from the config gets an error line
 instead of a run."""
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from fleetgate.batches.files import FileShelf
 from fleetgate.batches.runner import BatchRunner
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.batches.store import BatchStore
+from fleetgate.clock import LoopClock
 from fleetgate.config import parse_config
 from fleetgate.fleet.backend import Backend
 from fleetgate.http.mock import MockTransport, Script, Sent
@@ -27,18 +27,23 @@ from fleetgate.traffic.door import Caller
 from fleetgate.traffic.keys import digest_of
 from fleetgate.traffic.tenants import Tenant, TenantSettings
 from tests.batches.test_batch_book import CHAT, _input
-from tests.batches.test_batch_store import SEED, Clock
+from tests.batches.test_batch_store import SEED
+from tests.virtual_time import in_virtual_time
 
 ANSWER = json.dumps({"id": "c", "choices": [{"message": {"content": "hi"}}],
                      "usage": {"prompt_tokens": 1, "completion_tokens": 1}}).encode()  # fmt: skip
 JSON = [(b"content-type", b"application/json")]
 URL = "http://127.0.0.1:9"
+WALL = 1_000_000.0  # the book's wall clock at virtual time 0
 
 
 class Setup:
+    """A gateway and its batch runner on the virtual-time loop of `clock` (the book's wall
+    clock is that time too, from WALL)."""
+
     def __init__(
-        self, root: Path, answer: Callable[[Sent], Script], tenants: list[str],
-        limits: dict[str, dict[str, float]] | None = None, waits_end: bool = True,
+        self, root: Path, clock: LoopClock, answer: Callable[[Sent], Script],
+        tenants: list[str], limits: dict[str, dict[str, float]] | None = None,
     ) -> None:  # fmt: skip
         config = parse_config({
             "pools": [{"model": "m", "backends": [{"url": URL}], "retries": {"max_attempts": 1},
@@ -49,39 +54,35 @@ class Setup:
         })  # fmt: skip
         self.store = BatchStore(root, random.Random(SEED))
         self.store.load()
-        self.transport = MockTransport(answer)
-        self.clock = Clock(1_000_000.0)
+        self.clock = clock
+        self.transport = MockTransport(answer, clock)
         gateway, _ = compose(
             config, [ResolvedPool(config.pools[0], (Backend("b", URL, ("m",)),))],
-            transport=self.transport, clock=time.monotonic, rng=random.Random(0),
-            wall_clock=self.clock, batch_store=self.store,
+            transport=self.transport, clock=clock, rng=random.Random(0),
+            wall_clock=self.wall, batch_store=self.store,
         )  # fmt: skip
         book = gateway.batch_book
         assert book is not None
         self.book: BatchBook = book
-        self.waits_end = waits_end  # False: a wait never ends (a worker in one is held)
-        self.runner = BatchRunner(book, gateway.inference.serve_as, 2, random.Random(0), self.sleep)
+        self.runner = BatchRunner(book, gateway.inference.serve_as, 2, random.Random(0), clock)
 
-    async def sleep(self, seconds: float) -> None:
-        if not self.waits_end:
-            await asyncio.Event().wait()
-        self.clock.now += seconds
-        await asyncio.sleep(0)
+    def wall(self) -> float:
+        return WALL + self.clock.now()
 
     async def start(self, n: int, owner: str = "alice") -> str:
         tenant = Tenant.of(TenantSettings(name=owner))
-        shelf = FileShelf(self.store, BatchesSettings(), self.clock)
+        shelf = FileShelf(self.store, BatchesSettings(), self.wall)
         file = await shelf.upload(owner, "in.jsonl", "batch", _input(n))
         key_id = digest_of(f"sk-{owner}-runner-key").hex()[:16]  # as the front door's
         return (await self.book.create(Caller(tenant, key_id), file.id, CHAT, "24h", None)).id
 
     async def ended(self, batch_id: str, owner: str = "alice") -> str:
-        """Let the runner work (no time passes: its waits are injected) until the batch ends."""
+        """Let the runner work until the batch ends (each look a tenth of a second later)."""
         for _ in range(10_000):
             status = self.book.get(owner, batch_id).status
             if status in ("completed", "cancelled", "expired"):
                 return status
-            await asyncio.sleep(0)
+            await self.clock.sleep(0.1)
         raise AssertionError(f"still {status}")
 
 
@@ -90,15 +91,18 @@ def lines(setup: Setup, file_id: str | None) -> list[dict[str, Any]]:
     return [json.loads(line) for line in setup.store.content(file_id).splitlines()]
 
 
-async def test_a_503_is_tried_again_once_its_retry_after_has_passed(tmp_path: Path) -> None:
+@in_virtual_time
+async def test_a_503_is_tried_again_once_its_retry_after_has_passed(
+    clock: LoopClock, tmp_path: Path
+) -> None:
     answers = iter([Script(503, [b'{"error":{}}'], [*JSON, (b"retry-after", b"3")])])
     sent_at: list[float] = []
 
     def answer(sent: Sent) -> Script:
-        sent_at.append(setup.clock.now)
+        sent_at.append(clock.now())
         return next(answers, Script(200, [ANSWER], JSON))
 
-    setup = Setup(tmp_path, answer, ["alice"])
+    setup = Setup(tmp_path, clock, answer, ["alice"])
     batch_id = await setup.start(2)
     setup.runner.start()
     try:
@@ -108,18 +112,21 @@ async def test_a_503_is_tried_again_once_its_retry_after_has_passed(tmp_path: Pa
     batch = setup.book.get("alice", batch_id)
     assert batch.request_counts.completed == 2 and batch.error_file_id is None
     assert len(setup.transport.sent) == 3  # the 503's request went again
-    assert sent_at[-1] >= sent_at[0] + 3.0  # Retry-After: 3
+    assert 3.0 <= sent_at[-1] - sent_at[0] <= 3.6  # Retry-After: 3, jittered up to 20 %
     assert all(name != b"x-fleetgate-lane" for s in setup.transport.sent for name, _ in s.headers)
 
 
-async def test_a_batch_cancelled_while_a_request_waits_leaves_it_unrun(tmp_path: Path) -> None:
+@in_virtual_time
+async def test_a_batch_cancelled_while_a_request_waits_leaves_it_unrun(
+    clock: LoopClock, tmp_path: Path
+) -> None:
     sent = asyncio.Event()
 
     def answer(_: Sent) -> Script:
         sent.set()
         return Script(503, [b"{}"], [*JSON, (b"retry-after", b"60")])
 
-    setup = Setup(tmp_path, answer, ["alice"])
+    setup = Setup(tmp_path, clock, answer, ["alice"])
     batch_id = await setup.start(1)
     setup.runner.start()
     try:
@@ -133,16 +140,20 @@ async def test_a_batch_cancelled_while_a_request_waits_leaves_it_unrun(tmp_path:
     assert (batch.request_counts.completed, batch.request_counts.failed) == (0, 0)
 
 
-async def test_a_tenant_over_its_rate_limit_holds_no_worker(tmp_path: Path) -> None:
+@in_virtual_time
+async def test_a_tenant_over_its_rate_limit_holds_no_worker(
+    clock: LoopClock, tmp_path: Path
+) -> None:
     # alice may send one request a minute: the rest of her batch is answered 429 by the
-    # gateway itself. With every wait endless, a worker that waited there would be held.
-    setup = Setup(tmp_path, lambda sent: Script(200, [ANSWER], JSON), ["alice", "bob"],
-                  limits={"alice": {"requests_per_minute": 1}}, waits_end=False)  # fmt: skip
+    # gateway itself. A worker that waited there would hold bob's batch up for a minute.
+    setup = Setup(tmp_path, clock, lambda sent: Script(200, [ANSWER], JSON), ["alice", "bob"],
+                  limits={"alice": {"requests_per_minute": 1}})  # fmt: skip
     alices = await setup.start(4, owner="alice")
     bobs = await setup.start(4, owner="bob")
     setup.runner.start()
     try:
         assert await setup.ended(bobs, owner="bob") == "completed"
+        assert clock.now() < 1.0  # at once, not after alice's minute
     finally:
         await setup.runner.stop()
     alice = setup.book.get("alice", alices)
@@ -150,8 +161,11 @@ async def test_a_tenant_over_its_rate_limit_holds_no_worker(tmp_path: Path) -> N
     assert alice.error_file_id is None  # a 429 is not an answer: no line
 
 
-async def test_a_tenant_gone_from_the_config_gets_an_error_line(tmp_path: Path) -> None:
-    setup = Setup(tmp_path, lambda sent: Script(200, [ANSWER], JSON), ["bob"])
+@in_virtual_time
+async def test_a_tenant_gone_from_the_config_gets_an_error_line(
+    clock: LoopClock, tmp_path: Path
+) -> None:
+    setup = Setup(tmp_path, clock, lambda sent: Script(200, [ANSWER], JSON), ["bob"])
     batch_id = await setup.start(2, owner="alice")  # alice's batch, made before she was removed
     setup.runner.start()
     try:

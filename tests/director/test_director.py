@@ -9,6 +9,7 @@ import time
 
 import msgspec
 
+from fleetgate.clock import LoopClock
 from fleetgate.config import parse_config
 from fleetgate.director import Director, InferenceRequest
 from fleetgate.fleet.backend import Backend
@@ -44,18 +45,18 @@ def director(events: list[Event], sent: list[Sent]) -> Director:
     def record(hooks: Hooks) -> None:
         hooks.subscribe(Event, events.append)
 
-    transport = MockTransport(answer)
-    clock = time.monotonic
+    clock = LoopClock()
+    transport = MockTransport(answer, clock)
     backend = Backend("b0", "http://10.0.0.1:8000", ("m",))
     clusters = build_clusters(
         [ResolvedPool(config.pools[0], (backend,))], default_registry(), random.Random(1),
         transport=transport, clock=clock, subscribe=record,
     )  # fmt: skip
-    attempts = Attempts(transport, clock)
-    failover = Failover(attempts, Continuation(attempts, clock), clock, random.Random(2))
+    attempts = Attempts(transport, clock.now)
+    failover = Failover(attempts, Continuation(attempts, clock.now), clock, random.Random(2))
     edge = Hooks()
     record(edge)
-    return Director(clusters=clusters, failover=failover, emit=Emitters(edge), clock=clock)
+    return Director(clusters=clusters, failover=failover, emit=Emitters(edge), clock=clock.now)
 
 
 def request(model: str = "m") -> InferenceRequest:

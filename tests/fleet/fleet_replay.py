@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
+from fleetgate.clock import LoopClock
 from fleetgate.config import PoolConfig
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.pool import Pool
@@ -104,7 +105,9 @@ class _PoolReplay:
         def metrics(sent: Sent) -> Script:
             return Script(200, chunks=[by_port[sent.origin.port].metrics.render()])
 
-        self.scraper = MetricsScraper(MockTransport(metrics), lambda: self.clock, self.rng)
+        self.scraper = MetricsScraper(
+            MockTransport(metrics), LoopClock(lambda: self.clock), self.rng
+        )
         self.pool = Pool(
             config.model, [r.state for r in self.replicas], config.health(), config.weights
         )

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from fleetgate.clock import LoopClock
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.engines import ENGINES, PENDING, by_metrics, by_models
 from fleetgate.fleet.scraper import MetricsScraper, ScrapeSettings
@@ -47,7 +48,7 @@ def _scraper(answers: dict[bytes, Script]) -> tuple[MetricsScraper, list[bytes]]
         asked.append(sent.path)
         return answers.get(sent.path, Script(404))
 
-    return MetricsScraper(MockTransport(answer), lambda: 0.0, random.Random(0)), asked
+    return MetricsScraper(MockTransport(answer), LoopClock(lambda: 0.0), random.Random(0)), asked
 
 
 @pytest.mark.parametrize(
@@ -85,7 +86,7 @@ async def test_a_backend_that_does_not_answer_stays_pending_and_is_probed_again(
         asked.append(sent.path)
         return Script(error=ConnectError("refused"))
 
-    scraper = MetricsScraper(MockTransport(down), lambda: 0.0, random.Random(0))
+    scraper = MetricsScraper(MockTransport(down), LoopClock(lambda: 0.0), random.Random(0))
     state = BackendState(Backend("b", "http://127.0.0.1:9", ("m",)))
     assert not await scraper.scrape(state, ScrapeSettings())
     assert state.kind is PENDING and b"/v1/models" in asked

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
+from fleetgate.clock import LoopClock
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.membership import AlreadyMember, Joining, Membership, NotMember
@@ -61,12 +62,13 @@ async def test_a_new_backend_is_probed_and_scraped_until_it_has_left() -> None:
     sim = SimWorker(SimSpec(model="m", profile="h100-llama3-8b"), random.Random(1), loop)
     server = await sim.start("127.0.0.1", 0)
     client = HttpClient()
-    checker = ActiveChecker(client, loop.time, random.Random(2))
-    scraper = MetricsScraper(client, loop.time, random.Random(3))
+    clock = LoopClock()
+    checker = ActiveChecker(client, clock, random.Random(2))
+    scraper = MetricsScraper(client, clock, random.Random(3))
     pool = Pool("m", [])
     probes = BackendProbes(checker, scraper)
     probes.start(pool, CHECKS, SCRAPES)
-    members = Membership({"m": pool}, loop.time, probes)
+    members = Membership({"m": pool}, clock.now, probes)
     try:
         live = members.add("m", Joining(f"http://127.0.0.1:{server.port}"))
         dead = members.add("m", Joining("http://127.0.0.1:9"))  # nothing listens there

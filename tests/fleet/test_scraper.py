@@ -6,6 +6,7 @@ import asyncio
 import json
 import random
 
+from fleetgate.clock import LoopClock
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.scraper import MetricsScraper, ScrapeSettings
 from fleetgate.http.client import HttpClient, Origin
@@ -19,7 +20,7 @@ async def test_a_scrape_reads_running_requests_and_kv_use_of_a_sim_worker() -> N
     server = await sim.start("127.0.0.1", 0)
     client = HttpClient()
     state = BackendState(Backend("b", f"http://127.0.0.1:{server.port}", ("m",)))
-    scraper = MetricsScraper(client, loop.time, random.Random(2))
+    scraper = MetricsScraper(client, LoopClock(), random.Random(2))
     try:
         assert await scraper.scrape(state, ScrapeSettings())
         assert state.engine is not None

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.clock import LoopClock
 from fleetgate.config import parse_config
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.serve import start_gateway
@@ -144,7 +145,7 @@ async def test_an_agent_gone_quiet_is_shown_stale_and_its_fault_no_longer_counts
                   {"model": "plain", "health_check": {"enabled": False},
                    "backends": [{"url": "http://127.0.0.1:11"}]}],
     })  # fmt: skip
-    running = await start_gateway(config, clock=lambda: now[0])
+    running = await start_gateway(config, clock=LoopClock(lambda: now[0]))
     port = running.port
     expired = "fleetgate_backend_gpu_readings_expired_total"
     try:

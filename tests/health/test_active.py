@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+from fleetgate.clock import LoopClock
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.health.active import ActiveChecker, ActiveCheckSettings, ProbeTracker
@@ -48,7 +49,7 @@ async def test_probes_see_a_live_worker_a_hanging_one_and_a_dead_port() -> None:
     sim = SimWorker(SimSpec(model="m", profile="h100-llama3-8b"), random.Random(1), loop)
     server = await sim.start("127.0.0.1", 0)
     client = HttpClient()
-    checker = ActiveChecker(client, loop.time, random.Random(2))
+    checker = ActiveChecker(client, LoopClock(), random.Random(2))
     live = state(f"http://127.0.0.1:{server.port}")
     try:
         assert await checker.probe("m", live, SETTINGS)

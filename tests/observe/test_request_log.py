@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.clock import LoopClock
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
@@ -31,8 +32,9 @@ class Log:
         self.written: list[bytes] = []
         self.scheduled: list[tuple[float, Callable[[], None]]] = []
         self.log = RequestLog(
-            RequestLogSettings(**settings), self.written.append, text, lambda: self.wall,
-            random.Random(0), lambda delay, callback: self.scheduled.append((delay, callback)),
+            RequestLogSettings(**settings), self.written.append, text,
+            lambda delay, callback: self.scheduled.append((delay, callback)), lambda: self.wall,
+            random.Random(0),
         )  # fmt: skip
         hooks = Hooks()
         self.log.subscribe(hooks)
@@ -156,11 +158,13 @@ def test_a_request_id_is_written_as_json_text_whatever_its_bytes() -> None:
 def test_a_file_is_appended_to_and_an_unwritable_one_fails_at_start(tmp_path: Any) -> None:
     path = tmp_path / "requests.jsonl"
     path.write_text('{"earlier": true}\n')
-    log = open_request_log(RequestLogSettings(path=str(path)), lambda: WALL)
+    log = open_request_log(RequestLogSettings(path=str(path)), LoopClock().call_later, lambda: WALL)
     log.flush()
     assert path.read_text() == '{"earlier": true}\n'
     with pytest.raises(FileNotFoundError):
-        open_request_log(RequestLogSettings(path=str(tmp_path / "missing" / "dir" / "x")))
+        open_request_log(
+            RequestLogSettings(path=str(tmp_path / "missing" / "dir" / "x")), LoopClock().call_later
+        )
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from fleetgate.clock import LoopClock
 from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.redis_store import RedisStore, redis_client
 from fleetgate.traffic.store import LimitStore, MemoryStore
@@ -52,7 +53,9 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
 
 async def redis_store(url: str, clock: Callable[[], float] = time.monotonic) -> RedisStore:
     client = redis_client(url)
-    return RedisStore(client, InstanceCount(client, "test", "solo", random.Random(0)), clock)
+    return RedisStore(
+        client, InstanceCount(client, "test", "solo", random.Random(0), LoopClock()), clock
+    )
 
 
 @pytest.fixture(params=["memory", "redis"])

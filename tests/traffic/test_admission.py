@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from fleetgate.clock import LoopClock
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.pool import Pool
 from fleetgate.traffic.admission import Admission, AdmissionSettings, Shed, Ticket
@@ -42,7 +43,7 @@ def admission(
     config = AdmissionSettings(**settings)
     # The batch lane's cap starts at its minimum, one per backend: `batch_cap` of them.
     lane = BatchLane(config.batch_lane, batch_cap, clock())
-    return Admission(config, fixed, known, clock, lane, engine_priority)
+    return Admission(config, fixed, known, LoopClock(clock), lane, engine_priority)
 
 
 def ticket(clock: Clock, name: str = "t", priority: Priority = STANDARD, *, batch: bool = False,

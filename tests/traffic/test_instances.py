@@ -9,6 +9,7 @@ import time
 
 import redis.asyncio as aioredis
 
+from fleetgate.clock import LoopClock
 from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.redis_store import redis_client
 from tests.redis_server import RedisServer
@@ -16,7 +17,9 @@ from tests.traffic.conftest import flush
 
 
 def count(client: aioredis.Redis, name: str, ttl_s: float = 6.0) -> InstanceCount:
-    return InstanceCount(client, "test", name, random.Random(name), interval_s=0.05, ttl_s=ttl_s)
+    return InstanceCount(
+        client, "test", name, random.Random(name), LoopClock(), interval_s=0.05, ttl_s=ttl_s
+    )
 
 
 async def test_gateways_count_each_other_and_leave_when_they_stop(redis: RedisServer) -> None:

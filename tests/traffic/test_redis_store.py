@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 import redis.asyncio as aioredis
 
+from fleetgate.clock import LoopClock
 from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.redis_store import _SHA, _TAKE, RedisStore, redis_client
 from fleetgate.traffic.store import Bucket
@@ -141,8 +142,8 @@ async def test_without_redis_each_gateway_takes_its_share_and_says_so_once(
 ) -> None:
     clock = Clock()
     client, other = redis_client(own_redis.url), redis_client(own_redis.url)
-    mine = InstanceCount(client, "test", "mine", random.Random(1))
-    theirs = InstanceCount(other, "test", "theirs", random.Random(2))
+    mine = InstanceCount(client, "test", "mine", random.Random(1), LoopClock())
+    theirs = InstanceCount(other, "test", "theirs", random.Random(2), LoopClock())
     for count in (mine, theirs, mine):
         await count.beat()
     assert mine.count == 2
