@@ -309,6 +309,10 @@ class Attempts:
             if status >= 400:  # an engine asks for no traffic for a while with an error
                 wait_s = retry_after_s(response.header(b"retry-after"))
             data = await response.read()
+            if status not in retry_on:  # the client's answer first, the bookkeeping after it
+                if claim is None or claim():
+                    self._answer(ex, state, response, data)
+                return None
         except UpstreamError as exc:
             error = self._error_kind(ex, exc, sent)
             headers = [(b"content-type", JSON)]
@@ -360,21 +364,20 @@ class Attempts:
                     ex.prior_backend = None  # taken back now, and this one never counted
                 else:
                     ex.prior_status, ex.prior_backend = status, state
-        # The upstream's headers (its Retry-After included: the client may wait as it asked).
-        reply = returned(response.headers, bool(ex.reply_head))
-        if response.header(b"content-type") is None:
-            reply.append((b"content-type", JSON))
-        if status in retry_on:
-            return Failed(status, data, reply)
-        if claim is None or claim():
-            ex.backend = state.backend.id
-            if ex.count_usage and status == 200:
-                ex.usage = usage_of(data)
-            if routing.endpoint == "responses" and status == 200:
-                ex.response_id = response_id_of(data)
-            reply.append((b"x-request-id", ex.request_id))
-            ex.writer.send(status, reply, data, ex.reply_head)
-        return None
+        return Failed(status, data, _reply(ex, response))
+
+    @staticmethod
+    def _answer(ex: Exchange, state: BackendState, response: UpstreamAnswer, data: bytes) -> None:
+        """Send the client the backend's whole answer."""
+        status = response.status
+        ex.backend = state.backend.id
+        if ex.count_usage and status == 200:
+            ex.usage = usage_of(data)
+        if ex.routing.endpoint == "responses" and status == 200:
+            ex.response_id = response_id_of(data)
+        reply = _reply(ex, response)
+        reply.append((b"x-request-id", ex.request_id))
+        ex.writer.send(status, reply, data, ex.reply_head)
 
     async def resume(
         self,
@@ -473,6 +476,15 @@ class Attempts:
                         stream=status == 200,
                     )
                 )
+
+
+def _reply(ex: Exchange, response: UpstreamAnswer) -> list[tuple[bytes, bytes]]:
+    """The headers of the upstream's answer that go on to the client (its Retry-After too:
+    the client may wait as it asked)."""
+    reply = returned(response.headers, bool(ex.reply_head))
+    if response.header(b"content-type") is None:
+        reply.append((b"content-type", JSON))
+    return reply
 
 
 async def _relay(response: UpstreamAnswer, relay: StreamRelay, progress: StreamProgress) -> None:
