@@ -48,8 +48,9 @@ def router_of(policy: str, n: int, seed: int) -> Router:
         state.weight = 0.4 if i % 2 else 1.0
         state.engine = EngineLoad(rng.randrange(8), rng.randrange(3), rng.random(), 0, 0, None, 0)
         states.append(state)
-    ctx = PluginContext(random.Random(seed), stale_after_s=math.inf)
-    return Router(Pool("m", states), default_registry().build_pipeline(policy, {}, ctx))
+    pool = Pool("m", states)
+    ctx = PluginContext(random.Random(seed), pool.board, stale_after_s=math.inf)
+    return Router(pool, default_registry().build_pipeline(policy, {}, ctx))
 
 
 def cost_us(policy: str, n: int, picks: int) -> float:

@@ -14,7 +14,7 @@ import ssl
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 
@@ -33,6 +33,7 @@ from fleetgate.config import (
 from fleetgate.director.director import Director
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
+from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
 from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
@@ -141,12 +142,15 @@ def _routed(
     pipeline: RoutingPipeline,
     subscribe: Callable[[Hooks], None],
     watch: Callable[[Hooks, Pool], None] | None,
+    *,
+    board: LoadBoard,
 ) -> tuple[Router, Emitters]:
-    """A pool of `backends` routed by `pipeline`, and the emitters of its events: its own
-    fleet accounting and outlier detector hear them, what `watch` adds for this pool (a
-    decode pool's hedge window and concurrency limit), and what `subscribe` adds."""
+    """A pool of `backends` counted on `board` (the one its pipeline's plugins read) and
+    routed by `pipeline`, and the emitters of its events: its own fleet accounting and
+    outlier detector hear them, what `watch` adds for this pool (a decode pool's hedge window
+    and concurrency limit), and what `subscribe` adds."""
     states = [BackendState(b) for b in backends]
-    pool = Pool(config.model, states, config.health(), config.weights)
+    pool = Pool(config.model, states, config.health(), config.weights, board=board)
     hooks = Hooks()
     FleetAccounting(pool).subscribe(hooks)
     outliers = OutlierDetector(config.outlier, pool)
@@ -174,7 +178,11 @@ def build_clusters(
     clusters: dict[str, Cluster] = {}
     for item in resolved:
         c = item.config
-        ctx = PluginContext(random.Random(rng.getrandbits(64)), c.engine_metrics.stale_after_s)
+        # One of each store per pool, in this process (fleet/load_board.py, routing/stores.py).
+        board = MemoryLoadBoard()
+        ctx = PluginContext(
+            random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s
+        )
         timeouts = c.timeouts()
         hedge = c.hedge
         ttft = TtftWindow(hedge)
@@ -198,11 +206,13 @@ def build_clusters(
                 admission = Admission(admit, limit, tenants or {}, clock, lane, ranked)
 
         router, emit = _routed(c, item.backends, _pipeline(c, registry, ctx, False), subscribe,
-                               watch)  # fmt: skip
+                               watch, board=board)  # fmt: skip
         prefill = None
         if c.prefill is not None:
-            pipeline = _pipeline(c, registry, ctx, True)
-            prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None)
+            prefill_ctx = replace(ctx, board=MemoryLoadBoard())  # its pool's own stores
+            pipeline = _pipeline(c, registry, prefill_ctx, True)
+            prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None,
+                                                   board=prefill_ctx.board)  # fmt: skip
             prefill = Prefill(transport, clock, prefill_router, timeouts, prefill_emit)
         retries = c.retries
         clusters[c.model] = Cluster(
@@ -410,7 +420,11 @@ def compose(
         ],
         auth=config.auth_enabled,
         gpu_expiries=gpus.expiries,
-    )
+        loads=lambda: (
+            (m, s.backend.id, load)
+            for m, c in clusters.items() for part in _parts(c) for s, load in part.loads()
+        ),
+    )  # fmt: skip
     exporters = [slo.subscribe]
     if config.server.metrics:
         exporters.append(metrics.subscribe)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.load import STALE_AFTER_S, queue_lengths
+from fleetgate.routing.load import STALE_AFTER_S, CandidateLoads, queue_lengths
 from fleetgate.routing.prefix_index import PrefixIndex, block_hashes, entries_for
 from fleetgate.settings import Settings, at_least, positive
 
@@ -45,10 +45,12 @@ class PrefixCacheScorer:
 
     def __init__(
         self,
+        loads: CandidateLoads,
         params: PrefixCacheParams = PrefixCacheParams(),
         *,
         stale_after_s: float = STALE_AFTER_S,
     ) -> None:
+        self._loads = loads
         self.index = PrefixIndex(entries_for(params.memory_mb), params.block_bytes)
         self._block_bytes = params.block_bytes
         self._balance_abs = params.balance_abs
@@ -73,7 +75,7 @@ class PrefixCacheScorer:
         matches = self.index.matches(hashes, self.index.mask_of(candidates))
         if not matches:
             return [0.0] * len(candidates)
-        queues = queue_lengths(candidates, now, self._stale_after_s)
+        queues = queue_lengths(self._loads.of(candidates), now, self._stale_after_s)
         limit = min(queues) * self._balance_rel + self._balance_abs
         blocks = len(hashes)
         return [

@@ -24,6 +24,7 @@ from xxhash import xxh3_64_intdigest
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import CandidateLoads
 from fleetgate.settings import Settings, at_least, positive
 
 
@@ -44,8 +45,10 @@ class SessionAffinity:
 
     def __init__(
         self,
+        loads: CandidateLoads,
         params: SessionAffinityParams = SessionAffinityParams(),
     ) -> None:
+        self._loads = loads
         self._epsilon = params.epsilon
         self._vnodes = params.vnodes
         self._max_nominees = params.max_nominees
@@ -84,11 +87,10 @@ class SessionAffinity:
 
     def home(self, key: str, candidates: Sequence[BackendState]) -> BackendState | None:
         self.roster(candidates)
-        members = set(candidates)
-        total = sum(s.in_flight for s in candidates)
-        bound = math.ceil((1 + self._epsilon) * (total + 1) / len(candidates))
+        in_flight = {s: load.in_flight for s, load in self._loads.of(candidates)}
+        bound = math.ceil((1 + self._epsilon) * (sum(in_flight.values()) + 1) / len(candidates))
         for state in self._clockwise(key):
-            if state in members and state.in_flight < bound:
+            if in_flight.get(state, bound) < bound:
                 return state
         return None
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.load_board import LoadBoard
 from fleetgate.http.errors import (
     ConnectError,
     LocalExhaustion,
@@ -58,6 +59,7 @@ class Exchange:
     started: float
     timeouts: Timeouts  # the pool's, or shorter where the client asked (gateway/requests.py)
     emit: Emitters
+    board: LoadBoard  # the pool's in-flight counts (fleet/load_board.py), read as it is sent
     pool_timeouts: Timeouts | None = None  # the pool's own (None: `timeouts` are)
     tried: list[BackendState] = field(default_factory=list)
     # The last 5xx an attempt got, and the backend it still counts against (None once a like
@@ -236,7 +238,8 @@ class Attempts:
         clock, emit, routing = self._clock, ex.emit, ex.routing
         sent = clock()
         prompt = routing.prompt_tokens
-        queued = state.pending_prefill  # prompt tokens sent before this one, not yet prefilled
+        # The prompt tokens sent there before this one, not yet prefilled.
+        queued = ex.board.load(state.backend.id).pending_prefill
         ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
@@ -386,7 +389,7 @@ class Attempts:
         when the stream ended well, else why it broke again."""
         clock, emit = self._clock, ex.emit
         sent = clock()
-        queued = state.pending_prefill
+        queued = ex.board.load(state.backend.id).pending_prefill
         kind: AttemptKind = "continuation"
         ex.attempts += 1
         if emit.attempt_started is not None:

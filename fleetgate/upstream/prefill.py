@@ -83,7 +83,7 @@ class Prefill:
         if state is None:
             return ex.body
         prompt = routing.prompt_tokens
-        queued = state.pending_prefill
+        queued = self.router.pool.board.load(state.backend.id).pending_prefill
         ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(

@@ -108,7 +108,9 @@ class _PoolReplay:
         self.pool = Pool(
             config.model, [r.state for r in self.replicas], config.health(), config.weights
         )
-        ctx = PluginContext(random.Random(seed), config.engine_metrics.stale_after_s)
+        ctx = PluginContext(
+            random.Random(seed), self.pool.board, config.engine_metrics.stale_after_s
+        )
         pipeline = default_registry().build_pipeline(config.policy, config.policy_params, ctx)
         self.router = Router(self.pool, pipeline)
         self.events: list[tuple[float, _Event, int, int]] = []  # (when, kind, order, index)
@@ -190,6 +192,6 @@ class _PoolReplay:
 
     async def scrape(self, r: int) -> None:
         settings = self.config.engine_metrics
-        await self.scraper.scrape(self.replicas[r].state, settings)
+        await self.scraper.scrape(self.replicas[r].state, settings, self.pool.board)
         jitter = self.rng.uniform(1 - settings.jitter, 1 + settings.jitter)
         self.at(self.clock + settings.interval_s * jitter, _Event.SCRAPE, r)

@@ -55,11 +55,12 @@ def test_no_healthy_backend_means_not_ready_yet_panic_routes_to_all(
 def test_begin_and_end_count_requests() -> None:
     state = BackendState(Backend("b0", "http://127.0.0.1:8100", ("m",), 2.0))
     pool = Pool("m", [state])
-    assert (state.in_flight, state.weight) == (0, 2.0)
+    load = pool.board.load("b0")  # its counts are on the pool's board, by id
+    assert (load.in_flight, state.weight) == (0, 2.0)
     pool.begin(state, 0.0)
     pool.begin(state, 0.0)
     pool.end(state, 0.0)
-    assert (state.in_flight, pool.in_flight) == (1, 1)
+    assert (load.in_flight, pool.in_flight) == (1, 1)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -95,7 +96,7 @@ def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
     assert gone in serve(200, 600.0)
     for state in in_flight:
         pool.end(state, 0.0)
-    assert all(state.in_flight == 0 for state in pool.states)
+    assert all(load.in_flight == 0 for _, load in pool.loads())
 
 
 def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(
@@ -103,14 +104,15 @@ def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(
 ) -> None:
     pool = make_router("least_requests", [1]).pool
     state = pool.states[0]
+    load = pool.board.load(state.backend.id)
     pool.begin(state, 0.0, prompt_tokens=500)
     pool.begin(state, 0.0, prompt_tokens=300)
-    assert state.pending_prefill == 800
+    assert load.pending_prefill == 800
     pool.prefilled(state, 500)  # the first request's first token came back
-    assert state.pending_prefill == 300
+    assert load.pending_prefill == 300
     pool.end(state, 1.0)  # ...and it ended: nothing more to release
     pool.end(state, 1.0, unprefilled=300)  # the second failed before its first token
-    assert (state.pending_prefill, state.in_flight) == (0, 0)
+    assert (load.pending_prefill, load.in_flight) == (0, 0)
 
 
 @pytest.mark.parametrize("policy", POLICIES)

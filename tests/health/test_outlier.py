@@ -250,7 +250,8 @@ def test_each_ejection_is_told_with_the_rule_that_fired_and_the_failing_request(
 def test_a_backend_leaving_its_pool_is_never_ejected_and_holds_no_ejected_place() -> None:
     a, b, c, d, e = states(5)
     detector, pool = detector_over([a, b, c, d, e])
-    a.in_flight = 5
+    for _ in range(5):
+        pool.begin(a, 0.0)
     pool.retire(a, 0.0)  # the operator removed it; its last requests fail as it goes
     assert not eject(detector, a, 1.0)
     assert pool.ejected == 0

@@ -166,7 +166,7 @@ class Harness:
         c = self.cluster
         return Exchange(
             "m", routing, b"/v1/chat/completions", [], body, b"r1", writer, time.monotonic(),
-            timeouts or c.timeouts, c.emit, c.timeouts,
+            timeouts or c.timeouts, c.emit, c.pool.board, c.timeouts,
         )  # fmt: skip
 
     async def forward(
@@ -196,8 +196,8 @@ class Harness:
             pools.append(self.cluster.prefill.router.pool)
         for pool in pools:
             assert pool.in_flight == 0
-            for s in pool.states:
-                assert (s.in_flight, s.in_flight_tokens, s.pending_prefill) == (0, 0, 0)
+            for _, load in pool.loads():
+                assert (load.in_flight, load.in_flight_tokens, load.pending_prefill) == (0, 0, 0)
         assert self.cluster.budget.retrying == 0
         assert len(self.of(Finished)) == 1
         assert isinstance(self.events[-1], Finished)
@@ -371,7 +371,7 @@ async def test_a_client_that_leaves_cancels_the_attempt_without_blaming_the_back
     assert [e.error for e in ends] == ["cancelled"] * 6
     assert {(e.status, e.outcome) for e in h.of(Finished)} == {(499, "client_closed")}
     pool = h.cluster.pool
-    assert pool.in_flight == 0 and pool.states[0].in_flight == 0
+    assert pool.in_flight == 0 and pool.loads()[0][1].in_flight == 0
     assert not pool.states[0].flags  # cancelled attempts are no failures: not ejected
 
 

@@ -38,10 +38,10 @@ def prefix_router(n: int, seed: int = 1) -> tuple[Router, PrefixCacheScorer]:
     states = [
         BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",))) for i in range(n)
     ]
-    pipeline = default_registry().build_pipeline(
-        "prefix_cache", {}, PluginContext(random.Random(seed))
-    )
-    return Router(Pool("m", states), pipeline), prefix_scorer(pipeline)
+    pool = Pool("m", states)
+    ctx = PluginContext(random.Random(seed), pool.board)
+    pipeline = default_registry().build_pipeline("prefix_cache", {}, ctx)
+    return Router(pool, pipeline), prefix_scorer(pipeline)
 
 
 def prefix_scorer(pipeline: RoutingPipeline) -> PrefixCacheScorer:
@@ -76,7 +76,7 @@ def test_the_holder_keeps_its_prefix_while_its_queue_is_within_the_guard() -> No
     # in flight, though the queue scorer prefers the empty ones all along.
     for i in range(32):
         assert sent(router, asking(SYSTEM, f"question {i}"), 1.0) is holder
-    assert holder.in_flight == 33
+    assert router.pool.board.load(holder.backend.id).in_flight == 33
     spilled = sent(router, asking(SYSTEM, "one too many"), 1.0)
     assert spilled is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
@@ -99,8 +99,8 @@ def test_different_prefixes_spread_over_the_backends_and_each_keeps_its_home() -
     pool = router.pool
     homes = {i: sent(router, asking(system_prompt(i), "hi")) for i in range(8)}
     assert Counter(homes.values()) == dict.fromkeys(pool.states, 2)
-    for state in pool.states:
-        while state.in_flight:
+    for state, load in pool.loads():
+        while load.in_flight:
             pool.end(state, 1.0)
     for i in range(8):
         assert router.pick(asking(system_prompt(i), "next question"), 2.0) is homes[i]
@@ -112,8 +112,9 @@ def test_the_load_guard_spreads_a_hot_prefix_to_a_second_replica() -> None:
     holder = sent(router, asking(SYSTEM, "first"))
     pool.end(holder, 0.0)
     others = [s for s in pool.states if s is not holder]
-    for state in others:
-        state.in_flight = 2  # q_min = 2: the guard's limit is 1.5 * 2 + 32 = 35
+    for state in others:  # q_min = 2: the guard's limit is 1.5 * 2 + 32 = 35
+        pool.begin(state, 0.0)
+        pool.begin(state, 0.0)
     holder.engine = EngineLoad(4, 31, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 35
     assert router.pick(asking(SYSTEM, "at the limit"), 10.0) is holder
     holder.engine = EngineLoad(4, 32, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 36
@@ -155,4 +156,6 @@ def test_nonsense_parameters_are_refused(params: dict[str, float]) -> None:
     profile = Profile(((PluginSpec("prefix_cache", params), 1.0),))
     (field,) = params
     with pytest.raises(ValueError, match=f"prefix_cache: `{field}` must be"):
-        default_registry().build_profile(profile, PluginContext(random.Random(0)))
+        default_registry().build_profile(
+            profile, PluginContext(random.Random(0), Pool("m", []).board)
+        )
