@@ -65,10 +65,10 @@ def cost_us(policy: str, n: int, picks: int) -> float:
         for i in range(count):
             state = router.pick(reqs[i % len(reqs)], 1.0)
             assert state is not None
-            pool.begin(state, 1.0)
+            pool.begin(state.backend.id, 1.0)
             live.append(state)
             if len(live) > depth:
-                pool.end(live.popleft(), 1.0)
+                pool.end(live.popleft().backend.id, 1.0)
 
     run(depth + 2048)  # warm: queues full, indexes built, prefixes seen
     start = time.perf_counter()

@@ -72,11 +72,11 @@ def run_traffic(
     in_flight_sum: Counter[str] = Counter()
     for tick in range(ticks):
         for state in finishing.pop(tick, ()):
-            pool.end(state, 0.0)
+            pool.end(state.backend.id, 0.0)
         for _ in range(arrivals_per_tick):
             state = router.pick(request, now=float(tick))
             assert state is not None
-            pool.begin(state, 0.0)
+            pool.begin(state.backend.id, 0.0)
             picks[state.backend.id] += 1
             finishing[tick + service_ticks[state.backend.id]].append(state)
         for state, load in pool.loads():

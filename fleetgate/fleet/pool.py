@@ -185,9 +185,10 @@ class Pool:
         load = self.board.load
         return [(s, load(s.backend.id)) for s in self.states]
 
-    def member(self, backend_id: str) -> BackendState:
-        """The member of that id (KeyError when none is: an event names only members)."""
-        return self._by_id[backend_id]
+    def member(self, backend_id: str) -> BackendState | None:
+        """The member of that id (None: it has left, or never was one). Events name backends
+        by id; a subscriber that needs the state finds it here."""
+        return self._by_id.get(backend_id)
 
     def retire(self, state: BackendState, now: float) -> bool:
         """Take `state` out for good: GONE at once (nothing new is routed to it, panic or
@@ -229,10 +230,14 @@ class Pool:
 
     # -- what the lifecycle counts (lifecycle/accounting.py) ----------------------------------
 
-    def begin(self, state: BackendState, now: float, prompt_tokens: int = 0) -> None:
-        """A request with this many prompt tokens (estimated) was sent to `state`."""
-        load = self.board.begin(state.backend.id, prompt_tokens)
+    def begin(self, backend_id: str, now: float, prompt_tokens: int = 0) -> None:
+        """A request with this many prompt tokens (estimated) was sent to the backend of that
+        id (a member when it was picked; it may have left since, as a hedge's may)."""
+        load = self.board.begin(backend_id, prompt_tokens)
         self.in_flight += 1
+        state = self._by_id.get(backend_id)
+        if state is None:
+            return
         if self.load_changed is not None:
             self.load_changed(state)
         limit = state.backend.max_in_flight
@@ -240,17 +245,20 @@ class Pool:
             self._full.add(state)
             self.refresh(now)
 
-    def prefilled(self, state: BackendState, prompt_tokens: int) -> None:
+    def prefilled(self, backend_id: str, prompt_tokens: int) -> None:
         """A request's first token arrived: its prompt is no longer waiting to be prefilled."""
-        self.board.prefilled(state.backend.id, prompt_tokens)
+        self.board.prefilled(backend_id, prompt_tokens)
 
     def end(
-        self, state: BackendState, now: float, prompt_tokens: int = 0, unprefilled: int = 0
+        self, backend_id: str, now: float, prompt_tokens: int = 0, unprefilled: int = 0
     ) -> None:
-        """A request to `state` finished, whatever its outcome; `prompt_tokens` as given to
-        `begin`, `unprefilled` those of them not yet released by `prefilled`."""
-        load = self.board.end(state.backend.id, prompt_tokens, unprefilled)
+        """A request to the backend of that id finished, whatever its outcome; `prompt_tokens`
+        as given to `begin`, `unprefilled` those of them not yet released by `prefilled`."""
+        load = self.board.end(backend_id, prompt_tokens, unprefilled)
         self.in_flight -= 1
+        state = self._by_id.get(backend_id)
+        if state is None:
+            return
         if self.load_changed is not None:
             self.load_changed(state)
         if state in self._full and load.in_flight < (state.backend.max_in_flight or 0):

@@ -117,7 +117,7 @@ class Admin:
     # -- reads ----------------------------------------------------------------------------------
 
     def _view(self, model: str, pool: Pool, s: BackendState, now: float) -> dict[str, Any]:
-        pick = self._picks.of(s)
+        pick = self._picks.of(model, s.backend.id)
         last = None if pick is None else {"age_s": now - pick.at, "kind": pick.kind,
                                           "scores": pick.scores}  # fmt: skip
         return {

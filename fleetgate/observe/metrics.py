@@ -266,13 +266,13 @@ class GatewayMetrics(Collector):
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         error = event.error
         if error is not None and error not in _UNCOUNTED:
-            self._errors.inc((event.model, event.backend.backend.id, error))
+            self._errors.inc((event.model, event.backend, error))
 
     def on_hedged(self, event: Hedged) -> None:
-        self._hedges.inc((event.model, event.backend.backend.id))
+        self._hedges.inc((event.model, event.backend))
 
     def on_continued(self, event: Continued) -> None:
-        self._continuations.inc((event.model, event.backend.backend.id))
+        self._continuations.inc((event.model, event.backend))
 
     def on_retried(self, event: Retried) -> None:
         status = event.status
@@ -282,10 +282,10 @@ class GatewayMetrics(Collector):
         self._retries.inc((event.model, reason))
 
     def on_ejected(self, event: Ejected) -> None:
-        self._ejections.inc((event.model, event.backend.backend.id, event.reason))
+        self._ejections.inc((event.model, event.backend, event.reason))
 
     def on_gpu_changed(self, event: GpuChanged) -> None:
-        self._gpu_changes.inc((event.model, event.backend.backend.id, event.state))
+        self._gpu_changes.inc((event.model, event.backend, event.state))
 
     def on_retry_refused(self, event: RetryRefused) -> None:
         self._retries_refused.inc((event.model,))

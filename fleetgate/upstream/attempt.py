@@ -65,7 +65,7 @@ class Exchange:
     # The last 5xx an attempt got, and the backend it still counts against (None once a like
     # answer from another backend showed it to be the request's): lifecycle/events.py.
     prior_status: int = 0
-    prior_backend: BackendState | None = None
+    prior_backend: str | None = None  # by id
     # What the client got, for the Finished event.
     backend: str = NO_BACKEND  # whose answer
     ttft_s: float | None = None
@@ -247,7 +247,7 @@ class Attempts:
                     request_id=ex.request_id,
                     at=sent,
                     model=ex.model,
-                    backend=state,
+                    backend=state.backend.id,
                     kind=kind,
                     prompt_tokens=prompt,
                     queued_prefill=queued,
@@ -279,7 +279,7 @@ class Attempts:
                                 request_id=ex.request_id,
                                 at=now,
                                 model=ex.model,
-                                backend=state,
+                                backend=state.backend.id,
                                 kind=kind,
                                 prompt_tokens=prompt,
                                 ttft_s=ttft,
@@ -339,7 +339,7 @@ class Attempts:
                         request_id=ex.request_id,
                         at=clock(),
                         model=ex.model,
-                        backend=state,
+                        backend=state.backend.id,
                         kind=kind,
                         sent_at=sent,
                         prompt_tokens=prompt,
@@ -359,7 +359,7 @@ class Attempts:
                 if status == ex.prior_status:
                     ex.prior_backend = None  # taken back now, and this one never counted
                 else:
-                    ex.prior_status, ex.prior_backend = status, state
+                    ex.prior_status, ex.prior_backend = status, state.backend.id
         # The upstream's headers (its Retry-After included: the client may wait as it asked).
         reply = returned(response.headers, bool(ex.reply_head))
         if response.header(b"content-type") is None:
@@ -398,7 +398,7 @@ class Attempts:
                     request_id=ex.request_id,
                     at=sent,
                     model=ex.model,
-                    backend=state,
+                    backend=state.backend.id,
                     kind=kind,
                     prompt_tokens=0,
                     queued_prefill=queued,
@@ -428,7 +428,7 @@ class Attempts:
                             request_id=ex.request_id,
                             at=now,
                             model=ex.model,
-                            backend=state,
+                            backend=state.backend.id,
                             kind=kind,
                             prompt_tokens=0,
                             ttft_s=None,
@@ -459,7 +459,7 @@ class Attempts:
                         request_id=ex.request_id,
                         at=clock(),
                         model=ex.model,
-                        backend=state,
+                        backend=state.backend.id,
                         kind=kind,
                         sent_at=sent,
                         prompt_tokens=0,

@@ -150,7 +150,7 @@ class _PoolReplay:
         r = self.index[picked]
         weights = tuple(s.weight for s in self.pool.states)
         self.routed.append(Routed(number, self.clock, r, weights))
-        self.pool.begin(picked, self.clock, request.prompt_tokens)
+        self.pool.begin(picked.backend.id, self.clock, request.prompt_tokens)
         request_id = f"r{number}"
         self.sent_to[request_id] = (r, request.prompt_tokens)
         self.prefilling.add(request_id)
@@ -180,10 +180,10 @@ class _PoolReplay:
         for request_id in step.emitted:
             if request_id in self.prefilling:
                 self.prefilling.discard(request_id)
-                self.pool.prefilled(replica.state, self.sent_to[request_id][1])
+                self.pool.prefilled(replica.state.backend.id, self.sent_to[request_id][1])
         for info in step.finished:
             _, tokens = self.sent_to.pop(info.request_id)
-            self.pool.end(replica.state, now, tokens)
+            self.pool.end(replica.state.backend.id, now, tokens)
             replica.metrics.finished(info)
             self.e2e_s[r].append(info.finish_s - info.arrival_s)
         replica.step = None

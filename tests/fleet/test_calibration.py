@@ -81,11 +81,11 @@ def routed(router: Router, now: float, n: int = 300) -> Counter[str]:
     for _ in range(n):
         state = router.pick(REQUEST, now)
         assert state is not None
-        pool.begin(state, now)
+        pool.begin(state.backend.id, now)
         held.append(state)
         picks[state.backend.id] += 1
     for state in held:
-        pool.end(state, now)
+        pool.end(state.backend.id, now)
     return picks
 
 

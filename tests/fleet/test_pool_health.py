@@ -35,7 +35,7 @@ def detector_of(pool: Pool) -> OutlierDetector:
 def ended(state: BackendState, at: float, status: int, retry_after_s: float | None) -> AttemptEnded:
     """An attempt's end at `state` with this answer (no transport error)."""
     return AttemptEnded(
-        b"r", at, "m", state, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
+        b"r", at, "m", state.backend.id, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
         status=status, error=None, retry_after_s=retry_after_s, first_token_at=None,
         output_tokens=0, stream=False,
     )  # fmt: skip
@@ -118,9 +118,9 @@ def test_a_backend_at_its_concurrency_limit_is_skipped_until_one_finishes() -> N
     for _ in range(4):
         state = router.pick(REQUEST, 0.0)
         assert state is not None
-        pool.begin(state, 0.0)
+        pool.begin(state.backend.id, 0.0)
         picked.append(state)
     assert sorted(load.in_flight for _, load in pool.loads()) == [2, 2]
     assert router.pick(REQUEST, 0.0) is None  # every backend full: the gateway answers 503
-    pool.end(states[0], 1.0)
+    pool.end(states[0].backend.id, 1.0)
     assert router.pick(REQUEST, 1.0) is states[0]

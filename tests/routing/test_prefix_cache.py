@@ -55,7 +55,7 @@ def sent(router: Router, request: RoutingRequest, now: float = 0.0) -> BackendSt
     """Routes the request and leaves it in flight."""
     state = router.pick(request, now)
     assert state is not None
-    router.pool.begin(state, now)
+    router.pool.begin(state.backend.id, now)
     return state
 
 
@@ -63,10 +63,10 @@ def test_requests_sharing_a_long_system_prompt_stick_to_the_backend_that_first_g
     router, _ = prefix_router(4)
     pool = router.pool
     holder = sent(router, asking(SYSTEM, "What is a monad?"))
-    pool.end(holder, 0.0)
+    pool.end(holder.backend.id, 0.0)
     for i in range(30):
         assert sent(router, asking(SYSTEM, f"question {i}?"), 1.0) is holder
-        pool.end(holder, 1.0)
+        pool.end(holder.backend.id, 1.0)
 
 
 def test_the_holder_keeps_its_prefix_while_its_queue_is_within_the_guard() -> None:
@@ -101,7 +101,7 @@ def test_different_prefixes_spread_over_the_backends_and_each_keeps_its_home() -
     assert Counter(homes.values()) == dict.fromkeys(pool.states, 2)
     for state, load in pool.loads():
         while load.in_flight:
-            pool.end(state, 1.0)
+            pool.end(state.backend.id, 1.0)
     for i in range(8):
         assert router.pick(asking(system_prompt(i), "next question"), 2.0) is homes[i]
 
@@ -110,11 +110,11 @@ def test_the_load_guard_spreads_a_hot_prefix_to_a_second_replica() -> None:
     router, scorer = prefix_router(4)
     pool = router.pool
     holder = sent(router, asking(SYSTEM, "first"))
-    pool.end(holder, 0.0)
+    pool.end(holder.backend.id, 0.0)
     others = [s for s in pool.states if s is not holder]
     for state in others:  # q_min = 2: the guard's limit is 1.5 * 2 + 32 = 35
-        pool.begin(state, 0.0)
-        pool.begin(state, 0.0)
+        pool.begin(state.backend.id, 0.0)
+        pool.begin(state.backend.id, 0.0)
     holder.engine = EngineLoad(4, 31, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 35
     assert router.pick(asking(SYSTEM, "at the limit"), 10.0) is holder
     holder.engine = EngineLoad(4, 32, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 36

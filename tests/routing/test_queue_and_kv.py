@@ -82,7 +82,7 @@ def test_queue_is_weighed_by_each_backends_weight(make_router: MakeRouter) -> No
     h100, a100, other = pool.states
     for state, requests in ((h100, 5), (a100, 2), (other, 4)):  # 2 a unit of weight, 2, 4
         for _ in range(requests):
-            pool.begin(state, 0.0)
+            pool.begin(state.backend.id, 0.0)
     scorer = QueueScorer(CandidateLoads(pool.board))
     assert scorer.score(REQUEST, pool.states, now=0.0) == pytest.approx([0.5, 0.5, 0.0])
 
@@ -109,15 +109,15 @@ def test_kv_cache_counts_prompts_sent_and_finished_since_the_reading(
 ) -> None:
     pool = make_router("round_robin", [1.0, 1.0]).pool
     a, b = pool.states
-    pool.begin(a, 0.0, prompt_tokens=4_000)
-    pool.begin(b, 0.0, prompt_tokens=2_000)
+    pool.begin(a.backend.id, 0.0, prompt_tokens=4_000)
+    pool.begin(b.backend.id, 0.0, prompt_tokens=2_000)
     # Both read 10% of 100k tokens, with the gateway's prompts above already in them.
     a.engine = reading(kv=0.1, capacity=100_000, sent=4_000)
     b.engine = reading(kv=0.1, capacity=100_000, sent=2_000)
     scorer = KvCacheScorer(CandidateLoads(pool.board))
     assert scorer.score(REQUEST, (a, b), now=0.5) == pytest.approx([0.0, 0.0])
-    pool.begin(b, 0.5, prompt_tokens=10_000)  # sent since: b holds 20% now
-    pool.end(a, 0.5, prompt_tokens=4_000)  # finished since: a holds 6%
+    pool.begin(b.backend.id, 0.5, prompt_tokens=10_000)  # sent since: b holds 20% now
+    pool.end(a.backend.id, 0.5, prompt_tokens=4_000)  # finished since: a holds 6%
     assert scorer.score(REQUEST, (a, b), now=0.6) == pytest.approx([0.7, 0.0])
     # Without a reported capacity, the reading alone counts.
     a.engine = reading(kv=0.1)
@@ -153,10 +153,10 @@ def test_least_loaded_counts_requests_sent_since_the_last_scrape(make_router: Ma
     b0.engine = reading(running=2, kv=0.3, at=10.0)
     b1.engine = reading(running=0, kv=0.3, at=10.0)  # idle when scraped ...
     for _ in range(5):
-        pool.begin(b1, 10.5)  # ... but the gateway has sent it five since
+        pool.begin(b1.backend.id, 10.5)  # ... but the gateway has sent it five since
     assert router.pick(REQUEST, now=11.0) is b0
     b0.engine = reading(running=2, kv=0.3, at=0.0)
     b1.engine = reading(running=0, kv=0.3, at=0.0)
-    pool.begin(b0, 10.5)
+    pool.begin(b0.backend.id, 10.5)
     # Both readings stale: only the gateway's counts (1 against 5) remain.
     assert router.pick(REQUEST, now=11.0) is b0

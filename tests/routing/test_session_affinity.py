@@ -78,7 +78,7 @@ def test_no_backend_carries_more_than_the_bound_even_under_one_hot_session() -> 
         total = pool.in_flight
         state = router.pick(of_session(key), float(step))
         assert state is not None
-        pool.begin(state, float(step))
+        pool.begin(state.backend.id, float(step))
         in_flight.append(state)
         bound = math.ceil((1 + epsilon) * (total + 1) / n)
         carries = pool.board.load(state.backend.id).in_flight
@@ -86,7 +86,7 @@ def test_no_backend_carries_more_than_the_bound_even_under_one_hot_session() -> 
         hot_homes[state] += hot
         for _ in range(rng.choice((0, 1, 2))):
             if in_flight:
-                pool.end(in_flight.pop(rng.randrange(len(in_flight))), float(step))
+                pool.end(in_flight.pop(rng.randrange(len(in_flight))).backend.id, float(step))
     # The bound did its work: the hot session overflowed from its home to the next backends.
     assert len(+hot_homes) > 1
 
@@ -117,9 +117,9 @@ def test_the_profile_keeps_sessions_sticky() -> None:
         key = f"conversation-{rng.randrange(40)}"
         state = router.pick(of_session(key), float(step))
         assert state is not None
-        pool.begin(state, float(step))
+        pool.begin(state.backend.id, float(step))
         homes.setdefault(key, set()).add(state)
-        pool.end(state, float(step) + 0.5)
+        pool.end(state.backend.id, float(step) + 0.5)
     assert all(len(h) == 1 for h in homes.values())
     assert len({next(iter(h)) for h in homes.values()}) >= 6  # and still spread
 

@@ -81,7 +81,7 @@ def test_load_does_not_change_the_schedule(make_router: MakeRouter) -> None:
         make_router("weighted_round_robin", [2, 1]),
     )
     for _ in range(100):
-        busy.pool.begin(busy.pool.states[0], 0.0)
+        busy.pool.begin(busy.pool.states[0].backend.id, 0.0)
 
     def schedule(router: Router) -> list[str]:
         return [router.pick(REQUEST, float(t)).backend.id for t in range(30)]  # type: ignore[union-attr]
