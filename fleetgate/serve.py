@@ -70,6 +70,7 @@ from fleetgate.resilience.hedge import TtftWindow
 from fleetgate.resilience.retry import RetryBudget
 from fleetgate.routing.models import Alias, LengthKeywords, ModelRoute, Split, Tiers
 from fleetgate.routing.pipeline import RoutingPipeline
+from fleetgate.routing.prefix_index import MemoryPrefixIndex
 from fleetgate.routing.registry import (
     DEFAULT_POLICY,
     PluginContext,
@@ -77,6 +78,8 @@ from fleetgate.routing.registry import (
     default_registry,
 )
 from fleetgate.routing.router import Router
+from fleetgate.routing.session_table import MemorySessionTable
+from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.runtime import settle_heap
 from fleetgate.traffic.admission import Admission, AdmissionSettings
 from fleetgate.traffic.batch_lane import BatchLane
@@ -181,8 +184,9 @@ def build_clusters(
         # One of each store per pool, in this process (fleet/load_board.py, routing/stores.py).
         board = MemoryLoadBoard()
         ctx = PluginContext(
-            random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s
-        )
+            random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s,
+            prefix_index=MemoryPrefixIndex, sessions=MemorySessionTable(),
+        )  # fmt: skip
         timeouts = c.timeouts()
         hedge = c.hedge
         ttft = TtftWindow(hedge)
@@ -209,7 +213,8 @@ def build_clusters(
                                watch, board=board)  # fmt: skip
         prefill = None
         if c.prefill is not None:
-            prefill_ctx = replace(ctx, board=MemoryLoadBoard())  # its pool's own stores
+            # Its pool's own stores.
+            prefill_ctx = replace(ctx, board=MemoryLoadBoard(), sessions=MemorySessionTable())
             pipeline = _pipeline(c, registry, prefill_ctx, True)
             prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None,
                                                    board=prefill_ctx.board)  # fmt: skip
@@ -519,7 +524,7 @@ def compose(
     director = Director(
         clusters=clusters, failover=failover, emit=edge_emit, clock=clock, door=door,
         routes=routes, pricing={p.model: p.pricing for p in config.pools},
-        assumed_output_tokens=config.limits.assumed_output_tokens,
+        assumed_output_tokens=config.limits.assumed_output_tokens, pins=StoredResponses(),
     )  # fmt: skip
     ids = RequestIds()
     inference = InferenceEndpoints(

@@ -80,12 +80,13 @@ class LongToFast:
         self._members = candidates
         self._found_at = -math.inf
 
-    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]:
-        """Some fast backends of the pool, for a long prompt; none for a short one."""
+    def nominate(self, request: RoutingRequest, now: float) -> list[str]:
+        """Some fast backends of the pool, by id, for a long prompt; none for a short one."""
         if request.prompt_tokens < self._threshold or not self._members:
             return []
         fast = self._pool_fast(now)
-        return fast if len(fast) <= NOMINATED else self._rng.sample(fast, NOMINATED)
+        drawn = fast if len(fast) <= NOMINATED else self._rng.sample(fast, NOMINATED)
+        return [state.backend.id for state in drawn]
 
     def _pool_fast(self, now: float) -> list[BackendState]:
         """The fast backends of the whole candidate set, found again when REFRESH_S has passed

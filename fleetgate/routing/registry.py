@@ -34,10 +34,13 @@ from fleetgate.routing.pipeline import SHORTLIST, RoutingPipeline
 from fleetgate.routing.power_of_two import PowerOfTwo
 from fleetgate.routing.prefill_queue import PrefillQueue
 from fleetgate.routing.prefix_cache import PrefixCacheParams, PrefixCacheScorer
+from fleetgate.routing.prefix_index import MemoryPrefixIndex, entries_for
 from fleetgate.routing.queue import QueueScorer
 from fleetgate.routing.random_pick import RandomPick
 from fleetgate.routing.round_robin import RoundRobin
 from fleetgate.routing.session_affinity import SessionAffinity, SessionAffinityParams
+from fleetgate.routing.session_table import MemorySessionTable
+from fleetgate.routing.stores import PrefixIndexFactory, SessionTable
 from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
 from fleetgate.routing.work_share import WorkShare, WorkShareParams
 from fleetgate.settings import Settings
@@ -56,6 +59,11 @@ class PluginContext:
     rng: random.Random  # its own random source
     board: LoadBoard  # the pool's in-flight counts by backend id (its Pool's: `pool.board`)
     stale_after_s: float = STALE_AFTER_S  # engine readings older than this are not trusted
+    # The pool's prefix index, made by the prefix_cache scorer at the size its `memory_mb`
+    # allows (in this process's memory by default).
+    prefix_index: PrefixIndexFactory = MemoryPrefixIndex
+    # The pool's session table (routing/stores.py; in this process's memory by default).
+    sessions: SessionTable = field(default_factory=MemorySessionTable)
     # The board's records of a candidate set, shared by the pipeline's plugins.
     loads: CandidateLoads = field(init=False)
 
@@ -247,12 +255,17 @@ def default_registry() -> PluginRegistry:
     registry.add_scorer(
         "prefix_cache",
         PrefixCacheParams,
-        lambda params, ctx: PrefixCacheScorer(ctx.loads, params, stale_after_s=ctx.stale_after_s),
+        lambda params, ctx: PrefixCacheScorer(
+            ctx.loads,
+            params,
+            index=ctx.prefix_index(entries_for(params.memory_mb)),
+            stale_after_s=ctx.stale_after_s,
+        ),
     )
     registry.add_scorer(
         "session_affinity",
         SessionAffinityParams,
-        lambda params, ctx: SessionAffinity(ctx.loads, params),
+        lambda params, ctx: SessionAffinity(ctx.loads, params, sessions=ctx.sessions),
     )
     registry.add_scorer("prefill_queue", NoParams, lambda _, ctx: PrefillQueue(ctx.loads))
     registry.add_scorer("work_share", WorkShareParams, lambda params, _: WorkShare(params))

@@ -139,17 +139,17 @@ def test_long_prompts_nominate_the_pools_fast_backends_found_again_as_weights_ch
     fleet = weighted(1.0, 1.0, 0.4, 0.4, 0.4)
     split = LongToFast(IDLE, LongToFastParams(threshold_tokens=10))
     split.roster(fleet)
-    assert split.nominate(of_tokens(500), 0.0) == list(fleet[:2])
+    assert split.nominate(of_tokens(500), 0.0) == ["b0", "b1"]  # by id
     assert split.nominate(of_tokens(5), 0.0) == []
     sample = fleet[2:]  # a shortlist of A100s only: judged among themselves, none is dropped
     assert split.filter(of_tokens(500), sample, 0.0) is sample
     fleet[0].weight = fleet[1].weight = 0.4  # both H100s throttle: every backend is as fast
     fleet[2].weight = 0.5
-    assert split.nominate(of_tokens(500), 0.5) == list(fleet[:2])  # not found again yet
+    assert split.nominate(of_tokens(500), 0.5) == ["b0", "b1"]  # not found again yet
     again = split.nominate(of_tokens(500), 1.0)  # REFRESH_S later: all five, four drawn
     assert len(again) == 4 and len(set(again)) == 4
     fleet[3].weight = fleet[4].weight = 0.1
-    assert split.nominate(of_tokens(500), 0.2) == list(fleet[:3])  # the clock went back
+    assert split.nominate(of_tokens(500), 0.2) == ["b0", "b1", "b2"]  # the clock went back
 
 
 def test_a_filter_before_it_sets_what_counts_as_fast() -> None:

@@ -80,7 +80,7 @@ def test_the_holder_keeps_its_prefix_while_its_queue_is_within_the_guard() -> No
     spilled = sent(router, asking(SYSTEM, "one too many"), 1.0)
     assert spilled is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
-    assert scorer.index.matches(hashes) == {holder: 16, spilled: 16}
+    assert scorer.index.matches(hashes) == {holder.backend.id: 16, spilled.backend.id: 16}
 
 
 def test_the_first_prefix_goes_where_the_load_scorers_send_it_and_is_recorded() -> None:
@@ -90,8 +90,8 @@ def test_the_first_prefix_goes_where_the_load_scorers_send_it_and_is_recorded() 
     assert scorer.index.matches(hashes) == {}
     assert scorer.nominate(request, 0.0) == []
     holder = sent(router, request)
-    assert scorer.index.matches(hashes) == {holder: 16}
-    assert scorer.nominate(asking(SYSTEM, "other question"), 0.0) == [holder]
+    assert scorer.index.matches(hashes) == {holder.backend.id: 16}
+    assert scorer.nominate(asking(SYSTEM, "other question"), 0.0) == [holder.backend.id]
 
 
 def test_different_prefixes_spread_over_the_backends_and_each_keeps_its_home() -> None:
@@ -121,8 +121,11 @@ def test_the_load_guard_spreads_a_hot_prefix_to_a_second_replica() -> None:
     second = router.pick(asking(SYSTEM, "over the limit"), 10.0)
     assert second is not None and second is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
-    assert scorer.index.matches(hashes) == {holder: 16, second: 16}
-    assert set(scorer.nominate(asking(SYSTEM, "any"), 10.0)) == {holder, second}
+    assert scorer.index.matches(hashes) == {holder.backend.id: 16, second.backend.id: 16}
+    assert set(scorer.nominate(asking(SYSTEM, "any"), 10.0)) == {
+        holder.backend.id,
+        second.backend.id,
+    }
     # While the holder stays over the limit, the prefix follows its second replica, not a third.
     picks = {router.pick(asking(SYSTEM, f"more {i}"), 10.5) for i in range(10)}
     assert picks == {second}
@@ -134,18 +137,20 @@ def test_an_engine_reported_kv_capacity_shrinks_its_share_of_the_index() -> None
     small, big = pool.states
     small.engine = EngineLoad(0, 0, 0.0, 0.0, 0.0, None, 0.0, kv_capacity_tokens=1024)
     sent(router, asking(SYSTEM, "warm up"))
-    assert scorer.index.capacity(small) == 1024 * 4 // BLOCK  # 32 blocks: two system prompts
-    assert scorer.index.capacity(big) == entries_for(64.0) // 2
+    assert (
+        scorer.index.capacity(small.backend.id) == 1024 * 4 // BLOCK
+    )  # 32 blocks: two system prompts
+    assert scorer.index.capacity(big.backend.id) == entries_for(64.0) // 2
     # Three 16-block prefixes sent to `small` alone: the first is forgotten, as the engine would.
     first, second, third = (asking(system_prompt(i), "q") for i in range(3))
     for request in (first, second, third):
         assert router.pipeline.pick(request, (small,), 1.0) is small
-    assert small not in scorer.index.matches(block_hashes(first.prompt, BLOCK))
-    assert scorer.index.matches(block_hashes(third.prompt, BLOCK)) == {small: 16}
+    assert small.backend.id not in scorer.index.matches(block_hashes(first.prompt, BLOCK))
+    assert scorer.index.matches(block_hashes(third.prompt, BLOCK)) == {small.backend.id: 16}
     # An engine restarted with a larger cache gets a larger share.
     small.engine = EngineLoad(0, 0, 0.0, 0.0, 0.0, None, 2.0, kv_capacity_tokens=4096)
     router.pick(asking(SYSTEM, "after restart"), 2.0)
-    assert scorer.index.capacity(small) == 4096 * 4 // BLOCK
+    assert scorer.index.capacity(small.backend.id) == 4096 * 4 // BLOCK
 
 
 @pytest.mark.parametrize(

@@ -137,3 +137,19 @@ def test_the_profile_keeps_sessions_sticky_in_a_pool_larger_than_the_shortlist()
             homes.setdefault(key, set()).add(state)
     moved = sorted(key for key, h in homes.items() if len(h) > 1)
     assert moved == []
+
+
+def test_a_backend_joining_takes_no_session_the_table_knows() -> None:
+    # On the ring alone about a ninth of the sessions would move to a ninth backend, away from
+    # their KV caches; those the session table has seen stay where their last request went.
+    router = session_router(8)
+    pool = router.pool
+    keys = KEYS[:300]
+    homes = {key: router.pick(of_session(key), 0.0) for key in keys}
+    joined = BackendState(Backend("b8", "http://127.0.0.1:8108", ("m",)))
+    pool.add(joined, 1.0)
+    assert {key: router.pick(of_session(key), 2.0) for key in keys} == homes
+    ring_alone = scorer_of()  # a table of its own, empty: the ring decides
+    assert any(ring_alone.home(key, pool.candidates) is joined for key in keys)
+    # A new session may go to it.
+    assert joined in {router.pick(of_session(key), 3.0) for key in KEYS[300:]}
