@@ -53,6 +53,7 @@ def main() -> None:
     gateway, emit = Emitters(edge), cluster.emit
     pool = cluster.pool
     state = pool.states[0]
+    backend_id = state.backend.id  # how events name it
     routing = RoutingRequest("m", "chat", False, 8, None, b"x" * 64)
     rid = b"abc-1"
 
@@ -75,10 +76,12 @@ def main() -> None:
             if admitted is not None:
                 admitted(Admitted(rid, t, "m", routing))
             if routed is not None:
-                routed(Routed(rid, t, "m", state, "first", {}))
-            started(AttemptStarted(rid, t, "m", state, "first", 16, 0))
+                routed(Routed(rid, t, "m", backend_id, "first", {}))
+            started(AttemptStarted(rid, t, "m", backend_id, "first", 16, 0))
             ended(
-                AttemptEnded(rid, t, "m", state, "first", t, 16, 0, 200, None, None, None, 0, False)
+                AttemptEnded(
+                    rid, t, "m", backend_id, "first", t, 16, 0, 200, None, None, None, 0, False
+                )
             )
             finished(Finished(rid, t, "m", t, 200, "h:1", "answered", None, None))
         return (time.perf_counter() - start) / count * 1e6
@@ -89,8 +92,8 @@ def main() -> None:
         start = time.perf_counter()
         for i in range(count):
             t = float(i)
-            pool.begin(state, t, 16)
-            pool.end(state, t, 16, 16)
+            pool.begin(backend_id, t, 16)
+            pool.end(backend_id, t, 16, 16)
             outliers.success(state, t)
             state.latency.record_response(0.001)
         return (time.perf_counter() - start) / count * 1e6

@@ -48,8 +48,9 @@ def router_of(policy: str, n: int, seed: int) -> Router:
         state.weight = 0.4 if i % 2 else 1.0
         state.engine = EngineLoad(rng.randrange(8), rng.randrange(3), rng.random(), 0, 0, None, 0)
         states.append(state)
-    ctx = PluginContext(random.Random(seed), stale_after_s=math.inf)
-    return Router(Pool("m", states), default_registry().build_pipeline(policy, {}, ctx))
+    pool = Pool("m", states)
+    ctx = PluginContext(random.Random(seed), pool.board, stale_after_s=math.inf)
+    return Router(pool, default_registry().build_pipeline(policy, {}, ctx))
 
 
 def cost_us(policy: str, n: int, picks: int) -> float:
@@ -64,10 +65,10 @@ def cost_us(policy: str, n: int, picks: int) -> float:
         for i in range(count):
             state = router.pick(reqs[i % len(reqs)], 1.0)
             assert state is not None
-            pool.begin(state, 1.0)
+            pool.begin(state.backend.id, 1.0)
             live.append(state)
             if len(live) > depth:
-                pool.end(live.popleft(), 1.0)
+                pool.end(live.popleft().backend.id, 1.0)
 
     run(depth + 2048)  # warm: queues full, indexes built, prefixes seen
     start = time.perf_counter()

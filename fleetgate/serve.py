@@ -14,7 +14,7 @@ import ssl
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import msgspec
 
@@ -34,6 +34,7 @@ from fleetgate.config import (
 from fleetgate.director.director import Director
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
+from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
 from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
@@ -70,6 +71,7 @@ from fleetgate.resilience.hedge import TtftWindow
 from fleetgate.resilience.retry import RetryBudget
 from fleetgate.routing.models import Alias, LengthKeywords, ModelRoute, Split, Tiers
 from fleetgate.routing.pipeline import RoutingPipeline
+from fleetgate.routing.prefix_index import MemoryPrefixIndex
 from fleetgate.routing.registry import (
     DEFAULT_POLICY,
     PluginContext,
@@ -77,6 +79,8 @@ from fleetgate.routing.registry import (
     default_registry,
 )
 from fleetgate.routing.router import Router
+from fleetgate.routing.session_table import MemorySessionTable
+from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.runtime import settle_heap
 from fleetgate.traffic.admission import Admission, AdmissionSettings
 from fleetgate.traffic.batch_lane import BatchLane
@@ -142,12 +146,15 @@ def _routed(
     pipeline: RoutingPipeline,
     subscribe: Callable[[Hooks], None],
     watch: Callable[[Hooks, Pool], None] | None,
+    *,
+    board: LoadBoard,
 ) -> tuple[Router, Emitters]:
-    """A pool of `backends` routed by `pipeline`, and the emitters of its events: its own
-    fleet accounting and outlier detector hear them, what `watch` adds for this pool (a
-    decode pool's hedge window and concurrency limit), and what `subscribe` adds."""
+    """A pool of `backends` counted on `board` (the one its pipeline's plugins read) and
+    routed by `pipeline`, and the emitters of its events: its own fleet accounting and
+    outlier detector hear them, what `watch` adds for this pool (a decode pool's hedge window
+    and concurrency limit), and what `subscribe` adds."""
     states = [BackendState(b) for b in backends]
-    pool = Pool(config.model, states, config.health(), config.weights)
+    pool = Pool(config.model, states, config.health(), config.weights, board=board)
     hooks = Hooks()
     FleetAccounting(pool).subscribe(hooks)
     outliers = OutlierDetector(config.outlier, pool)
@@ -176,7 +183,12 @@ def build_clusters(
     clusters: dict[str, Cluster] = {}
     for item in resolved:
         c = item.config
-        ctx = PluginContext(random.Random(rng.getrandbits(64)), c.engine_metrics.stale_after_s)
+        # One of each store per pool, in this process (fleet/load_board.py, routing/stores.py).
+        board = MemoryLoadBoard()
+        ctx = PluginContext(
+            random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s,
+            prefix_index=MemoryPrefixIndex, sessions=MemorySessionTable(),
+        )  # fmt: skip
         timeouts = c.timeouts()
         hedge = c.hedge
         ttft = TtftWindow(hedge)
@@ -200,11 +212,14 @@ def build_clusters(
                 admission = Admission(admit, limit, tenants or {}, clock, lane, ranked)
 
         router, emit = _routed(c, item.backends, _pipeline(c, registry, ctx, False), subscribe,
-                               watch)  # fmt: skip
+                               watch, board=board)  # fmt: skip
         prefill = None
         if c.prefill is not None:
-            pipeline = _pipeline(c, registry, ctx, True)
-            prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None)
+            # Its pool's own stores.
+            prefill_ctx = replace(ctx, board=MemoryLoadBoard(), sessions=MemorySessionTable())
+            pipeline = _pipeline(c, registry, prefill_ctx, True)
+            prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None,
+                                                   board=prefill_ctx.board)  # fmt: skip
             prefill = Prefill(transport, now, prefill_router, timeouts, prefill_emit)
         retries = c.retries
         clusters[c.model] = Cluster(
@@ -413,7 +428,11 @@ def compose(
         ],
         auth=config.auth_enabled,
         gpu_expiries=gpus.expiries,
-    )
+        loads=lambda: (
+            (m, s.backend.id, load)
+            for m, c in clusters.items() for part in _parts(c) for s, load in part.loads()
+        ),
+    )  # fmt: skip
     exporters = [slo.subscribe]
     if config.server.metrics:
         exporters.append(metrics.subscribe)
@@ -508,7 +527,7 @@ def compose(
     director = Director(
         clusters=clusters, failover=failover, emit=edge_emit, clock=now, door=door,
         routes=routes, pricing={p.model: p.pricing for p in config.pools},
-        assumed_output_tokens=config.limits.assumed_output_tokens,
+        assumed_output_tokens=config.limits.assumed_output_tokens, pins=StoredResponses(),
     )  # fmt: skip
     ids = RequestIds()
     inference = InferenceEndpoints(

@@ -49,8 +49,9 @@ def make_router() -> MakeRouter:
             BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",), w))
             for i, w in enumerate(weights)
         ]
-        ctx = PluginContext(random.Random(1234))
-        return Router(Pool("m", states), default_registry().build_pipeline(policy, {}, ctx))
+        pool = Pool("m", states)
+        ctx = PluginContext(random.Random(1234), pool.board)
+        return Router(pool, default_registry().build_pipeline(policy, {}, ctx))
 
     return build
 
@@ -71,15 +72,15 @@ def run_traffic(
     in_flight_sum: Counter[str] = Counter()
     for tick in range(ticks):
         for state in finishing.pop(tick, ()):
-            pool.end(state, 0.0)
+            pool.end(state.backend.id, 0.0)
         for _ in range(arrivals_per_tick):
             state = router.pick(request, now=float(tick))
             assert state is not None
-            pool.begin(state, 0.0)
+            pool.begin(state.backend.id, 0.0)
             picks[state.backend.id] += 1
             finishing[tick + service_ticks[state.backend.id]].append(state)
-        for state in pool.states:
-            in_flight_sum[state.backend.id] += state.in_flight
+        for state, load in pool.loads():
+            in_flight_sum[state.backend.id] += load.in_flight
     mean = {s.backend.id: in_flight_sum[s.backend.id] / ticks for s in pool.states}
     return picks, mean
 

@@ -27,6 +27,7 @@ from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.failover import Failover
 from fleetgate.routing.models import ModelRoute
 from fleetgate.routing.stored_responses import StoredResponses
+from fleetgate.routing.stores import ResponsePins
 from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
 from fleetgate.traffic.limits import PricingSettings
 from fleetgate.upstream.attempt import Exchange
@@ -59,6 +60,7 @@ class Director:
         routes: Mapping[str, ModelRoute] | None = None,
         pricing: Mapping[str, PricingSettings] | None = None,
         assumed_output_tokens: int = 256,
+        pins: ResponsePins | None = None,
     ) -> None:
         self._clusters = dict(clusters)
         self._failover = failover
@@ -67,7 +69,8 @@ class Director:
         self._door = door  # None: auth off and no limits, nothing to ask per request
         self._routes = dict(routes or {})  # names that lead to a pool: routing/models.py
         self._entrance = Entrance(door, pricing, assumed_output_tokens)
-        self._stored = StoredResponses()  # which backend keeps each Response
+        # Which backend keeps each Response (None: this process's own record of them).
+        self._stored = StoredResponses() if pins is None else pins
         self._known = ", ".join(sorted([*self._clusters, *self._routes]))
 
     def received(self, request_id: bytes, started: float, path: bytes,
@@ -201,7 +204,7 @@ class Director:
             model=cluster.model, routing=routing, path=request.path, headers=headers, body=body,
             request_id=request.request_id, writer=downstream, started=request.started,
             timeouts=request_timeouts(cluster.timeouts, request.metadata), emit=cluster.emit,
-            pool_timeouts=cluster.timeouts,
+            board=cluster.pool.board, pool_timeouts=cluster.timeouts,
         )  # fmt: skip
         return cluster, exchange
 

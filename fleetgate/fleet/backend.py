@@ -64,12 +64,12 @@ class Backend:
 
 class BackendState:
     """How a backend is doing now, as the gateway sees it: routing reads it; the lifecycle's
-    subscribers (lifecycle/accounting.py) and the health detectors write it."""
+    subscribers (lifecycle/accounting.py) and the health detectors write it. What is in
+    flight to it is on its pool's load board, by its id (fleet/load_board.py)."""
 
     __slots__ = (
-        "backend", "backoff_until", "engine", "flags", "gpus", "in_flight", "in_flight_tokens",
-        "kind", "latency", "pending_prefill", "ramp_from", "speed", "step_fit", "throttle_share",
-        "weight",
+        "backend", "backoff_until", "engine", "flags", "gpus", "kind", "latency", "ramp_from",
+        "speed", "step_fit", "throttle_share", "weight",
     )  # fmt: skip
 
     def __init__(self, backend: Backend) -> None:
@@ -77,9 +77,6 @@ class BackendState:
         # effective: typed weight x speed x slow-start share x throttle share
         self.weight = backend.weight
         self.speed = 1.0  # measured speed relative to the pool's fastest (fleet/calibration.py)
-        self.in_flight = 0
-        self.in_flight_tokens = 0  # prompt tokens of the requests in flight (estimated)
-        self.pending_prefill = 0  # prompt tokens sent, first token not yet back (estimated)
         self.flags = HealthFlag(0)  # set by the health detectors; none set means healthy
         self.backoff_until = 0.0  # an engine asked for no traffic until then (Retry-After)
         self.ramp_from: float | None = None  # when its slow start began; None: full weight
@@ -104,4 +101,4 @@ class BackendState:
         return Verdict.HEALTHY
 
     def __repr__(self) -> str:
-        return f"BackendState({self.backend.id}, in_flight={self.in_flight})"
+        return f"BackendState({self.backend.id})"

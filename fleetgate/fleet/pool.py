@@ -15,17 +15,19 @@ from dataclasses import replace
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.calibration import WeightSettings, speed_factors
 from fleetgate.fleet.health import NEVER_ROUTE, HealthFlag, HealthSettings
+from fleetgate.fleet.load_board import BackendLoad, LoadBoard, MemoryLoadBoard
 
 SLOW_START_FLOOR = 0.1  # a returning backend starts at this share of its weight
 SLOW_START_STEPS = 10  # its weight is raised this many times over the window
 
 
 def _ignore(state: BackendState) -> None:
-    """The load listener while none is set."""
+    """The `left` listener while none is set."""
 
 
 class Pool:
-    """Backends of one model: who is routable now, and the in-flight counts policies read.
+    """Backends of one model: who is routable now, and the board of their in-flight counts
+    that policies read (fleet/load_board.py; its own in this process unless given one).
 
     `candidates` is a tuple rebuilt only when health changes, so policies can keep indexes
     keyed on its identity. Time-driven changes (an ejection ending, a backoff expiring, a slow
@@ -34,8 +36,9 @@ class Pool:
     """
 
     __slots__ = (
-        "_ejected", "_full", "_health", "_next_calibration", "_retiring", "_weights",
-        "candidates", "in_flight", "left", "load_changed", "model", "next_check", "states",
+        "_by_id", "_ejected", "_full", "_health", "_next_calibration", "_retiring", "_weights",
+        "board", "candidates", "in_flight", "left", "load_changed", "model", "next_check",
+        "states",
     )  # fmt: skip
 
     def __init__(
@@ -44,13 +47,18 @@ class Pool:
         states: Sequence[BackendState],
         health: HealthSettings | None = None,
         weights: WeightSettings | None = None,
+        board: LoadBoard | None = None,
     ) -> None:
         self.model = model
         self.in_flight = 0  # requests in flight to any backend of the pool
         self.states = tuple(states)
+        self._by_id = {s.backend.id: s for s in self.states}  # ids are unique in a pool
+        # Each backend's in-flight requests and tokens, by id: what routing reads of its load.
+        self.board: LoadBoard = MemoryLoadBoard() if board is None else board
         # Told whenever a backend's in-flight count or effective weight changed (a picker
-        # that keeps an index over them sets it: routing/router.py).
-        self.load_changed: Callable[[BackendState], None] = _ignore
+        # that keeps an index over them sets it: routing/router.py). None: no one listens,
+        # and begin and end make no call for it.
+        self.load_changed: Callable[[BackendState], None] | None = None
         # Told when a retired backend has left the pool (its probes stop: fleet/membership.py).
         self.left: Callable[[BackendState], None] = _ignore
         self._retiring: set[BackendState] = set()  # GONE, waiting for their last requests
@@ -128,7 +136,8 @@ class Pool:
         )  # fmt: skip
         if weight != state.weight:
             state.weight = weight
-            self.load_changed(state)
+            if self.load_changed is not None:
+                self.load_changed(state)
 
     # -- what the detectors decide ------------------------------------------------------------
 
@@ -168,7 +177,18 @@ class Pool:
     def add(self, state: BackendState, now: float) -> None:
         """A new backend, routable at once (its checks may take it out later, as at start)."""
         self.states = (*self.states, state)
+        self._by_id[state.backend.id] = state
         self.refresh(now)
+
+    def loads(self) -> list[tuple[BackendState, BackendLoad]]:
+        """Each member and its record on the board (for metrics, the dashboard, the admin API)."""
+        load = self.board.load
+        return [(s, load(s.backend.id)) for s in self.states]
+
+    def member(self, backend_id: str) -> BackendState | None:
+        """The member of that id (None: it has left, or never was one). Events name backends
+        by id; a subscriber that needs the state finds it here."""
+        return self._by_id.get(backend_id)
 
     def retire(self, state: BackendState, now: float) -> bool:
         """Take `state` out for good: GONE at once (nothing new is routed to it, panic or
@@ -177,7 +197,7 @@ class Pool:
         state.flags |= HealthFlag.GONE
         self._retiring.add(state)
         self.refresh(now)
-        if state.in_flight == 0:
+        if self.board.load(state.backend.id).in_flight == 0:
             self._leave(state, now)
             return True
         return False
@@ -191,6 +211,8 @@ class Pool:
         self._ejected.pop(state, None)
         self._full.discard(state)
         self.states = tuple(s for s in self.states if s is not state)
+        del self._by_id[state.backend.id]
+        self.board.forget(state.backend.id)
         self.refresh(now)
         self.left(state)
 
@@ -202,39 +224,45 @@ class Pool:
         effective = state.weight * weight / old
         if effective != state.weight:
             state.weight = effective
-            self.load_changed(state)
+            if self.load_changed is not None:
+                self.load_changed(state)
         self.refresh(now)
 
     # -- what the lifecycle counts (lifecycle/accounting.py) ----------------------------------
 
-    def begin(self, state: BackendState, now: float, prompt_tokens: int = 0) -> None:
-        """A request with this many prompt tokens (estimated) was sent to `state`."""
-        state.in_flight += 1
-        state.in_flight_tokens += prompt_tokens
-        state.pending_prefill += prompt_tokens
+    def begin(self, backend_id: str, now: float, prompt_tokens: int = 0) -> None:
+        """A request with this many prompt tokens (estimated) was sent to the backend of that
+        id (a member when it was picked; it may have left since, as a hedge's may)."""
+        load = self.board.begin(backend_id, prompt_tokens)
         self.in_flight += 1
-        self.load_changed(state)
+        state = self._by_id.get(backend_id)
+        if state is None:
+            return
+        if self.load_changed is not None:
+            self.load_changed(state)
         limit = state.backend.max_in_flight
-        if limit is not None and state.in_flight >= limit:
+        if limit is not None and load.in_flight >= limit:
             self._full.add(state)
             self.refresh(now)
 
-    def prefilled(self, state: BackendState, prompt_tokens: int) -> None:
+    def prefilled(self, backend_id: str, prompt_tokens: int) -> None:
         """A request's first token arrived: its prompt is no longer waiting to be prefilled."""
-        state.pending_prefill -= prompt_tokens
+        self.board.prefilled(backend_id, prompt_tokens)
 
     def end(
-        self, state: BackendState, now: float, prompt_tokens: int = 0, unprefilled: int = 0
+        self, backend_id: str, now: float, prompt_tokens: int = 0, unprefilled: int = 0
     ) -> None:
-        """A request to `state` finished, whatever its outcome; `prompt_tokens` as given to
-        `begin`, `unprefilled` those of them not yet released by `prefilled`."""
-        state.in_flight -= 1
-        state.in_flight_tokens -= prompt_tokens
-        state.pending_prefill -= unprefilled
+        """A request to the backend of that id finished, whatever its outcome; `prompt_tokens`
+        as given to `begin`, `unprefilled` those of them not yet released by `prefilled`."""
+        load = self.board.end(backend_id, prompt_tokens, unprefilled)
         self.in_flight -= 1
-        self.load_changed(state)
-        if state in self._full and state.in_flight < (state.backend.max_in_flight or 0):
+        state = self._by_id.get(backend_id)
+        if state is None:
+            return
+        if self.load_changed is not None:
+            self.load_changed(state)
+        if state in self._full and load.in_flight < (state.backend.max_in_flight or 0):
             self._full.discard(state)
             self.refresh(now)
-        if self._retiring and state.in_flight == 0 and state in self._retiring:
+        if self._retiring and load.in_flight == 0 and state in self._retiring:
             self._leave(state, now)

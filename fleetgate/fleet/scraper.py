@@ -17,6 +17,7 @@ from fleetgate.clock import Clock
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import MetricsFormatError, parse_engine_load
 from fleetgate.fleet.engines import ENGINES, PENDING, by_metrics, by_models
+from fleetgate.fleet.load_board import LoadBoard
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.http.errors import UpstreamError
 from fleetgate.http.transport import Transport
@@ -52,9 +53,12 @@ class MetricsScraper:
         self._tasks = PeriodicTasks(rng, clock)
         self._scraping: dict[BackendState, Callable[[], None]] = {}
 
-    def start(self, states: Iterable[BackendState], settings: ScrapeSettings) -> None:
-        """Scrape each of `states` on its own jittered interval until `stop()` (with scraping
-        off, only recognise each `auto` one, until it is)."""
+    def start(
+        self, states: Iterable[BackendState], settings: ScrapeSettings, board: LoadBoard
+    ) -> None:
+        """Scrape each of `states` (counted on `board`, their pool's) on its own jittered
+        interval until `stop()` (with scraping off, only recognise each `auto` one, until it
+        is)."""
         if not settings.enabled:
             for state in states:
                 if state.kind is PENDING:
@@ -63,7 +67,7 @@ class MetricsScraper:
         for state in states:
 
             async def scrape(state: BackendState = state) -> None:
-                await self.scrape(state, settings)
+                await self.scrape(state, settings, board)
 
             self._scraping[state] = self._tasks.every(
                 settings.interval_s, settings.jitter, scrape, wait_first=False
@@ -89,8 +93,10 @@ class MetricsScraper:
         self._tasks.stop()
         self._scraping.clear()
 
-    async def scrape(self, state: BackendState, s: ScrapeSettings) -> bool:
-        """One scrape into `state.engine`; True when it gave a reading."""
+    async def scrape(self, state: BackendState, s: ScrapeSettings, board: LoadBoard) -> bool:
+        """One scrape into `state.engine`, noting beside the reading the prompt tokens in
+        flight to it on `board` then (routing/load.py `kv_usages`); True when it gave a
+        reading."""
         if state.kind is PENDING:
             await self.recognise(state, s)
         if not state.kind.metrics:
@@ -105,7 +111,8 @@ class MetricsScraper:
             return False
         if load is None:
             return False
-        state.engine = replace(load, sent_tokens=state.in_flight_tokens)
+        sent = board.load(state.backend.id).in_flight_tokens
+        state.engine = replace(load, sent_tokens=sent)
         if load.step_totals is not None:
             state.step_fit.add(load.step_totals)
         return True

@@ -110,7 +110,7 @@ class Admin:
     # -- reads ----------------------------------------------------------------------------------
 
     def _view(self, model: str, pool: Pool, s: BackendState, now: float) -> dict[str, Any]:
-        pick = self._picks.of(s)
+        pick = self._picks.of(model, s.backend.id)
         last = None if pick is None else {"age_s": now - pick.at, "kind": pick.kind,
                                           "scores": pick.scores}  # fmt: skip
         return {
@@ -122,7 +122,7 @@ class Admin:
             "verdict": s.verdict(now).value,
             "flags": [f.name for f in HealthFlag if f in s.flags],
             "leaving": pool.retiring(s),  # removed, its last requests still in flight
-            "in_flight": s.in_flight,
+            "in_flight": pool.board.load(s.backend.id).in_flight,
             "engine": s.engine,
             "kind": s.kind.kind,  # what serves it (fleet/engines.py); "pending" until probed
             "ewma_ttft_s": s.latency.ttft_s,
@@ -209,7 +209,10 @@ class Admin:
         except NotMember:
             writer.send(404, headers, _no_backend(backend))
             return
-        in_flight = sum(s.in_flight for _, s in removed)
+        # Those still in flight to the members leaving (one that left had none).
+        in_flight = sum(
+            pool.board.load(s.backend.id).in_flight for pool, s in removed if pool.retiring(s)
+        )
         self._record(
             "admin_backend_removed", request, request_id, backend=backend,
             models=[pool.model for pool, _ in removed], in_flight=in_flight,

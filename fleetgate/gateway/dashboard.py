@@ -232,15 +232,16 @@ def _backend(state: BackendState, pool: Pool, role: str, now: float) -> BackendV
     latency = state.latency
     until = pool.ejected_until(state)
     gpus = state.gpus
+    load = pool.board.load(state.backend.id)
     return BackendView(
         id=state.backend.id,
         name=state.backend.name,
         role=role,
         verdict=state.verdict(now).value,
         flags=[name for flag, name in _FLAGS if flag in state.flags],
-        in_flight=state.in_flight,
-        in_flight_tokens=state.in_flight_tokens,
-        pending_prefill=state.pending_prefill,
+        in_flight=load.in_flight,
+        in_flight_tokens=load.in_flight_tokens,
+        pending_prefill=load.pending_prefill,
         weight=state.weight,
         speed=state.speed,
         labels=dict(state.backend.labels),

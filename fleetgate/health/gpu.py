@@ -171,7 +171,7 @@ class GpuWatch:
         )  # fmt: skip
         if new == ("ok" if last is None else last.state):
             return None
-        return GpuChanged(b"", now, pool.model, state, new, reasons)
+        return GpuChanged(b"", now, pool.model, state.backend.id, new, reasons)
 
     def expire(self, now: float) -> list[GpuChanged]:
         """Drop the verdict of each backend whose readings are older than `stale_after_s`:
@@ -192,7 +192,7 @@ class GpuWatch:
                 state.flags &= ~HealthFlag.GPU_FAULT
                 pool.refresh(now)
             reason = f"no readings for {now - gpus.at:.1f} s"
-            changes.append(GpuChanged(b"", now, pool.model, state, "stale", (reason,)))
+            changes.append(GpuChanged(b"", now, pool.model, state.backend.id, "stale", (reason,)))
         return changes
 
     def expiries(self) -> Iterator[tuple[BackendState, int]]:

@@ -85,20 +85,26 @@ class OutlierDetector:
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         """The rule of what an attempt's end says of its backend (the module's docstring)."""
+        pool = self._pool
+        state = pool.member(event.backend)
+        if state is None:  # it has left the pool: nothing it does counts any more
+            return
         error, status = event.error, event.status
         if error is not None:
             if error not in NOT_UPSTREAM:
-                self.failure(event.backend, event.at, event.request_id)
+                self.failure(state, event.at, event.request_id)
         elif status == 429 or (status == 503 and event.retry_after_s is not None):
             wait_s = 1.0 if event.retry_after_s is None else event.retry_after_s
-            self._pool.backpressure(event.backend, event.at, wait_s)
+            pool.backpressure(state, event.at, wait_s)
         elif status >= 500:
             if status != event.prior_status:
-                self.failure(event.backend, event.at, event.request_id)
-            elif event.prior_backend is not None and event.prior_backend is not event.backend:
-                self._take_back(event.prior_backend, event.at)
+                self.failure(state, event.at, event.request_id)
+            elif event.prior_backend is not None and event.prior_backend != event.backend:
+                prior = pool.member(event.prior_backend)
+                if prior is not None:
+                    self._take_back(prior, event.at)
         else:
-            self.success(event.backend, event.at)
+            self.success(state, event.at)
 
     def _record(self, state: BackendState) -> _Record:
         record = self._records.get(state)
@@ -165,7 +171,7 @@ class OutlierDetector:
         record.returned_at = until  # where good behaviour starts to count (forgiveness)
         pool.eject(state, now, until)
         if self.on_ejected is not None:
-            self.on_ejected(Ejected(request_id, now, pool.model, state, until, reason))
+            self.on_ejected(Ejected(request_id, now, pool.model, state.backend.id, until, reason))
         return True
 
     def ejections(self, state: BackendState) -> int:

@@ -33,7 +33,7 @@ class BackendProbes:
         if self._checker is not None:
             self._checker.start(pool.model, [state], health_check, pool.refresh)
         if self._scraper is not None:
-            self._scraper.start([state], engine_metrics)
+            self._scraper.start([state], engine_metrics, pool.board)
 
     def forget(self, state: BackendState) -> None:
         """Stop watching `state` (it left its pool)."""

@@ -1,8 +1,9 @@
 """Fleet accounting: what the attempts of a pool's requests change in its live state.
 
-In flight (requests and prompt tokens) from AttemptStarted to AttemptEnded; pending prefill
-until the first token (or the end, for an answer that never streamed one); the latency
-averages routing reads (fleet/latency.py) from each first or retried attempt that ended well.
+In flight (requests and prompt tokens, on the pool's load board) from AttemptStarted to
+AttemptEnded; pending prefill until the first token (or the end, for an answer that never
+streamed one); the latency averages routing reads (fleet/latency.py) from each first or
+retried attempt that ended well.
 A continuation's timings are left out: they measure the rest of someone else's answer.
 """
 
@@ -33,11 +34,13 @@ class FleetAccounting:
         self._pool.prefilled(event.backend, event.prompt_tokens)
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
-        state = event.backend
         prompt = event.prompt_tokens
         unprefilled = prompt if event.first_token_at is None else 0
-        self._pool.end(state, event.at, prompt, unprefilled)
+        self._pool.end(event.backend, event.at, prompt, unprefilled)
         if event.error is not None or event.kind in ("continuation", "prefill"):
+            return
+        state = self._pool.member(event.backend)
+        if state is None:  # it left the pool with this, its last request
             return
         if event.stream:
             if event.first_token_at is not None and event.status == 200:

@@ -12,6 +12,8 @@ its subscribers (lifecycle/hooks.py): fleet accounting, the outlier detector, th
 window, metrics, and later tracing, logs, SLOs and admission. Events are frozen, slotted
 msgspec structs (about 50 ns each to make) and are never kept by the path that emits them;
 `gc=False` because they hold no cycles and die young. Times are the injected clock's seconds.
+A backend is named by its id (fleet/backend.py `backend_id`), never by its live state: a
+subscriber that needs the state looks it up in the pool it was given (fleet/pool.py `member`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Literal
 
 import msgspec
 
-from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.gpu import GpuState
 from fleetgate.routing.base import RoutingRequest
 
@@ -87,22 +88,23 @@ class Admitted(Event, frozen=True, gc=False):
 
 
 class Routed(Event, frozen=True, gc=False):
-    """A backend was picked for an attempt (None: no candidate was left). `scores`: each
-    scorer's score of it, by plugin name (empty when the pipeline had nothing to compare)."""
+    """A backend was picked for an attempt (its id; None: no candidate was left). `scores`:
+    each scorer's score of it, by plugin name (empty when the pipeline had nothing to
+    compare)."""
 
     model: str
-    backend: BackendState | None
+    backend: str | None
     kind: AttemptKind
     scores: dict[str, float]
 
 
 class AttemptStarted(Event, frozen=True, gc=False):
-    """The request was sent to `backend`. `prompt_tokens` (estimated) is what the backend must
-    prefill for it; `queued_prefill` the prompt tokens sent there before it and not yet
-    prefilled."""
+    """The request was sent to `backend` (its id). `prompt_tokens` (estimated) is what the
+    backend must prefill for it; `queued_prefill` the prompt tokens sent there before it and
+    not yet prefilled."""
 
     model: str
-    backend: BackendState
+    backend: str
     kind: AttemptKind
     prompt_tokens: int
     queued_prefill: int
@@ -116,7 +118,7 @@ class FirstToken(Event, frozen=True, gc=False):
     request is in the batch lane."""
 
     model: str
-    backend: BackendState
+    backend: str
     kind: AttemptKind
     prompt_tokens: int
     ttft_s: float | None
@@ -133,10 +135,11 @@ class AttemptEnded(Event, frozen=True, gc=False):
     `queued_prefill` as its AttemptStarted said. `prior_status`: the last 5xx an earlier
     attempt of the request got (0: none), so that a body every backend refuses alike is seen
     as the request's fault; `prior_backend`: the backend that answer still counts against
-    (None when none does, or when an answer like it has already shown it the request's)."""
+    (None when none does, or when an answer like it has already shown it the request's).
+    Both backends by id."""
 
     model: str
-    backend: BackendState
+    backend: str
     kind: AttemptKind
     sent_at: float
     prompt_tokens: int
@@ -148,7 +151,7 @@ class AttemptEnded(Event, frozen=True, gc=False):
     output_tokens: int
     stream: bool
     prior_status: int = 0
-    prior_backend: BackendState | None = None
+    prior_backend: str | None = None
     priority: int = 1  # the request's class (traffic/priority.py; 1, standard, when unknown)
 
 
@@ -167,37 +170,39 @@ class RetryRefused(Event, frozen=True, gc=False):
 
 
 class Hedged(Event, frozen=True, gc=False):
-    """A second attempt was sent because the first one's first token was late."""
+    """A second attempt was sent (to `backend`, by id) because the first one's first token
+    was late."""
 
     model: str
-    backend: BackendState
+    backend: str
 
 
 class Continued(Event, frozen=True, gc=False):
-    """A stream broke off after `tokens` tokens and goes on at `backend`."""
+    """A stream broke off after `tokens` tokens and goes on at `backend` (its id)."""
 
     model: str
-    backend: BackendState
+    backend: str
     tokens: int
 
 
 class Ejected(Event, frozen=True, gc=False):
-    """The outlier detector took `backend` out of routing until `until`, after the attempt of
-    `request_id` failed: `reason` is the rule that fired (health/outlier.py)."""
+    """The outlier detector took `backend` (its id) out of routing until `until`, after the
+    attempt of `request_id` failed: `reason` is the rule that fired (health/outlier.py)."""
 
     model: str
-    backend: BackendState
+    backend: str
     until: float
     reason: EjectReason
 
 
 class GpuChanged(Event, frozen=True, gc=False):
     """A GPU agent's readings, or their growing too old, changed how the gateway sees
-    `backend` (no request: its `request_id` is empty): `state` is the new one, `reasons` what
-    made it (e.g. "gpu 3: xid 79"; "no readings for 15.2 s" when stale; empty for ok)."""
+    `backend` (its id; no request: its `request_id` is empty): `state` is the new one,
+    `reasons` what made it (e.g. "gpu 3: xid 79"; "no readings for 15.2 s" when stale; empty
+    for ok)."""
 
     model: str
-    backend: BackendState
+    backend: str
     state: GpuState
     reasons: tuple[str, ...]
 

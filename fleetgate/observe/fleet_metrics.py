@@ -1,6 +1,7 @@
 """The metrics read from the fleet's live state when Prometheus scrapes (nothing per request):
-each backend's load, health and engine figures, each pool's admission queue, each pool's
-objectives (observe/slo.py). The counters kept from events are in observe/metrics.py.
+each backend's load (its pool's load board), health and engine figures, each pool's admission
+queue, each pool's objectives (observe/slo.py). The counters kept from events are in
+observe/metrics.py.
 """
 
 from __future__ import annotations
@@ -13,23 +14,28 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.gpu import THROTTLE_REASONS, GpuReading
 from fleetgate.fleet.health import HealthFlag, Verdict
+from fleetgate.fleet.load_board import BackendLoad
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.traffic.admission import Admission
 
-# The per-backend gauges: name, help, and how each is read from a backend's live state.
-_BACKEND_GAUGES: tuple[tuple[str, str, Callable[[BackendState], float]], ...] = (
+# The per-backend load gauges: name, help, and how each is read from its load board record.
+_LOAD_GAUGES: tuple[tuple[str, str, Callable[[BackendLoad], float]], ...] = (
     ("fleetgate_backend_in_flight_requests",
      "Requests sent to a backend that have not finished.",
-     lambda s: s.in_flight),
+     lambda load: load.in_flight),
+    ("fleetgate_backend_pending_prefill_tokens",
+     "Prompt tokens (estimated) sent to a backend whose first token has not come back.",
+     lambda load: load.pending_prefill),
+    ("fleetgate_backend_in_flight_tokens",
+     "Prompt tokens (estimated) of the requests sent to a backend that have not finished.",
+     lambda load: load.in_flight_tokens),
+)  # fmt: skip
+
+# The per-backend gauges: name, help, and how each is read from a backend's live state.
+_BACKEND_GAUGES: tuple[tuple[str, str, Callable[[BackendState], float]], ...] = (
     ("fleetgate_backend_healthy",
      "1 when no health detector flags the backend (active check, ejection, draining).",
      lambda s: 0.0 if s.flags else 1.0),
-    ("fleetgate_backend_pending_prefill_tokens",
-     "Prompt tokens (estimated) sent to a backend whose first token has not come back.",
-     lambda s: s.pending_prefill),
-    ("fleetgate_backend_in_flight_tokens",
-     "Prompt tokens (estimated) of the requests sent to a backend that have not finished.",
-     lambda s: s.in_flight_tokens),
     ("fleetgate_backend_weight",
      "A backend's effective routing weight: its configured weight x measured speed x its "
      "slow-start share x its throttle share (pools[].gpu.throttled_weight while throttling).",
@@ -111,6 +117,16 @@ _ADMISSION_GAUGES: tuple[tuple[str, str, Callable[[Admission], float]], ...] = (
 )  # fmt: skip
 
 _FLAG_NAMES = tuple((flag, (flag.name or "").lower()) for flag in HealthFlag)
+
+
+def load_families(loads: Iterable[tuple[str, str, BackendLoad]]) -> Iterator[Metric]:
+    """Every backend's in-flight gauges: (model, backend id, its record on the load board)."""
+    loads = list(loads)
+    for name, doc, read in _LOAD_GAUGES:
+        gauge = GaugeMetricFamily(name, doc, labels=["model", "backend"])
+        for model, backend, load in loads:
+            gauge.add_metric([model, backend], read(load))
+        yield gauge
 
 
 def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> Iterator[Metric]:

@@ -197,7 +197,7 @@ class LiveView:
 
     def on_ejected(self, event: Ejected) -> None:
         self._second(event.at).point.ejected += 1
-        backend = event.backend.backend.id
+        backend = event.backend
         for_s = event.until - event.at
         self.notices.append(
             Notice(self.wall(event.at), "ejected", event.model, backend, event.reason, for_s)

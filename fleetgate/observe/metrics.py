@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.load_board import BackendLoad
 from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,
@@ -39,6 +40,7 @@ from fleetgate.observe.fleet_metrics import (
     backend_families,
     gpu_expiry_family,
     gpu_families,
+    load_families,
     slo_families,
 )
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
@@ -90,8 +92,10 @@ class GatewayMetrics(Collector):
         tenants: Iterable[tuple[str, str]] = (),
         auth: bool = False,
         gpu_expiries: Callable[[], Iterable[tuple[str, BackendState, int]]] = lambda: (),
+        loads: Callable[[], Iterable[tuple[str, str, BackendLoad]]] = lambda: (),
     ) -> None:
         self._states = states  # read when scraped (observe/fleet_metrics.py)
+        self._loads = loads  # (model, backend id, its load board record), when scraped
         self._gpu_expiries = gpu_expiries  # health/gpu.py's GpuBoard.expiries, when scraped
         self._usage = usage  # tokens and spend per (pool, tenant): observe/usage.py's
         self._admissions = admissions
@@ -262,13 +266,13 @@ class GatewayMetrics(Collector):
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         error = event.error
         if error is not None and error not in _UNCOUNTED:
-            self._errors.inc((event.model, event.backend.backend.id, error))
+            self._errors.inc((event.model, event.backend, error))
 
     def on_hedged(self, event: Hedged) -> None:
-        self._hedges.inc((event.model, event.backend.backend.id))
+        self._hedges.inc((event.model, event.backend))
 
     def on_continued(self, event: Continued) -> None:
-        self._continuations.inc((event.model, event.backend.backend.id))
+        self._continuations.inc((event.model, event.backend))
 
     def on_retried(self, event: Retried) -> None:
         status = event.status
@@ -278,10 +282,10 @@ class GatewayMetrics(Collector):
         self._retries.inc((event.model, reason))
 
     def on_ejected(self, event: Ejected) -> None:
-        self._ejections.inc((event.model, event.backend.backend.id, event.reason))
+        self._ejections.inc((event.model, event.backend, event.reason))
 
     def on_gpu_changed(self, event: GpuChanged) -> None:
-        self._gpu_changes.inc((event.model, event.backend.backend.id, event.state))
+        self._gpu_changes.inc((event.model, event.backend, event.state))
 
     def on_retry_refused(self, event: RetryRefused) -> None:
         self._retries_refused.inc((event.model,))
@@ -325,6 +329,7 @@ class GatewayMetrics(Collector):
         yield from slo_families(self._slo())
         yield from admission_families(self._admissions())
         now = self._clock()
+        yield from load_families(self._loads())
         yield from backend_families(states, now)
         yield from gpu_families(states, now)
         yield gpu_expiry_family(self._gpu_expiries())

@@ -205,7 +205,7 @@ class Tracing:
             f"fleetgate.routing.score.{plugin}": score for plugin, score in event.scores.items()
         }
         if event.backend is not None:
-            attributes["fleetgate.backend"] = event.backend.backend.id
+            attributes["fleetgate.backend"] = event.backend
         span = self._child(known, f"route {event.kind}", event.at, attributes=attributes)
         span.end = event.at
 
@@ -213,12 +213,12 @@ class Tracing:
         known = self._open.get(event.request_id)
         if known is None:
             return
-        backend = event.backend.backend
-        host, _, port = backend.id.rpartition(":")
-        known.attempts[backend.id] = self._child(
+        backend = event.backend
+        host, _, port = backend.rpartition(":")
+        known.attempts[backend] = self._child(
             known, f"attempt {event.kind}", event.at, kind=2,
             attributes={"server.address": host, "server.port": int(port) if port.isdigit() else 0,
-                        "fleetgate.backend": backend.id, "fleetgate.attempt.kind": event.kind,
+                        "fleetgate.backend": backend, "fleetgate.attempt.kind": event.kind,
                         "fleetgate.prompt_tokens_estimated": event.prompt_tokens,
                         "fleetgate.queued_prefill_tokens": event.queued_prefill},
         )  # fmt: skip
@@ -227,7 +227,7 @@ class Tracing:
         known = self._open.get(event.request_id)
         if known is None:
             return
-        backend = event.backend.backend.id
+        backend = event.backend
         attempt = known.attempts.get(backend)
         if attempt is None:
             return
@@ -240,7 +240,7 @@ class Tracing:
         known = self._open.get(event.request_id)
         if known is None:
             return
-        backend = event.backend.backend.id
+        backend = event.backend
         stream = known.streams.pop(backend, None)
         if stream is not None:
             stream.attributes["fleetgate.stream.output_tokens"] = event.output_tokens

@@ -275,7 +275,9 @@ class Continuation:
                     continue
             refused = ""
             if emit.continued is not None:
-                emit.continued(Continued(ex.request_id, now, ex.model, state, progress.deltas))
+                emit.continued(
+                    Continued(ex.request_id, now, ex.model, state.backend.id, progress.deltas)
+                )
             if plan.way == "prefill":
                 again = await self._attempts.resume(
                     ex, state, plan.body, progress, Splicer(progress).rewrite

@@ -169,7 +169,7 @@ class Failover:
                     return await first
                 ex.tried.append(other)
                 if emit.hedged is not None:
-                    emit.hedged(Hedged(ex.request_id, now, ex.model, other))
+                    emit.hedged(Hedged(ex.request_id, now, ex.model, other.backend.id))
                 second = loop.create_task(run(ex, other, "hedge", retry_on, race.claimer(1)))
                 race.tasks.append(second)
                 return await _first_answer({first, second})

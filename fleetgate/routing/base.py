@@ -98,9 +98,10 @@ class Learner(Protocol):
 @runtime_checkable
 class Nominator(Protocol):
     """A scorer (or filter) that can name the few backends it would score highest (or keep),
-    without a scan, so a shortlist of a large pool includes them."""
+    by id, without a scan, so a shortlist of a large pool includes them (those that are not
+    candidates are passed over)."""
 
-    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]: ...
+    def nominate(self, request: RoutingRequest, now: float) -> list[str]: ...
 
 
 @runtime_checkable

@@ -15,19 +15,20 @@ from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.load import STALE_AFTER_S, kv_usages
+from fleetgate.routing.load import STALE_AFTER_S, CandidateLoads, kv_usages
 
 
 class KvCacheScorer:
     name = "kv_cache"
 
-    def __init__(self, stale_after_s: float = STALE_AFTER_S) -> None:
+    def __init__(self, loads: CandidateLoads, stale_after_s: float = STALE_AFTER_S) -> None:
+        self._loads = loads
         self._stale_after_s = stale_after_s
 
     def score(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
-        kvs = kv_usages(candidates, now, self._stale_after_s)
+        kvs = kv_usages(self._loads.of(candidates), now, self._stale_after_s)
         known = [k for k in kvs if k is not None]
         top = max(known, default=0.0)
         if top <= 0.0:

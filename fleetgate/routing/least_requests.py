@@ -7,12 +7,13 @@ import random
 from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.load_board import BackendLoad, LoadBoard
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.heap import IndexedHeap, Key
 
 
 class LeastRequests:
-    """Picks argmin (in_flight + 1) / weight.
+    """Picks argmin (in_flight + 1) / weight, in_flight from the pool's load board.
 
     An indexed heap over the candidates keeps the pick O(1) and each load change O(log n);
     it is rebuilt (O(n)) only when the candidate set changes. Ties go to the backend whose load
@@ -21,15 +22,18 @@ class LeastRequests:
 
     name = "least_requests"
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, board: LoadBoard) -> None:
+        self._board = board
         self._order = itertools.count()
         self._stamp: dict[BackendState, int] = {}
+        # Each member's board record, looked up once per candidate set (the board keeps it).
+        self._loads: dict[BackendState, BackendLoad] = {}
         self._heap: IndexedHeap[BackendState] | None = None
         self._members: Sequence[BackendState] | None = None
         self._rng = rng
 
     def _key(self, state: BackendState) -> Key:
-        return ((state.in_flight + 1) / state.weight, self._stamp.get(state, 0))
+        return ((self._loads[state].in_flight + 1) / state.weight, self._stamp.get(state, 0))
 
     def pick(
         self,
@@ -41,6 +45,8 @@ class LeastRequests:
         if candidates is not self._members:
             shuffled = list(candidates)
             self._rng.shuffle(shuffled)  # random order among equals after a rebuild
+            load = self._board.load
+            self._loads = {state: load(state.backend.id) for state in shuffled}
             for state in shuffled:
                 self._stamp[state] = next(self._order)
             self._heap = IndexedHeap(shuffled, self._key)

@@ -5,7 +5,8 @@ else the backend's recent mean answer length), on backend i:
     T_i = prefill_i * (pending_i + P)  +  tpot_i * N * (1 + q_i)
     prefill_i  recent seconds to first token per prompt token it had to prefill   (fleet/latency.py)
     pending_i  prompt tokens already sent to it whose first token has not come back: the
-               prefill queue this request joins (the gateway's own count, always current)
+               prefill queue this request joins (the gateway's own count on the pool's load
+               board, always current)
     tpot_i     recent seconds per output token
     q_i        requests there now: max(gateway's in flight, engine's running + waiting)
 The decode term grows with the queue the request joins, so a backend that was fast a moment
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.load import STALE_AFTER_S, queue_lengths
+from fleetgate.routing.load import STALE_AFTER_S, CandidateLoads, queue_lengths
 
 DEFAULT_OUTPUT_TOKENS = 256.0  # answer length assumed before any answer was measured
 
@@ -31,7 +32,8 @@ DEFAULT_OUTPUT_TOKENS = 256.0  # answer length assumed before any answer was mea
 class LeastResponseTime:
     name = "least_response_time"
 
-    def __init__(self, stale_after_s: float = STALE_AFTER_S) -> None:
+    def __init__(self, loads: CandidateLoads, stale_after_s: float = STALE_AFTER_S) -> None:
+        self._loads = loads
         self._stale_after_s = stale_after_s
 
     def score(
@@ -39,14 +41,15 @@ class LeastResponseTime:
     ) -> list[float]:
         prefill = _best_known([s.latency.prefill_s_per_token for s in candidates])
         tpot = _best_known([s.latency.tpot_s for s in candidates])
-        queues = queue_lengths(candidates, now, self._stale_after_s)
+        loaded = self._loads.of(candidates)
+        queues = queue_lengths(loaded, now, self._stale_after_s)
         prompt = request.prompt_tokens
         times: list[float] = []
-        for i, state in enumerate(candidates):
+        for i, (state, load) in enumerate(loaded):
             lat = state.latency
             out = request.max_tokens or lat.output_tokens or DEFAULT_OUTPUT_TOKENS
             decode = tpot[i] * out * (1.0 + queues[i])
-            times.append(prefill[i] * (state.pending_prefill + prompt) + decode)
+            times.append(prefill[i] * (load.pending_prefill + prompt) + decode)
         best = min(times)
         if best <= 0.0:
             return [1.0 if t <= 0.0 else 0.0 for t in times]

@@ -1,8 +1,9 @@
 """How busy backends are, from each engine's last fresh reading and the gateway's own count.
 
-The engine's count includes other clients' requests; the gateway's includes requests sent since
-the last scrape. Routing takes the larger, and the gateway's alone once the reading is stale.
-Both helpers take a whole candidate list: scorers call them once per pick, not per backend.
+The engine's count includes other clients' requests; the gateway's (its pool's load board,
+fleet/load_board.py) includes requests sent since the last scrape. Routing takes the larger,
+and the gateway's alone once the reading is stale. The helpers take a whole candidate list:
+scorers call them once per pick, not per backend.
 """
 
 from __future__ import annotations
@@ -10,19 +11,44 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.load_board import BackendLoad, LoadBoard
 
 STALE_AFTER_S = 5.0  # the default age beyond which an engine reading is not trusted
+Loaded = tuple[BackendState, BackendLoad]  # a candidate and its record on the load board
 
 
-def queue_lengths(
-    candidates: Sequence[BackendState], now: float, stale_after_s: float
-) -> list[float]:
+class CandidateLoads:
+    """The load board's records of a candidate set, looked up once per set: the plugins of a
+    pipeline share one (routing/registry.py PluginContext), so a pick looks each candidate up
+    at most once however many plugins read loads, and a pool's own candidate tuple (every pick
+    of a pool no larger than the shortlist) only when the tuple changes. Holding the records is
+    sound because a board keeps each one current in place (fleet/load_board.py). Pairs, not a
+    list of records beside the candidates: a scorer's loop over them reads as fast as the
+    counters on the backend's state did, where a zip of two lists took twice as long."""
+
+    __slots__ = ("_loaded", "_of", "board")
+
+    def __init__(self, board: LoadBoard) -> None:
+        self.board = board
+        self._of: Sequence[BackendState] | None = None  # held, so its id is never reused
+        self._loaded: list[Loaded] = []
+
+    def of(self, candidates: Sequence[BackendState]) -> list[Loaded]:
+        """Each candidate with its record, in order."""
+        if candidates is not self._of:
+            load = self.board.load
+            self._loaded = [(state, load(state.backend.id)) for state in candidates]
+            self._of = candidates
+        return self._loaded
+
+
+def queue_lengths(loaded: Sequence[Loaded], now: float, stale_after_s: float) -> list[float]:
     """Per backend: max(in flight by the gateway, running + waiting by the engine)."""
     queues: list[float] = []
     oldest = now - stale_after_s
-    for state in candidates:
+    for state, load in loaded:
         engine = state.engine
-        mine = float(state.in_flight)
+        mine = float(load.in_flight)
         if engine is None or engine.scraped_at < oldest:
             queues.append(mine)
         else:
@@ -31,9 +57,7 @@ def queue_lengths(
     return queues
 
 
-def kv_usages(
-    candidates: Sequence[BackendState], now: float, stale_after_s: float
-) -> list[float | None]:
+def kv_usages(loaded: Sequence[Loaded], now: float, stale_after_s: float) -> list[float | None]:
     """Per backend: its KV-cache use now in [0, 1], or None without a fresh engine reading.
 
         k_i = kv_read + (t_now - t_read) / capacity
@@ -43,7 +67,7 @@ def kv_usages(
     """
     oldest = now - stale_after_s
     usages: list[float | None] = []
-    for state in candidates:
+    for state, load in loaded:
         engine = state.engine
         if engine is None or engine.scraped_at < oldest:
             usages.append(None)
@@ -51,6 +75,6 @@ def kv_usages(
         kv = engine.kv_usage
         capacity = engine.kv_capacity_tokens
         if capacity:
-            kv += (state.in_flight_tokens - engine.sent_tokens) / capacity
+            kv += (load.in_flight_tokens - engine.sent_tokens) / capacity
         usages.append(min(1.0, max(0.0, kv)))
     return usages

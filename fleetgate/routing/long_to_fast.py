@@ -9,8 +9,9 @@ then give the slow GPUs more of the short requests, so the load still evens out.
     long   = estimated prompt tokens >= threshold_tokens
     fast_i = w_i >= share x W                 (w: effective weight, calibrated from speed;
                                                W = max_j w_j)
-    b_i    = pending_prefill_i x W / w_i      (prompt tokens awaiting prefill, in the time the
-                                               fastest backend takes over them)
+    b_i    = pending_prefill_i x W / w_i      (prompt tokens awaiting prefill, on the pool's
+                                               load board, in the time the fastest backend
+                                               takes over them)
     keep   = {i : fast_i}   if long and min_{fast} b_i <= min_j b_j + slack_tokens
              every candidate otherwise
 The guard (the second condition) keeps the fast backends from taking more than they can: when
@@ -36,6 +37,7 @@ from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import CandidateLoads
 from fleetgate.settings import Settings, at_least, within
 
 REFRESH_S = 1.0  # how old the list of the pool's fast backends may be
@@ -60,10 +62,12 @@ class LongToFast:
 
     def __init__(
         self,
+        loads: CandidateLoads,
         params: LongToFastParams = LongToFastParams(),
         *,
         rng: random.Random | None = None,
     ) -> None:
+        self._loads = loads
         self._threshold = params.threshold_tokens
         self._share = params.share
         self._slack = params.slack_tokens
@@ -76,12 +80,13 @@ class LongToFast:
         self._members = candidates
         self._found_at = -math.inf
 
-    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]:
-        """Some fast backends of the pool, for a long prompt; none for a short one."""
+    def nominate(self, request: RoutingRequest, now: float) -> list[str]:
+        """Some fast backends of the pool, by id, for a long prompt; none for a short one."""
         if request.prompt_tokens < self._threshold or not self._members:
             return []
         fast = self._pool_fast(now)
-        return fast if len(fast) <= NOMINATED else self._rng.sample(fast, NOMINATED)
+        drawn = fast if len(fast) <= NOMINATED else self._rng.sample(fast, NOMINATED)
+        return [state.backend.id for state in drawn]
 
     def _pool_fast(self, now: float) -> list[BackendState]:
         """The fast backends of the whole candidate set, found again when REFRESH_S has passed
@@ -102,6 +107,7 @@ class LongToFast:
         fast = [s for s in candidates if s.weight >= bar]
         if len(fast) == len(candidates):
             return candidates
-        least_fast = min(s.pending_prefill / s.weight for s in fast)
-        least = min(s.pending_prefill / s.weight for s in candidates)
+        loaded = self._loads.of(candidates)
+        least_fast = min(load.pending_prefill / s.weight for s, load in loaded if s.weight >= bar)
+        least = min(load.pending_prefill / s.weight for s, load in loaded)
         return fast if (least_fast - least) * top <= self._slack else candidates

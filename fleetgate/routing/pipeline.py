@@ -49,7 +49,7 @@ class RoutingPipeline:
     """
 
     __slots__ = (
-        "_learns", "_member_set", "_members", "_nominators", "_picks", "_plain", "_rng",
+        "_learns", "_member_ids", "_members", "_nominators", "_picks", "_plain", "_rng",
         "_rosters", "_scorer_names", "_shortlist", "_time_every", "_timed", "_timer", "picker",
     )  # fmt: skip
 
@@ -80,7 +80,7 @@ class RoutingPipeline:
         self._time_every = TIME_EVERY
         self._picks = 0  # since the last timed one
         self._members: Sequence[BackendState] | None = None
-        self._member_set: frozenset[BackendState] = frozenset()
+        self._member_ids: dict[str, BackendState] = {}  # the members, by backend id
 
     @property
     def scorers(self) -> tuple[Scorer, ...]:
@@ -179,14 +179,16 @@ class RoutingPipeline:
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[BackendState]:
         if candidates is not self._members:  # the pool rebuilds its tuple on health changes
-            self._members, self._member_set = candidates, frozenset(candidates)
+            self._members = candidates
+            self._member_ids = {state.backend.id: state for state in candidates}
             for roster in self._rosters:
                 roster.roster(candidates)
-        members, size = self._member_set, self._shortlist
+        members, size = self._member_ids, self._shortlist
         picked: dict[BackendState, None] = {}
         for nominator in self._nominators:
-            for state in nominator.nominate(request, now):
-                if state in members:
+            for backend in nominator.nominate(request, now):
+                state = members.get(backend)
+                if state is not None:
                     picked[state] = None
                     if len(picked) * 2 >= size:
                         break

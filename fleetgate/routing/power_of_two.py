@@ -6,11 +6,13 @@ import random
 from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.load_board import LoadBoard
 from fleetgate.routing.base import RoutingRequest
 
 
 class PowerOfTwo:
-    """Draw two distinct candidates; pick the one with the lower (in_flight + 1) / weight.
+    """Draw two distinct candidates; pick the one with the lower (in_flight + 1) / weight,
+    in_flight from the pool's load board.
 
     O(1). Two choices keep the maximum load within O(log log n) of the mean (Mitzenmacher)
     while never herding every request onto the single least-loaded backend.
@@ -18,8 +20,9 @@ class PowerOfTwo:
 
     name = "power_of_two"
 
-    def __init__(self, rng: random.Random) -> None:
+    def __init__(self, rng: random.Random, board: LoadBoard) -> None:
         self._rng = rng
+        self._board = board
 
     def pick(
         self,
@@ -36,6 +39,8 @@ class PowerOfTwo:
         if j >= i:
             j += 1
         a, b = candidates[i], candidates[j]
-        if (b.in_flight + 1) * a.weight < (a.in_flight + 1) * b.weight:
+        load = self._board.load
+        a_in, b_in = load(a.backend.id).in_flight, load(b.backend.id).in_flight
+        if (b_in + 1) * a.weight < (a_in + 1) * b.weight:
             return b
         return a

@@ -1,7 +1,8 @@
 """`prefix_cache` scorer: prefers the backend that most likely holds the prompt's prefix in its
 KV cache, so the engine skips that part of the prefill.
 
-    m_i     = leading prompt blocks backend i holds, by the prefix index (routing/prefix_index.py)
+    m_i     = leading prompt blocks backend i holds, by the pool's prefix index (a PrefixIndex,
+              routing/stores.py; in this process routing/prefix_index.py)
     score_i = m_i / blocks in the prompt                    (0 for a prompt under one block)
 Load guard: with q_i the backend's queue (routing/load.py) and q_min the least among the
 candidates, a backend with q_i > balance_rel * q_min + balance_abs scores 0: a cached prefix is
@@ -10,7 +11,8 @@ that backend is recorded as holding the prefix too, and a hot prefix spreads ove
 replicas as its load needs instead of piling onto one.
 
 Every pick is recorded in the index (`chosen`), and each backend's share of the index follows
-its engine's reported KV capacity. O(prompt blocks + candidates) per pick.
+its engine's reported KV capacity. O(prompt blocks + candidates) per pick. The index knows
+backends by id; so do the backends this scorer nominates for a large pool's shortlist.
 """
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
-from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.load import STALE_AFTER_S, queue_lengths
-from fleetgate.routing.prefix_index import PrefixIndex, block_hashes, entries_for
+from fleetgate.routing.base import BYTES_PER_TOKEN, RoutingRequest
+from fleetgate.routing.load import STALE_AFTER_S, CandidateLoads, queue_lengths
+from fleetgate.routing.prefix_index import MemoryPrefixIndex, block_hashes, entries_for
+from fleetgate.routing.stores import PrefixIndex
 from fleetgate.settings import Settings, at_least, positive
 
 
@@ -45,17 +48,22 @@ class PrefixCacheScorer:
 
     def __init__(
         self,
+        loads: CandidateLoads,
         params: PrefixCacheParams = PrefixCacheParams(),
         *,
+        index: PrefixIndex | None = None,
         stale_after_s: float = STALE_AFTER_S,
     ) -> None:
-        self.index = PrefixIndex(entries_for(params.memory_mb), params.block_bytes)
+        """`index`: the pool's (routing/registry.py makes it from the PluginContext's factory,
+        sized by `memory_mb`); None: one of its own in this process."""
+        self._loads = loads
+        self.index = MemoryPrefixIndex(entries_for(params.memory_mb)) if index is None else index
         self._block_bytes = params.block_bytes
         self._balance_abs = params.balance_abs
         self._balance_rel = params.balance_rel
         self._max_nominees = params.max_nominees
         self._stale_after_s = stale_after_s
-        self._capacity: dict[BackendState, float] = {}  # engine capacities applied so far
+        self._capacity: dict[str, float] = {}  # engine capacities applied so far, by id
         self._request: RoutingRequest | None = None  # the request `_hashes` belong to
         self._hashes: list[int] = []
 
@@ -70,31 +78,34 @@ class PrefixCacheScorer:
     ) -> list[float]:
         self._follow_capacities(candidates)
         hashes = self._hashes_of(request)
-        matches = self.index.matches(hashes, self.index.mask_of(candidates))
+        # The ids are drawn only when some backend holds the first block.
+        matches = self.index.matches(hashes, (state.backend.id for state in candidates))
         if not matches:
             return [0.0] * len(candidates)
-        queues = queue_lengths(candidates, now, self._stale_after_s)
+        queues = queue_lengths(self._loads.of(candidates), now, self._stale_after_s)
         limit = min(queues) * self._balance_rel + self._balance_abs
         blocks = len(hashes)
         return [
-            matches.get(state, 0) / blocks if q <= limit else 0.0
+            matches.get(state.backend.id, 0) / blocks if q <= limit else 0.0
             for state, q in zip(candidates, queues, strict=True)
         ]
 
-    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]:
-        held = self.index.deepest(self._hashes_of(request), self._max_nominees)
-        return [state for state in held if isinstance(state, BackendState)]
+    def nominate(self, request: RoutingRequest, now: float) -> list[str]:
+        return self.index.deepest(self._hashes_of(request), self._max_nominees)
 
     def chosen(self, request: RoutingRequest, state: BackendState, now: float) -> None:
         hashes = self._hashes_of(request)
         if hashes:
-            self.index.record(state, hashes)
+            self.index.record(state.backend.id, hashes)
 
     def _follow_capacities(self, candidates: Sequence[BackendState]) -> None:
         for state in candidates:
             engine = state.engine
             if engine is None or engine.kv_capacity_tokens is None:
                 continue
-            if self._capacity.get(state) != engine.kv_capacity_tokens:
-                self._capacity[state] = engine.kv_capacity_tokens
-                self.index.set_capacity_tokens(state, engine.kv_capacity_tokens)
+            tokens = engine.kv_capacity_tokens
+            backend = state.backend.id
+            if self._capacity.get(backend) != tokens:
+                self._capacity[backend] = tokens
+                blocks = int(tokens * BYTES_PER_TOKEN // self._block_bytes)
+                self.index.set_capacity(backend, blocks)

@@ -8,25 +8,27 @@ collisions, about 2^-64 per pair). A trailing partial block is not hashed: engin
 full blocks too.
 
 Each backend has an LRU of the block hashes routed to it, at most `capacity` of them: the
-engine's KV capacity in gateway blocks when it reports one (tokens x 4 bytes / block_bytes),
-never more than its share of `max_entries`. So the index forgets what the engine has most
-likely evicted, and its memory is bounded: at most `max_entries` (hash, backend) pairs, about
-`ENTRY_BYTES` each (tests/routing/test_prefix_index.py measures it with 10 million prompts).
-A dict maps each hash to a bitmask of the backends holding it, so a lookup costs O(blocks)
-whatever the number of backends.
+engine's KV capacity in gateway blocks when it reports one (tokens x 4 bytes / block_bytes:
+the prefix_cache scorer converts), never more than its share of `max_entries`. So the index
+forgets what the engine has most likely evicted, and its memory is bounded: at most
+`max_entries` (hash, backend) pairs, about `ENTRY_BYTES` each (tests/routing/test_prefix_index.py
+measures it with 10 million prompts). A dict maps each hash to a bitmask of the backends
+holding it, so a lookup costs O(blocks) whatever the number of backends.
+
+`MemoryPrefixIndex` is the index in this process's memory, keyed by backend id: the
+`PrefixIndex` protocol's in-process implementation (routing/stores.py).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable
+from collections.abc import Iterable
 
 from xxhash import xxh3_64_intdigest
 
 ENTRY_BYTES = (
     512  # memory per (hash, backend) pair, rounded up from 442 measured (RSS, 10M prompts)
 )
-BYTES_PER_TOKEN = 4
 
 
 def block_hashes(prompt: bytes | memoryview, block_bytes: int) -> list[int]:
@@ -40,19 +42,18 @@ def block_hashes(prompt: bytes | memoryview, block_bytes: int) -> list[int]:
     return hashes
 
 
-class PrefixIndex:
-    """Block hashes per backend (LRU, bounded) and, per hash, the backends holding it."""
+class MemoryPrefixIndex:
+    """Block hashes per backend id (LRU, bounded) and, per hash, the backends holding it."""
 
-    __slots__ = ("_block_bytes", "_caps", "_lrus", "_max_entries", "_owners", "_slots", "members")
+    __slots__ = ("_caps", "_lrus", "_max_entries", "_owners", "_slots", "members")
 
-    def __init__(self, max_entries: int, block_bytes: int) -> None:
-        if max_entries < 1 or block_bytes < 1:
-            raise ValueError("max_entries and block_bytes must be >= 1")
+    def __init__(self, max_entries: int) -> None:
+        if max_entries < 1:
+            raise ValueError("max_entries must be >= 1")
         self._max_entries = max_entries
-        self._block_bytes = block_bytes
         self._owners: dict[int, int] = {}  # hash -> bitmask of backend slots
-        self._slots: dict[Hashable, int] = {}  # backend -> its slot (bit)
-        self.members: list[Hashable] = []  # slot -> backend
+        self._slots: dict[str, int] = {}  # backend id -> its slot (bit)
+        self.members: list[str] = []  # slot -> backend id
         self._lrus: list[OrderedDict[int, None]] = []
         self._caps: list[int] = []
 
@@ -60,7 +61,7 @@ class PrefixIndex:
         """(hash, backend) pairs held."""
         return sum(len(lru) for lru in self._lrus)
 
-    def _slot(self, backend: Hashable) -> int:
+    def _slot(self, backend: str) -> int:
         slot = self._slots.get(backend)
         if slot is None:
             slot = self._slots[backend] = len(self.members)
@@ -76,18 +77,18 @@ class PrefixIndex:
             self._caps[slot] = min(cap, share) if cap else share
             self._evict(slot)
 
-    def set_capacity_tokens(self, backend: Hashable, tokens: float) -> None:
-        """The engine's KV capacity in tokens: its LRU holds no more blocks than that."""
-        slot = self._slot(backend)
+    def set_capacity(self, backend_id: str, blocks: int) -> None:
+        """The engine's KV capacity in blocks: its LRU holds no more than that (nor more than
+        its share of the budget)."""
+        slot = self._slot(backend_id)
         share = max(1, self._max_entries // len(self.members))
-        blocks = int(tokens * BYTES_PER_TOKEN // self._block_bytes)
         self._caps[slot] = max(1, min(share, blocks))
         self._evict(slot)
 
-    def capacity(self, backend: Hashable) -> int:
-        return self._caps[self._slot(backend)]
+    def capacity(self, backend_id: str) -> int:
+        return self._caps[self._slot(backend_id)]
 
-    def mask_of(self, backends: Iterable[Hashable]) -> int:
+    def _mask_of(self, backends: Iterable[str]) -> int:
         """The bitmask of these backends' slots (backends the index never saw have none)."""
         slots = self._slots
         mask = 0
@@ -97,16 +98,18 @@ class PrefixIndex:
                 mask |= 1 << slot
         return mask
 
-    def matches(self, hashes: list[int], within: int = -1) -> dict[Hashable, int]:
-        """Per backend holding the first block (among the `within` mask), how many leading
-        blocks it holds. O(blocks + backends found)."""
+    def matches(self, hashes: list[int], among: Iterable[str] | None = None) -> dict[str, int]:
+        """Per backend holding the first block (of `among`, or of all), how many leading
+        blocks it holds. O(blocks + backends found), and O(len(among)) for the mask."""
         owners = self._owners
         if not hashes:
             return {}
-        mask = owners.get(hashes[0], 0) & within
+        mask = owners.get(hashes[0], 0)
+        if among is not None:
+            mask &= self._mask_of(among)
         if not mask:
             return {}
-        found: dict[Hashable, int] = {}
+        found: dict[str, int] = {}
         depth = 1
         for h in hashes[1:]:
             narrower = mask & owners.get(h, 0)
@@ -119,7 +122,7 @@ class PrefixIndex:
         self._credit(mask, depth, found)
         return found
 
-    def deepest(self, hashes: list[int], limit: int) -> list[Hashable]:
+    def deepest(self, hashes: list[int], limit: int) -> list[str]:
         """Up to `limit` of the backends holding the longest held prefix. O(blocks + limit)."""
         owners = self._owners
         mask = owners.get(hashes[0], 0) if hashes else 0
@@ -128,7 +131,7 @@ class PrefixIndex:
             if not narrower:
                 break
             mask = narrower
-        found: list[Hashable] = []
+        found: list[str] = []
         members = self.members
         while mask and len(found) < limit:
             low = mask & -mask
@@ -136,16 +139,16 @@ class PrefixIndex:
             mask ^= low
         return found
 
-    def _credit(self, mask: int, depth: int, found: dict[Hashable, int]) -> None:
+    def _credit(self, mask: int, depth: int, found: dict[str, int]) -> None:
         members = self.members
         while mask:
             low = mask & -mask
             found[members[low.bit_length() - 1]] = depth
             mask ^= low
 
-    def record(self, backend: Hashable, hashes: list[int]) -> None:
-        """`backend` was sent a prompt with these block hashes: it now caches them."""
-        slot = self._slot(backend)
+    def record(self, backend_id: str, hashes: list[int]) -> None:
+        """The backend was sent a prompt with these block hashes: it now caches them."""
+        slot = self._slot(backend_id)
         lru = self._lrus[slot]
         owners = self._owners
         bit = 1 << slot
@@ -169,9 +172,9 @@ class PrefixIndex:
             else:
                 del owners[h]
 
-    def forget(self, backend: Hashable) -> None:
-        """Drop everything recorded for `backend` (removed, or its engine restarted)."""
-        slot = self._slots.get(backend)
+    def forget(self, backend_id: str) -> None:
+        """Drop everything recorded for the backend (removed, or its engine restarted)."""
+        slot = self._slots.get(backend_id)
         if slot is None:
             return
         cap = self._caps[slot]

@@ -4,7 +4,8 @@
 Each plugin type is registered with its parameters struct (a Settings subclass, `NoParams` for
 one that takes none) and a builder. A config's parameters decode into that struct, where they
 are checked; an unknown key or a failed check is a ValueError naming the key. What is not a
-parameter (the random source, how old an engine reading may be) comes from the PluginContext.
+parameter (the random source, how old an engine reading may be, the stores of routing state
+they read and write) comes from the PluginContext.
 
 The registry is an ordinary object built by the composition root (`default_registry()`), not a
 process-wide table: a test or an embedder can build its own with extra plugins.
@@ -20,22 +21,26 @@ from typing import Any, Generic, TypeVar
 
 import msgspec
 
+from fleetgate.fleet.load_board import LoadBoard
 from fleetgate.routing.base import Filter, Picker, Scorer
 from fleetgate.routing.kv_cache import KvCacheScorer
 from fleetgate.routing.least_requests import LeastRequests
 from fleetgate.routing.least_response_time import LeastResponseTime
 from fleetgate.routing.length_split import LengthSplit, LengthSplitParams
-from fleetgate.routing.load import STALE_AFTER_S
+from fleetgate.routing.load import STALE_AFTER_S, CandidateLoads
 from fleetgate.routing.long_to_fast import LongToFast, LongToFastParams
 from fleetgate.routing.max_score import MaxScore
 from fleetgate.routing.pipeline import SHORTLIST, RoutingPipeline
 from fleetgate.routing.power_of_two import PowerOfTwo
 from fleetgate.routing.prefill_queue import PrefillQueue
 from fleetgate.routing.prefix_cache import PrefixCacheParams, PrefixCacheScorer
+from fleetgate.routing.prefix_index import MemoryPrefixIndex, entries_for
 from fleetgate.routing.queue import QueueScorer
 from fleetgate.routing.random_pick import RandomPick
 from fleetgate.routing.round_robin import RoundRobin
 from fleetgate.routing.session_affinity import SessionAffinity, SessionAffinityParams
+from fleetgate.routing.session_table import MemorySessionTable
+from fleetgate.routing.stores import PrefixIndexFactory, SessionTable
 from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
 from fleetgate.routing.work_share import WorkShare, WorkShareParams
 from fleetgate.settings import Settings
@@ -48,10 +53,22 @@ DEFAULT_POLICY = "balanced"  # a pool's routing when its config names none: the 
 
 @dataclass(frozen=True, slots=True)
 class PluginContext:
-    """What a plugin may be given when it is built."""
+    """What a plugin may be given when it is built: one per pipeline (so per pool), made by
+    the composition root (fleetgate/serve.py), its stores the pool's."""
 
     rng: random.Random  # its own random source
+    board: LoadBoard  # the pool's in-flight counts by backend id (its Pool's: `pool.board`)
     stale_after_s: float = STALE_AFTER_S  # engine readings older than this are not trusted
+    # The pool's prefix index, made by the prefix_cache scorer at the size its `memory_mb`
+    # allows (in this process's memory by default).
+    prefix_index: PrefixIndexFactory = MemoryPrefixIndex
+    # The pool's session table (routing/stores.py; in this process's memory by default).
+    sessions: SessionTable = field(default_factory=MemorySessionTable)
+    # The board's records of a candidate set, shared by the pipeline's plugins.
+    loads: CandidateLoads = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "loads", CandidateLoads(self.board))
 
 
 class NoParams(Settings, frozen=True):
@@ -205,9 +222,20 @@ def _seeded(plugin: Callable[[random.Random], T]) -> Callable[[NoParams, PluginC
     return lambda _, ctx: plugin(ctx.rng)
 
 
-def _reading(plugin: Callable[[float], T]) -> Callable[[NoParams, PluginContext], T]:
-    """A builder of a parameterless plugin that reads engine metrics up to the context's age."""
-    return lambda _, ctx: plugin(ctx.stale_after_s)
+def _loaded(
+    plugin: Callable[[random.Random, LoadBoard], T],
+) -> Callable[[NoParams, PluginContext], T]:
+    """A builder of a parameterless picker that draws from the context's random source and
+    reads the context's load board."""
+    return lambda _, ctx: plugin(ctx.rng, ctx.board)
+
+
+def _reading(
+    plugin: Callable[[CandidateLoads, float], T],
+) -> Callable[[NoParams, PluginContext], T]:
+    """A builder of a parameterless plugin that reads the load board, and engine metrics up to
+    the context's age."""
+    return lambda _, ctx: plugin(ctx.loads, ctx.stale_after_s)
 
 
 def default_registry() -> PluginRegistry:
@@ -215,27 +243,37 @@ def default_registry() -> PluginRegistry:
     registry = PluginRegistry()
     pickers: tuple[tuple[str, Callable[[random.Random], Picker]], ...] = (
         ("round_robin", RoundRobin), ("weighted_round_robin", WeightedRoundRobin),
-        ("random", RandomPick), ("least_requests", LeastRequests),
-        ("power_of_two", PowerOfTwo), ("max_score", MaxScore),
+        ("random", RandomPick), ("max_score", MaxScore),
     )  # fmt: skip
     for name, picker in pickers:
         registry.add_picker(name, NoParams, _seeded(picker))
+    registry.add_picker("least_requests", NoParams, _loaded(LeastRequests))
+    registry.add_picker("power_of_two", NoParams, _loaded(PowerOfTwo))
     registry.add_scorer("queue", NoParams, _reading(QueueScorer))
     registry.add_scorer("kv_cache", NoParams, _reading(KvCacheScorer))
     registry.add_scorer("least_response_time", NoParams, _reading(LeastResponseTime))
     registry.add_scorer(
         "prefix_cache",
         PrefixCacheParams,
-        lambda params, ctx: PrefixCacheScorer(params, stale_after_s=ctx.stale_after_s),
+        lambda params, ctx: PrefixCacheScorer(
+            ctx.loads,
+            params,
+            index=ctx.prefix_index(entries_for(params.memory_mb)),
+            stale_after_s=ctx.stale_after_s,
+        ),
     )
     registry.add_scorer(
-        "session_affinity", SessionAffinityParams, lambda params, _: SessionAffinity(params)
+        "session_affinity",
+        SessionAffinityParams,
+        lambda params, ctx: SessionAffinity(ctx.loads, params, sessions=ctx.sessions),
     )
-    registry.add_scorer("prefill_queue", NoParams, lambda _, __: PrefillQueue())
+    registry.add_scorer("prefill_queue", NoParams, lambda _, ctx: PrefillQueue(ctx.loads))
     registry.add_scorer("work_share", WorkShareParams, lambda params, _: WorkShare(params))
     registry.add_filter("length_split", LengthSplitParams, lambda params, _: LengthSplit(params))
     registry.add_filter(
-        "long_to_fast", LongToFastParams, lambda params, ctx: LongToFast(params, rng=ctx.rng)
+        "long_to_fast",
+        LongToFastParams,
+        lambda params, ctx: LongToFast(ctx.loads, params, rng=ctx.rng),
     )
     registry.add_profile("least_loaded", Profile.of(("queue", 1), ("kv_cache", 1)))
     registry.add_profile("least_response_time", Profile.of(("least_response_time", 1)))

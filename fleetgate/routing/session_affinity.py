@@ -1,17 +1,23 @@
 """`session_affinity` scorer: keeps a conversation on the backend that holds its KV cache.
 
-Consistent hashing with bounded loads (Mirrokni, Thorup and Zadimoghaddam, 2018). Every backend
-owns `vnodes` points on a 64-bit ring, at xxh3_64("<backend id>#<k>"). A request's session key
-(the x-session-id header, else the body's `user`) hashes to a point; its home is the first
-backend clockwise from there that is a candidate and carries at most
+A session's home is where its last request went, while that backend can take it: the pool's
+session table (a SessionTable, routing/stores.py; in this process routing/session_table.py)
+remembers it by backend id, from every pick (`chosen`). A session it does not know, or whose
+remembered backend is gone or full, is placed by consistent hashing with bounded loads
+(Mirrokni, Thorup and Zadimoghaddam, 2018): every backend owns `vnodes` points on a 64-bit
+ring, at xxh3_64("<backend id>#<k>"); the request's session key (the x-session-id header, else
+the body's `user`) hashes to a point, and its home is the first backend clockwise from there
+that is a candidate. Either way the home carries fewer than
     bound = ceil((1 + epsilon) * (L + 1) / n)
-requests in flight, L being the in-flight total over the n candidates scored. So no backend
-takes more than (1 + epsilon) times the average, and when a backend leaves, only the sessions
-it was home to move (to the next point clockwise).
+requests in flight (the pool's load board), L being the in-flight total over the n candidates
+scored. So no backend takes more than (1 + epsilon) times the average; when a backend leaves,
+only the sessions it was home to move (to the next point clockwise), and when one joins, no
+session known to the table moves to it.
     score_i = 1 for the home, 0 for the others;   every score is 0 without a session key.
 With a shortlist (routing/pipeline.py) L / n is the shortlist's mean, an unbiased estimate of
-the pool's; the pipeline puts the whole candidate set on the ring (`roster`). A pick costs
-O(log(n * vnodes)) to find the point, plus the steps walked past full or absent backends.
+the pool's; the pipeline puts the whole candidate set on the ring (`roster`), and the
+remembered home is the first backend nominated. A pick costs O(n) over the candidates scored,
+plus O(log(n * vnodes)) to find the point and the steps walked past full or absent backends.
 """
 
 from __future__ import annotations
@@ -24,6 +30,9 @@ from xxhash import xxh3_64_intdigest
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import CandidateLoads
+from fleetgate.routing.session_table import MemorySessionTable
+from fleetgate.routing.stores import SessionTable
 from fleetgate.settings import Settings, at_least, positive
 
 
@@ -44,8 +53,15 @@ class SessionAffinity:
 
     def __init__(
         self,
+        loads: CandidateLoads,
         params: SessionAffinityParams = SessionAffinityParams(),
+        *,
+        sessions: SessionTable | None = None,
     ) -> None:
+        """`sessions`: the pool's session table (routing/registry.py gives the PluginContext's);
+        None: one of its own in this process."""
+        self._loads = loads
+        self._sessions = MemorySessionTable() if sessions is None else sessions
         self._epsilon = params.epsilon
         self._vnodes = params.vnodes
         self._max_nominees = params.max_nominees
@@ -83,12 +99,20 @@ class SessionAffinity:
             self._join(new)
 
     def home(self, key: str, candidates: Sequence[BackendState]) -> BackendState | None:
+        """Where the session `key` goes among `candidates` (None: all of them are full)."""
         self.roster(candidates)
-        members = set(candidates)
-        total = sum(s.in_flight for s in candidates)
-        bound = math.ceil((1 + self._epsilon) * (total + 1) / len(candidates))
+        loaded = self._loads.of(candidates)
+        in_flight = {s: load.in_flight for s, load in loaded}
+        bound = math.ceil((1 + self._epsilon) * (sum(in_flight.values()) + 1) / len(candidates))
+        last = self._sessions.home(key)
+        if last is not None:
+            for state, load in loaded:
+                if state.backend.id == last:
+                    if load.in_flight < bound:
+                        return state
+                    break
         for state in self._clockwise(key):
-            if state in members and state.in_flight < bound:
+            if in_flight.get(state, bound) < bound:
                 return state
         return None
 
@@ -101,15 +125,23 @@ class SessionAffinity:
         home = self.home(key, candidates)
         return [1.0 if state is home else 0.0 for state in candidates]
 
-    def nominate(self, request: RoutingRequest, now: float) -> list[BackendState]:
-        """The first few backends clockwise from the session's point: its home is among them
-        unless they are all full or unhealthy."""
+    def nominate(self, request: RoutingRequest, now: float) -> list[str]:
+        """The session's last backend, then the first few clockwise from its point, by id:
+        its home is among them unless they are all full or unhealthy."""
         key = request.session_key
         if key is None or not self._points:
             return []
-        found: list[BackendState] = []
+        last = self._sessions.home(key)
+        found = [] if last is None else [last]
         for state in self._clockwise(key):
-            found.append(state)
             if len(found) >= self._max_nominees:
                 break
+            if state.backend.id != last:
+                found.append(state.backend.id)
         return found
+
+    def chosen(self, request: RoutingRequest, state: BackendState, now: float) -> None:
+        """Where the session's request went, whoever chose it: its KV cache is there now."""
+        key = request.session_key
+        if key is not None:
+            self._sessions.record(key, state.backend.id)

@@ -6,7 +6,11 @@ The gateway notes each response's id and the backend that answered it (from the 
 stream's `response.created` event), and pins a follow-up to that backend while it can take it
 (routing/router.py); a backend that has left or is unhealthy leaves the follow-up to ordinary
 routing, and the engine's own 404 to tell the client. At most `capacity` ids are kept, the
-oldest forgotten first; in this gateway only (several gateways: route follow-ups by session).
+oldest forgotten first.
+
+`StoredResponses` keeps them in this process's memory: the `ResponsePins` protocol's in-process
+implementation (routing/stores.py), one per gateway (serve.py gives it to the Director); a
+shared one lets a follow-up sent to another gateway reach the same backend.
 
 A response is its tenant's: another tenant naming its id is told there is no such response
 (an engine keeps no owner, and would continue anyone's conversation).
@@ -18,14 +22,16 @@ from collections import OrderedDict
 
 
 class StoredResponses:
+    __slots__ = ("_capacity", "_where")
+
     def __init__(self, capacity: int = 100_000) -> None:
         self._capacity = capacity
         # response id -> (backend id, tenant)
         self._where: OrderedDict[str, tuple[str, str]] = OrderedDict()
 
-    def record(self, response_id: str, backend: str, tenant: str) -> None:
+    def record(self, response_id: str, backend_id: str, tenant: str) -> None:
         where = self._where
-        where[response_id] = (backend, tenant)
+        where[response_id] = (backend_id, tenant)
         where.move_to_end(response_id)
         if len(where) > self._capacity:
             where.popitem(last=False)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import msgspec
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.load_board import LoadBoard
 from fleetgate.http.errors import (
     ConnectError,
     LocalExhaustion,
@@ -60,12 +61,13 @@ class Exchange(msgspec.Struct):
     started: float
     timeouts: Timeouts  # the pool's, or shorter where the client asked (gateway/requests.py)
     emit: Emitters
+    board: LoadBoard  # the pool's in-flight counts (fleet/load_board.py), read as it is sent
     pool_timeouts: Timeouts | None = None  # the pool's own (None: `timeouts` are)
     tried: list[BackendState] = msgspec.field(default_factory=list)
     # The last 5xx an attempt got, and the backend it still counts against (None once a like
     # answer from another backend showed it to be the request's): lifecycle/events.py.
     prior_status: int = 0
-    prior_backend: BackendState | None = None
+    prior_backend: str | None = None  # by id
     # What the client got, for the Finished event.
     backend: str = NO_BACKEND  # whose answer
     ttft_s: float | None = None
@@ -238,7 +240,8 @@ class Attempts:
         clock, emit, routing = self._clock, ex.emit, ex.routing
         sent = clock()
         prompt = routing.prompt_tokens
-        queued = state.pending_prefill  # prompt tokens sent before this one, not yet prefilled
+        # The prompt tokens sent there before this one, not yet prefilled.
+        queued = ex.board.load(state.backend.id).pending_prefill
         ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
@@ -246,7 +249,7 @@ class Attempts:
                     request_id=ex.request_id,
                     at=sent,
                     model=ex.model,
-                    backend=state,
+                    backend=state.backend.id,
                     kind=kind,
                     prompt_tokens=prompt,
                     queued_prefill=queued,
@@ -278,7 +281,7 @@ class Attempts:
                                 request_id=ex.request_id,
                                 at=now,
                                 model=ex.model,
-                                backend=state,
+                                backend=state.backend.id,
                                 kind=kind,
                                 prompt_tokens=prompt,
                                 ttft_s=ttft,
@@ -343,7 +346,7 @@ class Attempts:
                         request_id=ex.request_id,
                         at=clock(),
                         model=ex.model,
-                        backend=state,
+                        backend=state.backend.id,
                         kind=kind,
                         sent_at=sent,
                         prompt_tokens=prompt,
@@ -363,7 +366,7 @@ class Attempts:
                 if status == ex.prior_status:
                     ex.prior_backend = None  # taken back now, and this one never counted
                 else:
-                    ex.prior_status, ex.prior_backend = status, state
+                    ex.prior_status, ex.prior_backend = status, state.backend.id
         return Failed(status, data, _reply(ex, response))
 
     @staticmethod
@@ -392,7 +395,7 @@ class Attempts:
         when the stream ended well, else why it broke again."""
         clock, emit = self._clock, ex.emit
         sent = clock()
-        queued = state.pending_prefill
+        queued = ex.board.load(state.backend.id).pending_prefill
         kind: AttemptKind = "continuation"
         ex.attempts += 1
         if emit.attempt_started is not None:
@@ -401,7 +404,7 @@ class Attempts:
                     request_id=ex.request_id,
                     at=sent,
                     model=ex.model,
-                    backend=state,
+                    backend=state.backend.id,
                     kind=kind,
                     prompt_tokens=0,
                     queued_prefill=queued,
@@ -431,7 +434,7 @@ class Attempts:
                             request_id=ex.request_id,
                             at=now,
                             model=ex.model,
-                            backend=state,
+                            backend=state.backend.id,
                             kind=kind,
                             prompt_tokens=0,
                             ttft_s=None,
@@ -462,7 +465,7 @@ class Attempts:
                         request_id=ex.request_id,
                         at=clock(),
                         model=ex.model,
-                        backend=state,
+                        backend=state.backend.id,
                         kind=kind,
                         sent_at=sent,
                         prompt_tokens=0,

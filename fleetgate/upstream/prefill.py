@@ -83,7 +83,7 @@ class Prefill:
         if state is None:
             return ex.body
         prompt = routing.prompt_tokens
-        queued = state.pending_prefill
+        queued = self.router.pool.board.load(state.backend.id).pending_prefill
         ex.attempts += 1
         if emit.attempt_started is not None:
             emit.attempt_started(
@@ -91,7 +91,7 @@ class Prefill:
                     request_id=ex.request_id,
                     at=now,
                     model=model,
-                    backend=state,
+                    backend=state.backend.id,
                     kind=kind,
                     prompt_tokens=prompt,
                     queued_prefill=queued,
@@ -126,7 +126,7 @@ class Prefill:
                         request_id=ex.request_id,
                         at=clock(),
                         model=model,
-                        backend=state,
+                        backend=state.backend.id,
                         kind=kind,
                         sent_at=now,
                         prompt_tokens=prompt,

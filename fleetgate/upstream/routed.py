@@ -28,5 +28,6 @@ def routed(
     why: dict[str, float] | None = {} if emit.routed is not None else None
     state = router.pick_other(routing, now, tried, why) if tried else router.pick(routing, now, why)
     if emit.routed is not None and why is not None:
-        emit.routed(Routed(request_id, now, model, state, kind, why))
+        picked = None if state is None else state.backend.id
+        emit.routed(Routed(request_id, now, model, picked, kind, why))
     return state

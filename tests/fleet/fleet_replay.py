@@ -111,7 +111,9 @@ class _PoolReplay:
         self.pool = Pool(
             config.model, [r.state for r in self.replicas], config.health(), config.weights
         )
-        ctx = PluginContext(random.Random(seed), config.engine_metrics.stale_after_s)
+        ctx = PluginContext(
+            random.Random(seed), self.pool.board, config.engine_metrics.stale_after_s
+        )
         pipeline = default_registry().build_pipeline(config.policy, config.policy_params, ctx)
         self.router = Router(self.pool, pipeline)
         self.events: list[tuple[float, _Event, int, int]] = []  # (when, kind, order, index)
@@ -151,7 +153,7 @@ class _PoolReplay:
         r = self.index[picked]
         weights = tuple(s.weight for s in self.pool.states)
         self.routed.append(Routed(number, self.clock, r, weights))
-        self.pool.begin(picked, self.clock, request.prompt_tokens)
+        self.pool.begin(picked.backend.id, self.clock, request.prompt_tokens)
         request_id = f"r{number}"
         self.sent_to[request_id] = (r, request.prompt_tokens)
         self.prefilling.add(request_id)
@@ -181,10 +183,10 @@ class _PoolReplay:
         for request_id in step.emitted:
             if request_id in self.prefilling:
                 self.prefilling.discard(request_id)
-                self.pool.prefilled(replica.state, self.sent_to[request_id][1])
+                self.pool.prefilled(replica.state.backend.id, self.sent_to[request_id][1])
         for info in step.finished:
             _, tokens = self.sent_to.pop(info.request_id)
-            self.pool.end(replica.state, now, tokens)
+            self.pool.end(replica.state.backend.id, now, tokens)
             replica.metrics.finished(info)
             self.e2e_s[r].append(info.finish_s - info.arrival_s)
         replica.step = None
@@ -193,6 +195,6 @@ class _PoolReplay:
 
     async def scrape(self, r: int) -> None:
         settings = self.config.engine_metrics
-        await self.scraper.scrape(self.replicas[r].state, settings)
+        await self.scraper.scrape(self.replicas[r].state, settings, self.pool.board)
         jitter = self.rng.uniform(1 - settings.jitter, 1 + settings.jitter)
         self.at(self.clock + settings.interval_s * jitter, _Event.SCRAPE, r)

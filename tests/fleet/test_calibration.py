@@ -69,11 +69,9 @@ def test_a_speed_ratio_counts_only_beyond_one_standard_error_of_it() -> None:
 
 
 def router_of(backends: list[BackendState], **settings: object) -> Router:
-    pipeline = default_registry().build_pipeline(
-        "least_requests", {}, PluginContext(random.Random(0))
-    )
     pool = Pool("m", backends, weights=WeightSettings(**settings))
-    return Router(pool, pipeline)
+    ctx = PluginContext(random.Random(0), pool.board)
+    return Router(pool, default_registry().build_pipeline("least_requests", {}, ctx))
 
 
 def routed(router: Router, now: float, n: int = 300) -> Counter[str]:
@@ -83,11 +81,11 @@ def routed(router: Router, now: float, n: int = 300) -> Counter[str]:
     for _ in range(n):
         state = router.pick(REQUEST, now)
         assert state is not None
-        pool.begin(state, now)
+        pool.begin(state.backend.id, now)
         held.append(state)
         picks[state.backend.id] += 1
     for state in held:
-        pool.end(state, now)
+        pool.end(state.backend.id, now)
     return picks
 
 

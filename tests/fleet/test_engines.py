@@ -10,6 +10,7 @@ import pytest
 from fleetgate.clock import LoopClock
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.engines import ENGINES, PENDING, by_metrics, by_models
+from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.fleet.scraper import MetricsScraper, ScrapeSettings
 from fleetgate.http.errors import ConnectError
 from fleetgate.http.mock import MockTransport, Script, Sent
@@ -69,13 +70,13 @@ async def test_an_auto_backend_is_recognised_on_its_first_scrape(
     scraper, asked = _scraper(answers)
     state = BackendState(Backend("b", "http://127.0.0.1:9", ("m",)))
     assert state.kind is PENDING
-    read = await scraper.scrape(state, ScrapeSettings())
+    read = await scraper.scrape(state, ScrapeSettings(), MemoryLoadBoard())
     assert state.kind is ENGINES[kind]
     assert read == (kind in ("llamacpp", "tgi"))  # their load is read; the others have none
     if kind == "llamacpp":
         assert state.engine is not None and state.engine.running == 2
     asked.clear()
-    await scraper.scrape(state, ScrapeSettings())  # known now: not probed again
+    await scraper.scrape(state, ScrapeSettings(), MemoryLoadBoard())  # known now: not probed again
     assert asked == ([b"/metrics"] if ENGINES[kind].metrics else [])
 
 
@@ -88,10 +89,10 @@ async def test_a_backend_that_does_not_answer_stays_pending_and_is_probed_again(
 
     scraper = MetricsScraper(MockTransport(down), LoopClock(lambda: 0.0), random.Random(0))
     state = BackendState(Backend("b", "http://127.0.0.1:9", ("m",)))
-    assert not await scraper.scrape(state, ScrapeSettings())
+    assert not await scraper.scrape(state, ScrapeSettings(), MemoryLoadBoard())
     assert state.kind is PENDING and b"/v1/models" in asked
     asked.clear()
-    await scraper.scrape(state, ScrapeSettings())
+    await scraper.scrape(state, ScrapeSettings(), MemoryLoadBoard())
     assert b"/v1/models" in asked
 
 
@@ -103,7 +104,7 @@ def test_a_configured_engine_is_not_probed() -> None:
 async def test_with_scraping_off_an_auto_backend_is_still_recognised_then_left_alone() -> None:
     scraper, asked = _scraper({b"/v1/models": Script(200, [LLAMA_MODELS])})
     state = BackendState(Backend("b", "http://127.0.0.1:9", ("m",)))
-    scraper.start([state], ScrapeSettings(enabled=False, interval_s=0.01))
+    scraper.start([state], ScrapeSettings(enabled=False, interval_s=0.01), MemoryLoadBoard())
     for _ in range(100):
         if state.kind is not PENDING:
             break

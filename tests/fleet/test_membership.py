@@ -76,13 +76,15 @@ async def test_a_new_backend_is_probed_and_scraped_until_it_has_left() -> None:
         await until(lambda: dead.flags == HealthFlag.ACTIVE_CHECK_FAILED)
         assert pool.candidates == (live,)
         assert live.healthy
-        pool.begin(live, loop.time())  # a request in flight: it stays, and is watched
+        pool.begin(live.backend.id, loop.time())  # a request in flight: it stays, and is watched
         members.remove(live.backend.id)
         members.remove(dead.backend.id)
         assert pool.states == (live,) and live.flags == HealthFlag.GONE
         reading = live.engine
         await until(lambda: live.engine is not reading)
-        pool.end(live, loop.time())  # its last request: it leaves, nothing watches it now
+        pool.end(
+            live.backend.id, loop.time()
+        )  # its last request: it leaves, nothing watches it now
         assert pool.states == ()
         dead.flags = HealthFlag(0)
         reading = live.engine

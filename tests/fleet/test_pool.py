@@ -28,7 +28,9 @@ def test_candidates_are_the_healthy_states_and_keep_their_identity(
     assert pool.candidates == pool.states
     assert pool.ready
     before = pool.candidates
-    pool.begin(pool.states[0], 0.0)  # load changes leave the tuple alone: indexes stay valid
+    pool.begin(
+        pool.states[0].backend.id, 0.0
+    )  # load changes leave the tuple alone: indexes stay valid
     assert pool.candidates is before
     pool.states[1].flags = HealthFlag.ACTIVE_CHECK_FAILED
     assert pool.candidates is before  # only refresh() recomputes them
@@ -55,11 +57,12 @@ def test_no_healthy_backend_means_not_ready_yet_panic_routes_to_all(
 def test_begin_and_end_count_requests() -> None:
     state = BackendState(Backend("b0", "http://127.0.0.1:8100", ("m",), 2.0))
     pool = Pool("m", [state])
-    assert (state.in_flight, state.weight) == (0, 2.0)
-    pool.begin(state, 0.0)
-    pool.begin(state, 0.0)
-    pool.end(state, 0.0)
-    assert (state.in_flight, pool.in_flight) == (1, 1)
+    load = pool.board.load("b0")  # its counts are on the pool's board, by id
+    assert (load.in_flight, state.weight) == (0, 2.0)
+    pool.begin(state.backend.id, 0.0)
+    pool.begin(state.backend.id, 0.0)
+    pool.end(state.backend.id, 0.0)
+    assert (load.in_flight, pool.in_flight) == (1, 1)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -76,11 +79,11 @@ def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
         for t in range(count):
             chosen = router.pick(REQUEST, start + t)
             assert chosen is not None
-            pool.begin(chosen, 0.0)
+            pool.begin(chosen.backend.id, 0.0)
             in_flight.append(chosen)
             picks[chosen] += 1
             if len(in_flight) > 6:  # requests finish out of order, removed backend included
-                pool.end(in_flight.pop(rng.randrange(len(in_flight))), 0.0)
+                pool.end(in_flight.pop(rng.randrange(len(in_flight))).backend.id, 0.0)
         return picks
 
     assert set(serve(200, 0.0)) == set(pool.states)
@@ -94,8 +97,8 @@ def test_every_policy_drops_an_unhealthy_backend_and_takes_it_back(
     pool.refresh(0.0)
     assert gone in serve(200, 600.0)
     for state in in_flight:
-        pool.end(state, 0.0)
-    assert all(state.in_flight == 0 for state in pool.states)
+        pool.end(state.backend.id, 0.0)
+    assert all(load.in_flight == 0 for _, load in pool.loads())
 
 
 def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(
@@ -103,14 +106,15 @@ def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(
 ) -> None:
     pool = make_router("least_requests", [1]).pool
     state = pool.states[0]
-    pool.begin(state, 0.0, prompt_tokens=500)
-    pool.begin(state, 0.0, prompt_tokens=300)
-    assert state.pending_prefill == 800
-    pool.prefilled(state, 500)  # the first request's first token came back
-    assert state.pending_prefill == 300
-    pool.end(state, 1.0)  # ...and it ended: nothing more to release
-    pool.end(state, 1.0, unprefilled=300)  # the second failed before its first token
-    assert (state.pending_prefill, state.in_flight) == (0, 0)
+    load = pool.board.load(state.backend.id)
+    pool.begin(state.backend.id, 0.0, prompt_tokens=500)
+    pool.begin(state.backend.id, 0.0, prompt_tokens=300)
+    assert load.pending_prefill == 800
+    pool.prefilled(state.backend.id, 500)  # the first request's first token came back
+    assert load.pending_prefill == 300
+    pool.end(state.backend.id, 1.0)  # ...and it ended: nothing more to release
+    pool.end(state.backend.id, 1.0, unprefilled=300)  # the second failed before its first token
+    assert (load.pending_prefill, load.in_flight) == (0, 0)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -127,14 +131,16 @@ def test_every_policy_routes_to_a_backend_added_and_not_to_one_retired(
     for t in range(300):
         chosen = router.pick(REQUEST, float(t))
         assert chosen is not None
-        pool.begin(chosen, 0.0)  # loads change as they do in traffic
+        pool.begin(chosen.backend.id, 0.0)  # loads change as they do in traffic
         picks[chosen] += 1
     for state, count in picks.items():
         for _ in range(count):
-            pool.end(state, 0.0)
+            pool.end(state.backend.id, 0.0)
     assert set(picks) == set(pool.states) and added in picks
     busy = pool.states[0]
-    pool.begin(busy, 0.0)  # a request in flight there: it finishes before the backend leaves
+    pool.begin(
+        busy.backend.id, 0.0
+    )  # a request in flight there: it finishes before the backend leaves
     assert not pool.retire(busy, 1.0)
     assert pool.retiring(busy) and busy in pool.states and busy.flags == HealthFlag.GONE
     for state in pool.states:  # panic (all unhealthy) still never routes to it
@@ -143,7 +149,7 @@ def test_every_policy_routes_to_a_backend_added_and_not_to_one_retired(
     pool.refresh(1.0)
     assert busy not in {router.pick(REQUEST, 2.0 + t) for t in range(50)}
     assert left == []
-    pool.end(busy, 3.0)
+    pool.end(busy.backend.id, 3.0)
     assert left == [busy] and busy not in pool.states and not pool.retiring(busy)
     idle = pool.states[0]
     assert pool.retire(idle, 4.0)  # nothing in flight: it leaves at once

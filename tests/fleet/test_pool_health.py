@@ -22,11 +22,10 @@ def make(n: int, panic: float = 0.5, slow_start_s: float = 10.0) -> Router:
     states = [
         BackendState(Backend(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m",))) for i in range(n)
     ]
-    pipeline = default_registry().build_pipeline(
-        "least_requests", {}, PluginContext(random.Random(0))
-    )
     health = HealthSettings(panic_threshold=panic, slow_start_s=slow_start_s)
-    return Router(Pool("m", states, health), pipeline)
+    pool = Pool("m", states, health)
+    ctx = PluginContext(random.Random(0), pool.board)
+    return Router(pool, default_registry().build_pipeline("least_requests", {}, ctx))
 
 
 def detector_of(pool: Pool) -> OutlierDetector:
@@ -36,7 +35,7 @@ def detector_of(pool: Pool) -> OutlierDetector:
 def ended(state: BackendState, at: float, status: int, retry_after_s: float | None) -> AttemptEnded:
     """An attempt's end at `state` with this answer (no transport error)."""
     return AttemptEnded(
-        b"r", at, "m", state, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
+        b"r", at, "m", state.backend.id, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
         status=status, error=None, retry_after_s=retry_after_s, first_token_at=None,
         output_tokens=0, stream=False,
     )  # fmt: skip
@@ -112,16 +111,16 @@ def test_a_backend_at_its_concurrency_limit_is_skipped_until_one_finishes() -> N
         BackendState(Backend(f"b{i}", f"http://127.0.0.1:{9000 + i}", ("m",), max_in_flight=2))
         for i in range(2)
     ]
-    pipeline = default_registry().build_pipeline("round_robin", {}, PluginContext(random.Random(0)))
-    router = Router(Pool("m", states), pipeline)
-    pool = router.pool
+    pool = Pool("m", states)
+    ctx = PluginContext(random.Random(0), pool.board)
+    router = Router(pool, default_registry().build_pipeline("round_robin", {}, ctx))
     picked = []
     for _ in range(4):
         state = router.pick(REQUEST, 0.0)
         assert state is not None
-        pool.begin(state, 0.0)
+        pool.begin(state.backend.id, 0.0)
         picked.append(state)
-    assert sorted(s.in_flight for s in states) == [2, 2]
+    assert sorted(load.in_flight for _, load in pool.loads()) == [2, 2]
     assert router.pick(REQUEST, 0.0) is None  # every backend full: the gateway answers 503
-    pool.end(states[0], 1.0)
+    pool.end(states[0].backend.id, 1.0)
     assert router.pick(REQUEST, 1.0) is states[0]

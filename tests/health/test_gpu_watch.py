@@ -114,7 +114,7 @@ def test_the_board_finds_a_backend_in_every_pool_that_takes_readings() -> None:
     board.watch(GpuWatch(GpuSettings(unhealthy_on_xid=False), pool_b))
     assert board.record("b0", [reading(xid_errors=[48])])
     assert a0.flags == HealthFlag.GPU_FAULT and not b0.flags  # each pool on its own settings
-    assert [e.backend for e in heard] == [a0]
+    assert [e.backend for e in heard] == ["b0"]
     assert a0.gpus is not None and a0.gpus.xid_totals == {0: 1} and a0.gpus.at == 5.0
     assert not board.record("10.9.9.9:1", [CLEAN])
 
@@ -148,7 +148,11 @@ def test_a_faulted_backend_returns_to_routing_when_its_agent_goes_quiet() -> Non
     assert not b0.flags and b0.verdict(15.0) is Verdict.HEALTHY
     assert pool.candidates == (b0, b1)
     stale = heard[-1]
-    assert (stale.state, stale.reasons, stale.backend) == ("stale", ("no readings for 15.0 s",), b0)
+    assert (stale.state, stale.reasons, stale.backend) == (
+        "stale",
+        ("no readings for 15.0 s",),
+        "b0",
+    )
     assert b0.gpus is not None and b0.gpus.state == "stale"
     assert b0.gpus.faults == ("gpu 0: xid 79",) and b0.gpus.at == 0.0  # kept, for the operator
     assert b1.gpus is None  # no agent ever: nothing to expire

@@ -47,7 +47,7 @@ def ended(
 ) -> AttemptEnded:
     """The end of an attempt at `state`: the backend's status (0: none came) and error."""
     return AttemptEnded(
-        b"r", at, "m", state, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
+        b"r", at, "m", state.backend.id, "first", sent_at=at, prompt_tokens=1, queued_prefill=0,
         status=status, error=error, retry_after_s=retry_after_s, first_token_at=None,
         output_tokens=0, stream=False,
     )  # fmt: skip
@@ -205,7 +205,7 @@ def test_a_5xx_two_backends_give_one_request_is_the_request_s_fault() -> None:
         first, second = (a, b) if t % 2 else (b, a)
         detector.on_attempt_ended(ended(first, float(t), 500))
         detector.on_attempt_ended(replace(ended(second, float(t), 500), prior_status=500,
-                                          prior_backend=first))  # fmt: skip
+                                          prior_backend=first.backend.id))  # fmt: skip
     assert not a.flags and not b.flags
     # The failure counted for the first was taken back: a backend's own run still counts.
     for _ in range(SETTINGS.consecutive_failures):
@@ -219,7 +219,7 @@ def test_a_5xx_unlike_the_previous_attempt_s_is_the_backend_s(prior_status: int)
     detector, _ = detector_over([a, b])
     for _ in range(SETTINGS.consecutive_failures):
         detector.on_attempt_ended(replace(ended(a, 1.0, 500), prior_status=prior_status,
-                                          prior_backend=b))  # fmt: skip
+                                          prior_backend=b.backend.id))  # fmt: skip
     assert a.flags == HealthFlag.EJECTED
 
 
@@ -240,9 +240,9 @@ def test_each_ejection_is_told_with_the_rule_that_fired_and_the_failing_request(
         else:
             detector.success(b, now)
     assert [(e.backend, e.reason, e.request_id, e.until) for e in told] == [
-        (a, "consecutive_failures", b"", 10.0),
-        (a, "half_open", b"r-2", 31.0),
-        (b, "failure_rate", b"r-3", 30.3),
+        (a.backend.id, "consecutive_failures", b"", 10.0),
+        (a.backend.id, "half_open", b"r-2", 31.0),
+        (b.backend.id, "failure_rate", b"r-3", 30.3),
     ]
     assert {e.model for e in told} == {"m"}
 
@@ -250,7 +250,8 @@ def test_each_ejection_is_told_with_the_rule_that_fired_and_the_failing_request(
 def test_a_backend_leaving_its_pool_is_never_ejected_and_holds_no_ejected_place() -> None:
     a, b, c, d, e = states(5)
     detector, pool = detector_over([a, b, c, d, e])
-    a.in_flight = 5
+    for _ in range(5):
+        pool.begin(a.backend.id, 0.0)
     pool.retire(a, 0.0)  # the operator removed it; its last requests fail as it goes
     assert not eject(detector, a, 1.0)
     assert pool.ejected == 0

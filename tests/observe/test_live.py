@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import random
 
-from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.lifecycle.events import Continued, Ejected, Finished, Outcome, Retried
 from fleetgate.observe.live import HISTORY_S, LiveView
 
 WALL_OFFSET = 1_700_000_000.0
-STATE = BackendState(Backend("b1", "http://127.0.0.1:9", ("m",)))
 
 
 class Clock:
@@ -43,7 +41,7 @@ def test_each_second_counts_what_finished_in_it_by_how() -> None:
     live.on_finished(finished(100.6, status=503, outcome="rejected", ttft=None, tokens=None))
     live.on_finished(finished(100.7, status=429, outcome="rejected", ttft=None, tokens=None))
     live.on_retried(Retried(b"r", 100.8, "m", 502))
-    live.on_continued(Continued(b"r", 102.1, "m", STATE, 4))
+    live.on_continued(Continued(b"r", 102.1, "m", "b1", 4))
     clock.now = 103.0
     first, empty, third = live.points()
     assert first.t == int(100 + WALL_OFFSET)
@@ -97,7 +95,7 @@ def test_history_is_bounded_and_points_start_when_the_view_began() -> None:
 def test_the_last_ejections() -> None:
     clock = Clock()
     live = view(clock)
-    live.on_ejected(Ejected(b"r", 100.5, "m", STATE, 110.5, "consecutive_failures"))
+    live.on_ejected(Ejected(b"r", 100.5, "m", "b1", 110.5, "consecutive_failures"))
     (notice,) = live.notices
     assert (notice.backend, notice.reason, notice.for_s) == ("b1", "consecutive_failures", 10.0)
     assert notice.time == 100.5 + WALL_OFFSET

@@ -173,7 +173,7 @@ class Harness:
         c = self.cluster
         return Exchange(
             "m", routing, b"/v1/chat/completions", [], body, b"r1", writer, self.clock.now(),
-            timeouts or c.timeouts, c.emit, c.timeouts,
+            timeouts or c.timeouts, c.emit, c.pool.board, c.timeouts,
         )  # fmt: skip
 
     async def forward(
@@ -203,8 +203,8 @@ class Harness:
             pools.append(self.cluster.prefill.router.pool)
         for pool in pools:
             assert pool.in_flight == 0
-            for s in pool.states:
-                assert (s.in_flight, s.in_flight_tokens, s.pending_prefill) == (0, 0, 0)
+            for _, load in pool.loads():
+                assert (load.in_flight, load.in_flight_tokens, load.pending_prefill) == (0, 0, 0)
         assert self.cluster.budget.retrying == 0
         assert len(self.of(Finished)) == 1
         assert isinstance(self.events[-1], Finished)
@@ -226,7 +226,7 @@ async def test_a_failed_attempt_is_retried_on_a_backend_not_tried_yet() -> None:
     assert first != second
     assert [e.status for e in h.of(Retried)] == [503]
     ends = h.of(AttemptEnded)
-    assert [(e.backend.backend.id, e.kind, e.status) for e in ends] == [
+    assert [(e.backend, e.kind, e.status) for e in ends] == [
         (first, "first", 503), (second, "retry", 200)
     ]  # fmt: skip
     (done,) = h.of(Finished)
@@ -282,8 +282,8 @@ async def test_a_late_first_token_is_hedged_and_the_first_to_answer_keeps_the_cl
     assert texts == [None, "fast", "!"]
     assert got.events()[-1] == "[DONE]"
     slow, fast = h.sent_to()
-    assert [e.backend.backend.id for e in h.of(Hedged)] == [fast]
-    ends = {e.backend.backend.id: e for e in h.of(AttemptEnded)}
+    assert [e.backend for e in h.of(Hedged)] == [fast]
+    ends = {e.backend: e for e in h.of(AttemptEnded)}
     assert ends[slow].error == "cancelled"  # the loser was stopped, not failed
     assert ends[fast].error is None and ends[fast].kind == "hedge"
     (done,) = h.of(Finished)
@@ -318,7 +318,7 @@ async def test_a_stream_broken_mid_answer_continues_on_another_backend_as_one_st
     assert asked["messages"][-1] == {"role": "assistant", "content": "Hello wor"}
     assert asked["continue_final_message"] is True and asked["max_tokens"] == 8
     _, other = h.sent_to()
-    assert [(e.backend.backend.id, e.tokens) for e in h.of(Continued)] == [(other, 2)]
+    assert [(e.backend, e.tokens) for e in h.of(Continued)] == [(other, 2)]
     ends = h.of(AttemptEnded)
     assert [(e.kind, e.error) for e in ends] == [("first", "read"), ("continuation", None)]
     (done,) = h.of(Finished)
@@ -378,7 +378,7 @@ async def test_a_client_that_leaves_cancels_the_attempt_without_blaming_the_back
     assert [e.error for e in ends] == ["cancelled"] * 6
     assert {(e.status, e.outcome) for e in h.of(Finished)} == {(499, "client_closed")}
     pool = h.cluster.pool
-    assert pool.in_flight == 0 and pool.states[0].in_flight == 0
+    assert pool.in_flight == 0 and pool.loads()[0][1].in_flight == 0
     assert not pool.states[0].flags  # cancelled attempts are no failures: not ejected
 
 
@@ -468,7 +468,7 @@ async def test_a_disaggregated_request_takes_the_prefill_backend_s_kv_handoff() 
 
     h = Harness(2, answer, prefill=1, retries=FAST_RETRIES)
     assert (await h.forward()).status == 200
-    kinds = [(e.kind, e.backend.backend.id) for e in h.of(AttemptEnded)]
+    kinds = [(e.kind, e.backend) for e in h.of(AttemptEnded)]
     assert kinds[0] == ("prefill", "b2") and kinds[1][0] == "first"
     h.assert_settled()
 
@@ -509,7 +509,7 @@ async def test_a_body_every_backend_fails_on_alike_ejects_none_of_them() -> None
         assert (await h.forward()).status == 500
     ends = h.of(AttemptEnded)
     assert [e.prior_status for e in ends[:3]] == [0, 500, 500]
-    assert ends[1].prior_backend is ends[0].backend and ends[2].prior_backend is None
+    assert ends[1].prior_backend == ends[0].backend and ends[2].prior_backend is None
     assert all(s.healthy for s in h.cluster.pool.states)
 
 

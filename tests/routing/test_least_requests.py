@@ -48,13 +48,14 @@ def test_every_pick_is_a_least_loaded_backend_as_loads_change(make_router: MakeR
     for t in range(5000):
         chosen = router.pick(REQUEST, float(t))
         assert chosen is not None
-        least = min((s.in_flight + 1) / s.weight for s in pool.states)
-        assert (chosen.in_flight + 1) / chosen.weight == least, t
-        busy = [s for s in pool.states if s.in_flight]
+        in_flight = {s: load.in_flight for s, load in pool.loads()}
+        least = min((in_flight[s] + 1) / s.weight for s in pool.states)
+        assert (in_flight[chosen] + 1) / chosen.weight == least, t
+        busy = [s for s in pool.states if in_flight[s]]
         if busy and rng.random() < 0.5:
-            pool.end(rng.choice(busy), 0.0)
+            pool.end(rng.choice(busy).backend.id, 0.0)
         else:
-            pool.begin(chosen if rng.random() < 0.8 else rng.choice(pool.states), 0.0)
+            pool.begin((chosen if rng.random() < 0.8 else rng.choice(pool.states)).backend.id, 0.0)
 
 
 def test_equal_idle_backends_take_turns(make_router: MakeRouter) -> None:
@@ -66,8 +67,8 @@ def test_equal_idle_backends_take_turns(make_router: MakeRouter) -> None:
     for t in range(40):
         chosen = router.pick(REQUEST, float(t))
         assert chosen is not None
-        pool.begin(chosen, 0.0)
-        pool.end(chosen, 0.0)
+        pool.begin(chosen.backend.id, 0.0)
+        pool.end(chosen.backend.id, 0.0)
         sequence.append(chosen)
     for start in range(0, 40, 4):
         assert set(sequence[start : start + 4]) == set(pool.states)
@@ -78,16 +79,18 @@ def test_a_removed_backend_finishing_late_requests_is_not_picked(make_router: Ma
     pool = router.pool
     gone = pool.states[0]
     for _ in range(3):
-        pool.begin(gone, 0.0)
+        pool.begin(gone.backend.id, 0.0)
     gone.flags = HealthFlag.ACTIVE_CHECK_FAILED
     pool.refresh(0.0)
     for t in range(30):
         chosen = router.pick(REQUEST, float(t))
         assert chosen is not None
         assert chosen is not gone
-        pool.begin(chosen, 0.0)
-        if gone.in_flight:
-            pool.end(gone, 0.0)  # its old requests finish while it is out of the candidates
+        pool.begin(chosen.backend.id, 0.0)
+        if pool.board.load(gone.backend.id).in_flight:
+            pool.end(
+                gone.backend.id, 0.0
+            )  # its old requests finish while it is out of the candidates
     # Back in, idle while the others are loaded: it is the least loaded one.
     gone.flags = HealthFlag(0)
     pool.refresh(0.0)

@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.length_split import LengthSplit, LengthSplitParams
 from fleetgate.routing.registry import PluginContext, PluginSpec, Profile, default_registry
@@ -64,7 +65,9 @@ def test_a_profile_with_the_split_keeps_long_prefills_off_the_short_backends() -
         scorers=((PluginSpec("queue"), 1.0),),
         filters=(PluginSpec("length_split", {"threshold_tokens": 1000}),),
     )
-    pipeline = default_registry().build_profile(profile, PluginContext(random.Random(2)))
+    pipeline = default_registry().build_profile(
+        profile, PluginContext(random.Random(2), MemoryLoadBoard())
+    )
     long_picks = Counter(pipeline.pick(of_tokens(4000), MIXED, 0.0) for _ in range(50))
     short_picks = Counter(pipeline.pick(of_tokens(50), MIXED, 0.0) for _ in range(60))
     assert set(long_picks) == set(MIXED[:2])

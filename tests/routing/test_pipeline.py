@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.pipeline import RoutingPipeline
 from fleetgate.routing.round_robin import RoundRobin
@@ -33,12 +34,15 @@ class LabelFilter:
 
 
 class IdleScorer:
-    """1 / (1 + in_flight)."""
+    """1 / (1 + in_flight), in_flight from a load board."""
+
+    def __init__(self, board: LoadBoard) -> None:
+        self.board = board
 
     def score(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
-        return [1.0 / (1 + c.in_flight) for c in candidates]
+        return [1.0 / (1 + self.board.load(c.backend.id).in_flight) for c in candidates]
 
 
 class WeightScorer:
@@ -106,9 +110,10 @@ def test_filters_narrow_in_order_and_none_left_gives_none() -> None:
 
 def test_scores_combine_as_a_weighted_mean() -> None:
     candidates = states()
-    candidates[2].in_flight = 3
+    board = MemoryLoadBoard()
+    board.load("b2").in_flight = 3
     picker = HighestScore()
-    pipeline = RoutingPipeline(picker, scorers=[(IdleScorer(), 3.0), (WeightScorer(), 1.0)])
+    pipeline = RoutingPipeline(picker, scorers=[(IdleScorer(board), 3.0), (WeightScorer(), 1.0)])
     chosen = pipeline.pick(REQUEST, candidates, 2.5)
     idle = [1.0, 1.0, 0.25, 1.0]
     weight = [0.25, 0.5, 1.0, 0.25]
@@ -123,8 +128,10 @@ def test_scores_combine_as_a_weighted_mean() -> None:
 
 def test_a_pick_can_explain_each_scorer_s_score_of_the_chosen_backend() -> None:
     candidates = states()
-    candidates[2].in_flight = 3
-    pipeline = RoutingPipeline(HighestScore(), scorers=[(IdleScorer(), 3.0), (WeightScorer(), 1.0)])
+    board = MemoryLoadBoard()
+    board.load("b2").in_flight = 3
+    scorers = [(IdleScorer(board), 3.0), (WeightScorer(), 1.0)]
+    pipeline = RoutingPipeline(HighestScore(), scorers=scorers)
     why: dict[str, float] = {}
     chosen = pipeline.pick(REQUEST, candidates, 0.0, why)
     assert chosen is candidates[1]

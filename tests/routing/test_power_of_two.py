@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 
 from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.power_of_two import PowerOfTwo
 from fleetgate.routing.router import Router
@@ -23,8 +24,8 @@ def states(weights: Sequence[float]) -> tuple[BackendState, ...]:
     )
 
 
-def load(state: BackendState) -> float:
-    return (state.in_flight + 1) / state.weight
+def relative(board: MemoryLoadBoard, state: BackendState) -> float:
+    return (board.load(state.backend.id).in_flight + 1) / state.weight
 
 
 def test_a_five_times_slower_backend_gets_a_small_share(
@@ -54,20 +55,22 @@ def test_never_picks_the_single_most_loaded_backend() -> None:
     # Whatever pair is drawn, the most loaded member of it loses.
     candidates = states((1, 2, 1, 0.5, 1))
     rng = random.Random(9)
-    picker = PowerOfTwo(random.Random(4))
+    board = MemoryLoadBoard()
+    picker = PowerOfTwo(random.Random(4), board)
     for t in range(3000):
         for state in candidates:
-            state.in_flight = rng.randrange(10)
-        loads = sorted(load(s) for s in candidates)
+            board.load(state.backend.id).in_flight = rng.randrange(10)
+        loads = sorted(relative(board, s) for s in candidates)
         chosen = picker.pick(REQUEST, candidates, None, float(t))
         if loads[-1] > loads[-2]:
-            assert load(chosen) < loads[-1], t
+            assert relative(board, chosen) < loads[-1], t
 
 
 def test_two_candidates_always_give_the_less_loaded_one() -> None:
     candidates = states((1, 1))
-    picker = PowerOfTwo(random.Random(2))
-    candidates[1].in_flight = 1
+    board = MemoryLoadBoard()
+    picker = PowerOfTwo(random.Random(2), board)
+    board.begin(candidates[1].backend.id, 0)
     assert all(picker.pick(REQUEST, candidates, None, 0.0) is candidates[0] for _ in range(50))
 
 
@@ -75,7 +78,7 @@ def test_equal_loads_split_evenly_and_one_candidate_is_returned() -> None:
     # The two draws are distinct, and a tie keeps the first: with equal loads the pick is
     # uniform (chi-square with 2 degrees of freedom under its upper 0.1% point, 13.82).
     candidates = states((1, 1, 1))
-    picker = PowerOfTwo(random.Random(6))
+    picker = PowerOfTwo(random.Random(6), MemoryLoadBoard())
     counts = Counter(picker.pick(REQUEST, candidates, None, 0.0) for _ in range(30_000))
     expected = 10_000
     assert sum((counts[s] - expected) ** 2 / expected for s in candidates) < 13.82

@@ -38,10 +38,10 @@ def prefix_router(n: int, seed: int = 1) -> tuple[Router, PrefixCacheScorer]:
     states = [
         BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",))) for i in range(n)
     ]
-    pipeline = default_registry().build_pipeline(
-        "prefix_cache", {}, PluginContext(random.Random(seed))
-    )
-    return Router(Pool("m", states), pipeline), prefix_scorer(pipeline)
+    pool = Pool("m", states)
+    ctx = PluginContext(random.Random(seed), pool.board)
+    pipeline = default_registry().build_pipeline("prefix_cache", {}, ctx)
+    return Router(pool, pipeline), prefix_scorer(pipeline)
 
 
 def prefix_scorer(pipeline: RoutingPipeline) -> PrefixCacheScorer:
@@ -55,7 +55,7 @@ def sent(router: Router, request: RoutingRequest, now: float = 0.0) -> BackendSt
     """Routes the request and leaves it in flight."""
     state = router.pick(request, now)
     assert state is not None
-    router.pool.begin(state, now)
+    router.pool.begin(state.backend.id, now)
     return state
 
 
@@ -63,10 +63,10 @@ def test_requests_sharing_a_long_system_prompt_stick_to_the_backend_that_first_g
     router, _ = prefix_router(4)
     pool = router.pool
     holder = sent(router, asking(SYSTEM, "What is a monad?"))
-    pool.end(holder, 0.0)
+    pool.end(holder.backend.id, 0.0)
     for i in range(30):
         assert sent(router, asking(SYSTEM, f"question {i}?"), 1.0) is holder
-        pool.end(holder, 1.0)
+        pool.end(holder.backend.id, 1.0)
 
 
 def test_the_holder_keeps_its_prefix_while_its_queue_is_within_the_guard() -> None:
@@ -76,11 +76,11 @@ def test_the_holder_keeps_its_prefix_while_its_queue_is_within_the_guard() -> No
     # in flight, though the queue scorer prefers the empty ones all along.
     for i in range(32):
         assert sent(router, asking(SYSTEM, f"question {i}"), 1.0) is holder
-    assert holder.in_flight == 33
+    assert router.pool.board.load(holder.backend.id).in_flight == 33
     spilled = sent(router, asking(SYSTEM, "one too many"), 1.0)
     assert spilled is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
-    assert scorer.index.matches(hashes) == {holder: 16, spilled: 16}
+    assert scorer.index.matches(hashes) == {holder.backend.id: 16, spilled.backend.id: 16}
 
 
 def test_the_first_prefix_goes_where_the_load_scorers_send_it_and_is_recorded() -> None:
@@ -90,8 +90,8 @@ def test_the_first_prefix_goes_where_the_load_scorers_send_it_and_is_recorded() 
     assert scorer.index.matches(hashes) == {}
     assert scorer.nominate(request, 0.0) == []
     holder = sent(router, request)
-    assert scorer.index.matches(hashes) == {holder: 16}
-    assert scorer.nominate(asking(SYSTEM, "other question"), 0.0) == [holder]
+    assert scorer.index.matches(hashes) == {holder.backend.id: 16}
+    assert scorer.nominate(asking(SYSTEM, "other question"), 0.0) == [holder.backend.id]
 
 
 def test_different_prefixes_spread_over_the_backends_and_each_keeps_its_home() -> None:
@@ -99,9 +99,9 @@ def test_different_prefixes_spread_over_the_backends_and_each_keeps_its_home() -
     pool = router.pool
     homes = {i: sent(router, asking(system_prompt(i), "hi")) for i in range(8)}
     assert Counter(homes.values()) == dict.fromkeys(pool.states, 2)
-    for state in pool.states:
-        while state.in_flight:
-            pool.end(state, 1.0)
+    for state, load in pool.loads():
+        while load.in_flight:
+            pool.end(state.backend.id, 1.0)
     for i in range(8):
         assert router.pick(asking(system_prompt(i), "next question"), 2.0) is homes[i]
 
@@ -110,18 +110,22 @@ def test_the_load_guard_spreads_a_hot_prefix_to_a_second_replica() -> None:
     router, scorer = prefix_router(4)
     pool = router.pool
     holder = sent(router, asking(SYSTEM, "first"))
-    pool.end(holder, 0.0)
+    pool.end(holder.backend.id, 0.0)
     others = [s for s in pool.states if s is not holder]
-    for state in others:
-        state.in_flight = 2  # q_min = 2: the guard's limit is 1.5 * 2 + 32 = 35
+    for state in others:  # q_min = 2: the guard's limit is 1.5 * 2 + 32 = 35
+        pool.begin(state.backend.id, 0.0)
+        pool.begin(state.backend.id, 0.0)
     holder.engine = EngineLoad(4, 31, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 35
     assert router.pick(asking(SYSTEM, "at the limit"), 10.0) is holder
     holder.engine = EngineLoad(4, 32, 0.5, 0.0, 0.0, None, scraped_at=10.0)  # q = 36
     second = router.pick(asking(SYSTEM, "over the limit"), 10.0)
     assert second is not None and second is not holder
     hashes = block_hashes(asking(SYSTEM, "any").prompt, BLOCK)
-    assert scorer.index.matches(hashes) == {holder: 16, second: 16}
-    assert set(scorer.nominate(asking(SYSTEM, "any"), 10.0)) == {holder, second}
+    assert scorer.index.matches(hashes) == {holder.backend.id: 16, second.backend.id: 16}
+    assert set(scorer.nominate(asking(SYSTEM, "any"), 10.0)) == {
+        holder.backend.id,
+        second.backend.id,
+    }
     # While the holder stays over the limit, the prefix follows its second replica, not a third.
     picks = {router.pick(asking(SYSTEM, f"more {i}"), 10.5) for i in range(10)}
     assert picks == {second}
@@ -133,18 +137,20 @@ def test_an_engine_reported_kv_capacity_shrinks_its_share_of_the_index() -> None
     small, big = pool.states
     small.engine = EngineLoad(0, 0, 0.0, 0.0, 0.0, None, 0.0, kv_capacity_tokens=1024)
     sent(router, asking(SYSTEM, "warm up"))
-    assert scorer.index.capacity(small) == 1024 * 4 // BLOCK  # 32 blocks: two system prompts
-    assert scorer.index.capacity(big) == entries_for(64.0) // 2
+    assert (
+        scorer.index.capacity(small.backend.id) == 1024 * 4 // BLOCK
+    )  # 32 blocks: two system prompts
+    assert scorer.index.capacity(big.backend.id) == entries_for(64.0) // 2
     # Three 16-block prefixes sent to `small` alone: the first is forgotten, as the engine would.
     first, second, third = (asking(system_prompt(i), "q") for i in range(3))
     for request in (first, second, third):
         assert router.pipeline.pick(request, (small,), 1.0) is small
-    assert small not in scorer.index.matches(block_hashes(first.prompt, BLOCK))
-    assert scorer.index.matches(block_hashes(third.prompt, BLOCK)) == {small: 16}
+    assert small.backend.id not in scorer.index.matches(block_hashes(first.prompt, BLOCK))
+    assert scorer.index.matches(block_hashes(third.prompt, BLOCK)) == {small.backend.id: 16}
     # An engine restarted with a larger cache gets a larger share.
     small.engine = EngineLoad(0, 0, 0.0, 0.0, 0.0, None, 2.0, kv_capacity_tokens=4096)
     router.pick(asking(SYSTEM, "after restart"), 2.0)
-    assert scorer.index.capacity(small) == 4096 * 4 // BLOCK
+    assert scorer.index.capacity(small.backend.id) == 4096 * 4 // BLOCK
 
 
 @pytest.mark.parametrize(
@@ -155,4 +161,6 @@ def test_nonsense_parameters_are_refused(params: dict[str, float]) -> None:
     profile = Profile(((PluginSpec("prefix_cache", params), 1.0),))
     (field,) = params
     with pytest.raises(ValueError, match=f"prefix_cache: `{field}` must be"):
-        default_registry().build_profile(profile, PluginContext(random.Random(0)))
+        default_registry().build_profile(
+            profile, PluginContext(random.Random(0), Pool("m", []).board)
+        )

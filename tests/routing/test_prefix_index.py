@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from fleetgate.routing.prefix_index import PrefixIndex, block_hashes, entries_for
+from fleetgate.routing.prefix_index import MemoryPrefixIndex, block_hashes, entries_for
 
 SYSTEM = b"You are a careful assistant. " * 20  # 580 bytes: 4 blocks of 128
 
@@ -21,7 +21,7 @@ def test_hashes_chain_so_equal_hashes_mean_equal_prefixes() -> None:
 
 
 def test_matches_count_the_leading_blocks_each_backend_holds() -> None:
-    index = PrefixIndex(1000, 128)
+    index = MemoryPrefixIndex(1000)
     first = block_hashes(SYSTEM + b"a" * 300, 128)  # 6 blocks
     other = block_hashes(SYSTEM + b"b" * 300, 128)  # shares the first 4
     index.record("x", first)
@@ -33,8 +33,8 @@ def test_matches_count_the_leading_blocks_each_backend_holds() -> None:
 
 
 def test_each_backend_forgets_its_least_recently_used_blocks_first() -> None:
-    index = PrefixIndex(1000, 128)
-    index.set_capacity_tokens("x", 3 * 128 / 4)  # room for 3 blocks
+    index = MemoryPrefixIndex(1000)
+    index.set_capacity("x", 3)  # room for 3 blocks
     assert index.capacity("x") == 3
     hot, cold, new = [1, 2], [3], [4]
     index.record("x", hot)
@@ -47,7 +47,7 @@ def test_each_backend_forgets_its_least_recently_used_blocks_first() -> None:
 
 
 def test_the_entry_budget_is_shared_between_backends_and_forget_drops_one() -> None:
-    index = PrefixIndex(10, 128)
+    index = MemoryPrefixIndex(10)
     for i, name in enumerate("abcde"):
         index.record(name, list(range(i * 100, i * 100 + 50)))
     assert len(index) <= 10
@@ -60,13 +60,13 @@ def test_the_entry_budget_is_shared_between_backends_and_forget_drops_one() -> N
 MEMORY_PROBE = textwrap.dedent(
     """
     import sys
-    from fleetgate.routing.prefix_index import PrefixIndex, entries_for
+    from fleetgate.routing.prefix_index import MemoryPrefixIndex, entries_for
     def rss():
         return int(open("/proc/self/statm").read().split()[1]) * 4096
     budget_mb = float(sys.argv[1])
     names = [f"10.0.0.{i}:8000" for i in range(8)]
     before = rss()
-    index = PrefixIndex(entries_for(budget_mb), 128)
+    index = MemoryPrefixIndex(entries_for(budget_mb))
     peak = 0
     for i in range(10_000_000):  # ten million distinct prompts
         h = (i * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF

@@ -29,8 +29,7 @@ def chi_square(counts: Counter[Hashable], cells: Sequence[Hashable]) -> float:
 
 
 def test_picks_are_uniform_whatever_the_weights_and_load() -> None:
-    candidates = states((1, 1, 4, 0.5, 2))
-    candidates[0].in_flight = 50
+    candidates = states((1, 1, 4, 0.5, 2))  # and it is given no load board to read
     for seed in range(5):
         picker = RandomPick(random.Random(seed))
         counts = Counter(picker.pick(REQUEST, candidates, None, float(t)) for t in range(50_000))

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.routing.base import Picker, RoutingRequest
 from fleetgate.routing.least_requests import LeastRequests
 from fleetgate.routing.max_score import MaxScore
@@ -26,7 +27,7 @@ from fleetgate.routing.round_robin import RoundRobin
 from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
 from fleetgate.settings import Settings, at_least
 
-CTX = PluginContext(random.Random(0))
+CTX = PluginContext(random.Random(0), MemoryLoadBoard())
 SHIPPED = {
     "least_requests": LeastRequests,
     "max_score": MaxScore,
@@ -75,7 +76,7 @@ def test_the_picker_draws_from_the_context_random_source() -> None:
     request = RoutingRequest("m", "chat", stream=False)
 
     def picks(seed: int) -> list[BackendState | None]:
-        ctx = PluginContext(random.Random(seed))
+        ctx = PluginContext(random.Random(seed), MemoryLoadBoard())
         pipeline = default_registry().build_pipeline("random", {}, ctx)
         return [pipeline.pick(request, candidates, 0.0) for _ in range(20)]
 
@@ -95,7 +96,7 @@ def test_a_registry_of_ones_own_takes_extra_pickers_once() -> None:
 
     def factory(params: ChoicesParams, ctx: PluginContext) -> Picker:
         built.append(params)
-        return PowerOfTwo(ctx.rng)
+        return PowerOfTwo(ctx.rng, ctx.board)
 
     registry = PluginRegistry()
     registry.add_picker("p2_with_params", ChoicesParams, factory)

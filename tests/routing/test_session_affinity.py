@@ -9,8 +9,10 @@ import random
 from collections import Counter
 
 from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import CandidateLoads
 from fleetgate.routing.registry import PluginContext, default_registry
 from fleetgate.routing.router import Router
 from fleetgate.routing.session_affinity import SessionAffinity
@@ -30,13 +32,18 @@ def of_session(key: str | None) -> RoutingRequest:
 
 def session_router(n: int, seed: int = 1) -> Router:
     """A pool of n backends routed by the shipped `session_affinity` profile."""
-    ctx = PluginContext(random.Random(seed))
-    pipeline = default_registry().build_pipeline("session_affinity", {}, ctx)
-    return Router(Pool("m", states(n)), pipeline)
+    pool = Pool("m", states(n))
+    ctx = PluginContext(random.Random(seed), pool.board)
+    return Router(pool, default_registry().build_pipeline("session_affinity", {}, ctx))
+
+
+def scorer_of() -> SessionAffinity:
+    """The scorer alone, over a board with nothing in flight."""
+    return SessionAffinity(CandidateLoads(MemoryLoadBoard()))
 
 
 def test_the_same_session_scores_one_on_the_same_backend_every_time() -> None:
-    scorer = SessionAffinity()
+    scorer = scorer_of()
     candidates = states(6)
     for key in ("alice", "bob", "carol"):
         first = scorer.score(of_session(key), candidates, 0.0)
@@ -46,11 +53,11 @@ def test_the_same_session_scores_one_on_the_same_backend_every_time() -> None:
 
 
 def test_without_a_session_key_every_score_is_zero() -> None:
-    assert SessionAffinity().score(of_session(None), states(4), 0.0) == [0.0] * 4
+    assert scorer_of().score(of_session(None), states(4), 0.0) == [0.0] * 4
 
 
 def test_sessions_are_spread_over_the_backends() -> None:
-    scorer = SessionAffinity()
+    scorer = scorer_of()
     candidates = states(8)
     homes = Counter(scorer.home(key, candidates) for key in KEYS)
     assert set(homes) == set(candidates)
@@ -71,20 +78,21 @@ def test_no_backend_carries_more_than_the_bound_even_under_one_hot_session() -> 
         total = pool.in_flight
         state = router.pick(of_session(key), float(step))
         assert state is not None
-        pool.begin(state, float(step))
+        pool.begin(state.backend.id, float(step))
         in_flight.append(state)
         bound = math.ceil((1 + epsilon) * (total + 1) / n)
-        assert state.in_flight <= bound, f"step {step}: {state} over {bound}"
+        carries = pool.board.load(state.backend.id).in_flight
+        assert carries <= bound, f"step {step}: {state} carries {carries}, over {bound}"
         hot_homes[state] += hot
         for _ in range(rng.choice((0, 1, 2))):
             if in_flight:
-                pool.end(in_flight.pop(rng.randrange(len(in_flight))), float(step))
+                pool.end(in_flight.pop(rng.randrange(len(in_flight))).backend.id, float(step))
     # The bound did its work: the hot session overflowed from its home to the next backends.
     assert len(+hot_homes) > 1
 
 
 def test_a_backend_leaving_moves_only_the_sessions_it_was_home_to() -> None:
-    scorer = SessionAffinity()
+    scorer = scorer_of()
     candidates = states(10)
     before = {key: scorer.home(key, candidates) for key in KEYS}
     gone = candidates[3]
@@ -109,9 +117,9 @@ def test_the_profile_keeps_sessions_sticky() -> None:
         key = f"conversation-{rng.randrange(40)}"
         state = router.pick(of_session(key), float(step))
         assert state is not None
-        pool.begin(state, float(step))
+        pool.begin(state.backend.id, float(step))
         homes.setdefault(key, set()).add(state)
-        pool.end(state, float(step) + 0.5)
+        pool.end(state.backend.id, float(step) + 0.5)
     assert all(len(h) == 1 for h in homes.values())
     assert len({next(iter(h)) for h in homes.values()}) >= 6  # and still spread
 
@@ -129,3 +137,19 @@ def test_the_profile_keeps_sessions_sticky_in_a_pool_larger_than_the_shortlist()
             homes.setdefault(key, set()).add(state)
     moved = sorted(key for key, h in homes.items() if len(h) > 1)
     assert moved == []
+
+
+def test_a_backend_joining_takes_no_session_the_table_knows() -> None:
+    # On the ring alone about a ninth of the sessions would move to a ninth backend, away from
+    # their KV caches; those the session table has seen stay where their last request went.
+    router = session_router(8)
+    pool = router.pool
+    keys = KEYS[:300]
+    homes = {key: router.pick(of_session(key), 0.0) for key in keys}
+    joined = BackendState(Backend("b8", "http://127.0.0.1:8108", ("m",)))
+    pool.add(joined, 1.0)
+    assert {key: router.pick(of_session(key), 2.0) for key in keys} == homes
+    ring_alone = scorer_of()  # a table of its own, empty: the ring decides
+    assert any(ring_alone.home(key, pool.candidates) is joined for key in keys)
+    # A new session may go to it.
+    assert joined in {router.pick(of_session(key), 3.0) for key in KEYS[300:]}

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import CandidateLoads
 from fleetgate.routing.max_score import MaxScore
 from fleetgate.routing.pipeline import RoutingPipeline
 from fleetgate.routing.prefix_cache import PrefixCacheScorer
@@ -33,7 +35,7 @@ def asking(question: str, system: bytes = SYSTEM) -> RoutingRequest:
 
 
 class Recording:
-    """Scores 1 / (1 + in_flight) and remembers the candidates it was shown."""
+    """Scores every candidate 1 and remembers the candidates it was shown."""
 
     name = "recording"
 
@@ -44,7 +46,7 @@ class Recording:
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
         self.seen.append(tuple(candidates))
-        return [1.0 / (1 + c.in_flight) for c in candidates]
+        return [1.0] * len(candidates)
 
 
 def test_scorers_rate_a_random_shortlist_of_a_large_pool() -> None:
@@ -71,10 +73,11 @@ def test_a_pool_within_the_shortlist_is_scored_whole() -> None:
 
 def test_nominated_holders_are_always_in_the_shortlist_and_win() -> None:
     pool = large_pool()
-    prefix, recording = PrefixCacheScorer(), Recording()
+    loads = CandidateLoads(MemoryLoadBoard())
+    prefix, recording = PrefixCacheScorer(loads), Recording()
     pipeline = RoutingPipeline(
         MaxScore(random.Random(0)),
-        scorers=[(prefix, 3.0), (QueueScorer(), 2.0), (recording, 1.0)],
+        scorers=[(prefix, 3.0), (QueueScorer(loads), 2.0), (recording, 1.0)],
         shortlist=16,
         rng=random.Random(2),
     )
@@ -158,8 +161,10 @@ def test_a_filter_that_keeps_none_of_the_shortlist_is_given_the_whole_pool() -> 
 PROFILE_PLUGINS = ("prefix_cache", "queue", "kv_cache", "max_score", "shortlist")
 
 
-def timed_prefix_pipeline(calls: list[tuple[str, float]]) -> RoutingPipeline:
-    ctx = PluginContext(random.Random(3))
+def timed_prefix_pipeline(
+    calls: list[tuple[str, float]], board: MemoryLoadBoard | None = None
+) -> RoutingPipeline:
+    ctx = PluginContext(random.Random(3), board or MemoryLoadBoard())
     pipeline = default_registry().build_pipeline("prefix_cache", {}, ctx)
     pipeline.set_timer(lambda plugin, seconds: calls.append((plugin, seconds)), every=1)
     return pipeline
@@ -186,7 +191,7 @@ def test_the_timer_hears_once_from_every_plugin_on_every_pick() -> None:
 def test_by_default_one_pick_in_sixteen_is_timed() -> None:
     pool = large_pool()
     calls: list[tuple[str, float]] = []
-    ctx = PluginContext(random.Random(3))
+    ctx = PluginContext(random.Random(3), MemoryLoadBoard())
     pipeline = default_registry().build_pipeline("prefix_cache", {}, ctx)
     pipeline.set_timer(lambda plugin, seconds: calls.append((plugin, seconds)))
     for t in range(64):
@@ -206,12 +211,13 @@ def test_the_timer_names_each_plugin_as_the_config_does() -> None:
 def test_the_prefix_profile_routes_a_held_prefix_back_among_1024_backends(timed: bool) -> None:
     pool = large_pool()
     calls: list[tuple[str, float]] = []
-    pipeline = timed_prefix_pipeline(calls)
+    board = MemoryLoadBoard()
+    pipeline = timed_prefix_pipeline(calls, board)
     if not timed:
         pipeline.set_timer(None)
     holder = pipeline.pick(asking("first"), pool, 0.0)
     assert holder is not None
-    holder.in_flight = 1  # busier than the rest, still within the guard
+    board.begin(holder.backend.id, 0)  # busier than the rest, still within the guard
     picks = Counter(pipeline.pick(asking(f"question {t}"), pool, float(t)) for t in range(50))
     assert picks == {holder: 50}
     # Another prefix is not drawn to the busier holder: the queue scorer sends it elsewhere.

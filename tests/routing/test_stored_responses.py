@@ -29,9 +29,8 @@ def test_a_pinned_request_goes_to_its_backend_while_it_is_a_candidate() -> None:
         BackendState(Backend(f"b{i}", f"http://127.0.0.1:{9100 + i}", ("m",))) for i in range(3)
     ]
     pool = Pool("m", states)
-    router = Router(
-        pool, default_registry().build_pipeline("round_robin", {}, PluginContext(random.Random(1)))
-    )
+    ctx = PluginContext(random.Random(1), pool.board)
+    router = Router(pool, default_registry().build_pipeline("round_robin", {}, ctx))
     request = RoutingRequest("m", "responses", False, follows="resp_x")
     request.pinned = "b2"
     assert {router.pick(request, 0.0).backend.id for _ in range(6)} == {"b2"}  # type: ignore[union-attr]

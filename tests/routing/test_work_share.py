@@ -9,6 +9,7 @@ import random
 import pytest
 
 from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
 from fleetgate.routing.work_share import WorkShare, WorkShareParams
@@ -93,7 +94,8 @@ def test_the_balanced_profile_shares_the_work_by_weight_while_long_prompts_go_fa
         state = BackendState(Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",)))
         state.weight = weight
         fleet.append(state)
-    pipeline = default_registry().build_pipeline("balanced", {}, PluginContext(random.Random(5)))
+    ctx = PluginContext(random.Random(5), MemoryLoadBoard())
+    pipeline = default_registry().build_pipeline("balanced", {}, ctx)
     work = dict.fromkeys(fleet, 0)
     for i in range(3000):
         tokens = 3000 if i % 10 == 0 else 300

@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.lifecycle.events import FirstToken
 from fleetgate.traffic.batch_lane import BatchLane, BatchLaneSettings
-
-STATE = BackendState(Backend("b", "http://127.0.0.1:1", ("m",)))
 
 
 def first_tokens(lane: BatchLane, now: float, ttft_s: float, n: int = 9, batch: bool = False,
                  kind: str = "first") -> None:  # fmt: skip
     for _ in range(n):
         lane.on_first_token(
-            FirstToken(b"r", now, "m", STATE, kind, 100, None, now - ttft_s, batch)  # type: ignore[arg-type]
+            FirstToken(b"r", now, "m", "b", kind, 100, None, now - ttft_s, batch)  # type: ignore[arg-type]
         )
 
 

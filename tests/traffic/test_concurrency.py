@@ -35,7 +35,20 @@ def ended(limit: ConcurrencyLimit, pool: Pool, ttft_s: float, prompt: int = 100)
     state = pool.states[0]
     limit.on_attempt_ended(
         AttemptEnded(
-            b"r", 0.0, "m", state, "first", 0.0, prompt, 0, 200, None, None, ttft_s, 10, True
+            b"r",
+            0.0,
+            "m",
+            state.backend.id,
+            "first",
+            0.0,
+            prompt,
+            0,
+            200,
+            None,
+            None,
+            ttft_s,
+            10,
+            True,
         )
     )
 
@@ -112,7 +125,7 @@ def test_with_engine_priority_critical_first_tokens_do_not_hide_congestion() -> 
                     b"r",
                     0.0,
                     "m",
-                    states[0],
+                    states[0].backend.id,
                     "first",
                     0.0,
                     100,
