@@ -29,15 +29,14 @@ from fleetgate.http.transport import Transport, UpstreamAnswer
 from fleetgate.lifecycle.downstream import Downstream
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
-    AttemptEnded,
     AttemptKind,
     AttemptStarted,
     ErrorKind,
-    FirstToken,
 )
 from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.openai_api import JSON, SSE_HEADERS, Usage, error_body, response_id_of, usage_of
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.upstream.bracket import Bracket
 from fleetgate.upstream.progress import StreamProgress
 from fleetgate.upstream.relay import StreamRelay
 from fleetgate.upstream.responses_progress import ResponsesProgress
@@ -239,22 +238,13 @@ class Attempts:
         stream broke off after the client had part of it."""
         clock, emit, routing = self._clock, ex.emit, ex.routing
         sent = clock()
-        prompt = routing.prompt_tokens
         # The prompt tokens sent there before this one, not yet prefilled.
         queued = ex.board.load(state.backend.id).pending_prefill
         ex.attempts += 1
-        if emit.attempt_started is not None:
-            emit.attempt_started(
-                AttemptStarted(
-                    request_id=ex.request_id,
-                    at=sent,
-                    model=ex.model,
-                    backend=state.backend.id,
-                    kind=kind,
-                    prompt_tokens=prompt,
-                    queued_prefill=queued,
-                )
-            )
+        events = Bracket(emit, AttemptStarted(
+            request_id=ex.request_id, at=sent, model=ex.model, backend=state.backend.id,
+            kind=kind, prompt_tokens=routing.prompt_tokens, queued_prefill=queued,
+        ))  # fmt: skip
         ex.backend = state.backend.id  # until an answer reaches the client: the last tried
         status = 0
         error: ErrorKind | None = None
@@ -275,20 +265,7 @@ class Attempts:
                     first_at = now = clock()
                     won = claim is None or claim()
                     ttft = now - ex.started if won else None
-                    if emit.first_token is not None:
-                        emit.first_token(
-                            FirstToken(
-                                request_id=ex.request_id,
-                                at=now,
-                                model=ex.model,
-                                backend=state.backend.id,
-                                kind=kind,
-                                prompt_tokens=prompt,
-                                ttft_s=ttft,
-                                sent_at=sent,
-                                batch=ex.batch,
-                            )
-                        )
+                    events.first_token(at=now, ttft_s=ttft, batch=ex.batch)
                     if won:
                         ex.ttft_s, ex.backend, ex.progress = ttft, state.backend.id, progress
                         upstream = [
@@ -336,32 +313,16 @@ class Attempts:
             error = "gateway"
             raise
         finally:
-            if emit.attempt_ended is not None:
-                tokens = 0
-                if streamed is not None:
-                    streamed.settle()  # decoded now rather than at its Finished: no more work
-                    tokens = streamed.tokens
-                emit.attempt_ended(
-                    AttemptEnded(
-                        request_id=ex.request_id,
-                        at=clock(),
-                        model=ex.model,
-                        backend=state.backend.id,
-                        kind=kind,
-                        sent_at=sent,
-                        prompt_tokens=prompt,
-                        queued_prefill=queued,
-                        status=status,
-                        error=error,
-                        retry_after_s=wait_s,
-                        first_token_at=first_at,
-                        output_tokens=tokens,
-                        stream=streamed is not None,
-                        prior_status=ex.prior_status,
-                        prior_backend=ex.prior_backend,
-                        priority=ex.priority,
-                    )
-                )
+            tokens = 0
+            if streamed is not None:
+                streamed.settle()  # decoded now rather than at its Finished: no more work
+                tokens = streamed.tokens
+            events.ended(
+                at=clock(), status=status, error=error, retry_after_s=wait_s,
+                first_token_at=first_at, output_tokens=tokens, stream=streamed is not None,
+                prior_status=ex.prior_status, prior_backend=ex.prior_backend,
+                priority=ex.priority,
+            )  # fmt: skip
             if status >= 500:
                 if status == ex.prior_status:
                     ex.prior_backend = None  # taken back now, and this one never counted
@@ -396,20 +357,11 @@ class Attempts:
         clock, emit = self._clock, ex.emit
         sent = clock()
         queued = ex.board.load(state.backend.id).pending_prefill
-        kind: AttemptKind = "continuation"
         ex.attempts += 1
-        if emit.attempt_started is not None:
-            emit.attempt_started(
-                AttemptStarted(
-                    request_id=ex.request_id,
-                    at=sent,
-                    model=ex.model,
-                    backend=state.backend.id,
-                    kind=kind,
-                    prompt_tokens=0,
-                    queued_prefill=queued,
-                )
-            )
+        events = Bracket(emit, AttemptStarted(
+            request_id=ex.request_id, at=sent, model=ex.model, backend=state.backend.id,
+            kind="continuation", prompt_tokens=0, queued_prefill=queued,
+        ))  # fmt: skip
         status = 0
         error: ErrorKind | None = None
         first_at: float | None = None
@@ -428,20 +380,7 @@ class Attempts:
             def start() -> bool:  # the client has had its head already
                 nonlocal first_at
                 first_at = now = clock()
-                if emit.first_token is not None:
-                    emit.first_token(
-                        FirstToken(
-                            request_id=ex.request_id,
-                            at=now,
-                            model=ex.model,
-                            backend=state.backend.id,
-                            kind=kind,
-                            prompt_tokens=0,
-                            ttft_s=None,
-                            sent_at=sent,
-                            batch=ex.batch,
-                        )
-                    )
+                events.first_token(at=now, ttft_s=None, batch=ex.batch)
                 return True
 
             relay = StreamRelay(ex.writer, response, clock, progress, rewrite, start)
@@ -458,27 +397,13 @@ class Attempts:
             error = "gateway"
             raise
         finally:
-            if emit.attempt_ended is not None:
-                progress.settle()
-                emit.attempt_ended(
-                    AttemptEnded(
-                        request_id=ex.request_id,
-                        at=clock(),
-                        model=ex.model,
-                        backend=state.backend.id,
-                        kind=kind,
-                        sent_at=sent,
-                        prompt_tokens=0,
-                        queued_prefill=queued,
-                        status=status,
-                        error=error,
-                        retry_after_s=wait_s,
-                        first_token_at=first_at,
-                        # an estimate before, the engine's whole count after: never below 0
-                        output_tokens=max(0, progress.tokens - tokens),
-                        stream=status == 200,
-                    )
-                )
+            progress.settle()
+            events.ended(
+                at=clock(), status=status, error=error, retry_after_s=wait_s,
+                first_token_at=first_at,
+                # an estimate before, the engine's whole count after: never below 0
+                output_tokens=max(0, progress.tokens - tokens), stream=status == 200,
+            )  # fmt: skip
 
 
 def _reply(ex: Exchange, response: UpstreamAnswer) -> list[tuple[bytes, bytes]]:

@@ -15,11 +15,12 @@ import msgspec
 
 from fleetgate.http.errors import UpstreamError
 from fleetgate.http.transport import Transport
-from fleetgate.lifecycle.events import AttemptEnded, AttemptKind, AttemptStarted, ErrorKind
+from fleetgate.lifecycle.events import AttemptKind, AttemptStarted, ErrorKind
 from fleetgate.lifecycle.hooks import Emitters
 from fleetgate.openai_api import with_fields
 from fleetgate.routing.router import Router
 from fleetgate.upstream.attempt import Exchange, error_kind, retry_after_s
+from fleetgate.upstream.bracket import Bracket
 from fleetgate.upstream.routed import routed
 from fleetgate.upstream.timeouts import Timeouts
 
@@ -82,21 +83,12 @@ class Prefill:
                        routing=routing, kind=kind, now=now)  # fmt: skip
         if state is None:
             return ex.body
-        prompt = routing.prompt_tokens
         queued = self.router.pool.board.load(state.backend.id).pending_prefill
         ex.attempts += 1
-        if emit.attempt_started is not None:
-            emit.attempt_started(
-                AttemptStarted(
-                    request_id=ex.request_id,
-                    at=now,
-                    model=model,
-                    backend=state.backend.id,
-                    kind=kind,
-                    prompt_tokens=prompt,
-                    queued_prefill=queued,
-                )
-            )
+        events = Bracket(emit, AttemptStarted(
+            request_id=ex.request_id, at=now, model=model, backend=state.backend.id, kind=kind,
+            prompt_tokens=routing.prompt_tokens, queued_prefill=queued,
+        ))  # fmt: skip
         status = 0
         error: ErrorKind | None = None
         wait_s: float | None = None
@@ -120,25 +112,10 @@ class Prefill:
             error = "gateway"
             raise
         finally:
-            if emit.attempt_ended is not None:
-                emit.attempt_ended(
-                    AttemptEnded(
-                        request_id=ex.request_id,
-                        at=clock(),
-                        model=model,
-                        backend=state.backend.id,
-                        kind=kind,
-                        sent_at=now,
-                        prompt_tokens=prompt,
-                        queued_prefill=queued,
-                        status=status,
-                        error=error,
-                        retry_after_s=wait_s,
-                        first_token_at=None,
-                        output_tokens=0,
-                        stream=False,
-                    )
-                )
+            events.ended(
+                at=clock(), status=status, error=error, retry_after_s=wait_s,
+                first_token_at=None, output_tokens=0, stream=False,
+            )  # fmt: skip
         params = handoff_params(answer) if status == 200 else None
         if params is None:
             return ex.body
