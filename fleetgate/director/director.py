@@ -204,7 +204,7 @@ class Director:
             model=cluster.model, routing=routing, path=request.path, headers=headers, body=body,
             request_id=request.request_id, writer=downstream, started=request.started,
             timeouts=request_timeouts(cluster.timeouts, request.metadata), emit=cluster.emit,
-            board=cluster.pool.board, pool_timeouts=cluster.timeouts,
+            board=cluster.router.pool.board, pool_timeouts=cluster.timeouts,
         )  # fmt: skip
         return cluster, exchange
 

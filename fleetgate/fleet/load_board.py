@@ -81,7 +81,10 @@ class MemoryLoadBoard:
         return load
 
     def begin(self, backend_id: str, prompt_tokens: int) -> BackendLoad:
-        load = self._loads.get(backend_id) or self.load(backend_id)
+        try:
+            load = self._loads[backend_id]
+        except KeyError:
+            load = self._loads[backend_id] = BackendLoad()
         load.in_flight += 1
         load.in_flight_tokens += prompt_tokens
         load.pending_prefill += prompt_tokens

@@ -36,9 +36,9 @@ class Pool:
     """
 
     __slots__ = (
-        "_by_id", "_ejected", "_full", "_health", "_next_calibration", "_retiring", "_weights",
-        "board", "candidates", "in_flight", "left", "load_changed", "model", "next_check",
-        "states",
+        "_ejected", "_full", "_health", "_limits", "_next_calibration", "_retiring", "_weights",
+        "board", "candidates", "in_flight", "left", "load_changed", "members", "model",
+        "next_check", "states",
     )  # fmt: skip
 
     def __init__(
@@ -52,7 +52,11 @@ class Pool:
         self.model = model
         self.in_flight = 0  # requests in flight to any backend of the pool
         self.states = tuple(states)
-        self._by_id = {s.backend.id: s for s in self.states}  # ids are unique in a pool
+        # The members by id (unique in a pool): events name backends by id, and a subscriber
+        # that needs the state finds it here. Read it; only the pool changes it.
+        self.members: dict[str, BackendState] = {s.backend.id: s for s in self.states}
+        # Some member has a max_in_flight (then begin and end look at its state).
+        self._limits = any(s.backend.max_in_flight is not None for s in self.states)
         # Each backend's in-flight requests and tokens, by id: what routing reads of its load.
         self.board: LoadBoard = MemoryLoadBoard() if board is None else board
         # Told whenever a backend's in-flight count or effective weight changed (a picker
@@ -177,18 +181,14 @@ class Pool:
     def add(self, state: BackendState, now: float) -> None:
         """A new backend, routable at once (its checks may take it out later, as at start)."""
         self.states = (*self.states, state)
-        self._by_id[state.backend.id] = state
+        self.members[state.backend.id] = state
+        self._limits = self._limits or state.backend.max_in_flight is not None
         self.refresh(now)
 
     def loads(self) -> list[tuple[BackendState, BackendLoad]]:
         """Each member and its record on the board (for metrics, the dashboard, the admin API)."""
         load = self.board.load
         return [(s, load(s.backend.id)) for s in self.states]
-
-    def member(self, backend_id: str) -> BackendState | None:
-        """The member of that id (None: it has left, or never was one). Events name backends
-        by id; a subscriber that needs the state finds it here."""
-        return self._by_id.get(backend_id)
 
     def retire(self, state: BackendState, now: float) -> bool:
         """Take `state` out for good: GONE at once (nothing new is routed to it, panic or
@@ -211,7 +211,7 @@ class Pool:
         self._ejected.pop(state, None)
         self._full.discard(state)
         self.states = tuple(s for s in self.states if s is not state)
-        del self._by_id[state.backend.id]
+        del self.members[state.backend.id]
         self.board.forget(state.backend.id)
         self.refresh(now)
         self.left(state)
@@ -229,13 +229,16 @@ class Pool:
         self.refresh(now)
 
     # -- what the lifecycle counts (lifecycle/accounting.py) ----------------------------------
+    # (A first token changes nothing here: the accounting tells the board alone.)
 
     def begin(self, backend_id: str, now: float, prompt_tokens: int = 0) -> None:
         """A request with this many prompt tokens (estimated) was sent to the backend of that
         id (a member when it was picked; it may have left since, as a hedge's may)."""
         load = self.board.begin(backend_id, prompt_tokens)
         self.in_flight += 1
-        state = self._by_id.get(backend_id)
+        if self.load_changed is None and not self._limits:
+            return  # nothing here needs its state: the common case, at no lookup
+        state = self.members.get(backend_id)
         if state is None:
             return
         if self.load_changed is not None:
@@ -245,18 +248,17 @@ class Pool:
             self._full.add(state)
             self.refresh(now)
 
-    def prefilled(self, backend_id: str, prompt_tokens: int) -> None:
-        """A request's first token arrived: its prompt is no longer waiting to be prefilled."""
-        self.board.prefilled(backend_id, prompt_tokens)
-
     def end(
         self, backend_id: str, now: float, prompt_tokens: int = 0, unprefilled: int = 0
     ) -> None:
         """A request to the backend of that id finished, whatever its outcome; `prompt_tokens`
-        as given to `begin`, `unprefilled` those of them not yet released by `prefilled`."""
+        as given to `begin`, `unprefilled` those of them the board's `prefilled` has not
+        released."""
         load = self.board.end(backend_id, prompt_tokens, unprefilled)
         self.in_flight -= 1
-        state = self._by_id.get(backend_id)
+        if self.load_changed is None and not self._limits and not self._retiring:
+            return  # nothing here needs its state: the common case, at no lookup
+        state = self.members.get(backend_id)
         if state is None:
             return
         if self.load_changed is not None:

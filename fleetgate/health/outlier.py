@@ -86,7 +86,7 @@ class OutlierDetector:
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         """The rule of what an attempt's end says of its backend (the module's docstring)."""
         pool = self._pool
-        state = pool.member(event.backend)
+        state = pool.members.get(event.backend)
         if state is None:  # it has left the pool: nothing it does counts any more
             return
         error, status = event.error, event.status
@@ -100,7 +100,7 @@ class OutlierDetector:
             if status != event.prior_status:
                 self.failure(state, event.at, event.request_id)
             elif event.prior_backend is not None and event.prior_backend != event.backend:
-                prior = pool.member(event.prior_backend)
+                prior = pool.members.get(event.prior_backend)
                 if prior is not None:
                     self._take_back(prior, event.at)
         else:

@@ -17,10 +17,12 @@ from fleetgate.lifecycle.hooks import Hooks
 class FleetAccounting:
     """Keeps one pool's in-flight counts and latency stats from its attempts' events."""
 
-    __slots__ = ("_pool",)
+    __slots__ = ("_board", "_members", "_pool")
 
     def __init__(self, pool: Pool) -> None:
         self._pool = pool
+        self._board = pool.board
+        self._members = pool.members  # kept current by the pool, in place
 
     def subscribe(self, hooks: Hooks) -> None:
         hooks.subscribe(AttemptStarted, self.on_attempt_started)
@@ -31,7 +33,7 @@ class FleetAccounting:
         self._pool.begin(event.backend, event.at, event.prompt_tokens)
 
     def on_first_token(self, event: FirstToken) -> None:
-        self._pool.prefilled(event.backend, event.prompt_tokens)
+        self._board.prefilled(event.backend, event.prompt_tokens)
 
     def on_attempt_ended(self, event: AttemptEnded) -> None:
         prompt = event.prompt_tokens
@@ -39,7 +41,7 @@ class FleetAccounting:
         self._pool.end(event.backend, event.at, prompt, unprefilled)
         if event.error is not None or event.kind in ("continuation", "prefill"):
             return
-        state = self._pool.member(event.backend)
+        state = self._members.get(event.backend)
         if state is None:  # it left the pool with this, its last request
             return
         if event.stream:

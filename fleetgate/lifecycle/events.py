@@ -13,7 +13,7 @@ window, metrics, and later tracing, logs, SLOs and admission. Events are frozen,
 msgspec structs (about 50 ns each to make) and are never kept by the path that emits them;
 `gc=False` because they hold no cycles and die young. Times are the injected clock's seconds.
 A backend is named by its id (fleet/backend.py `backend_id`), never by its live state: a
-subscriber that needs the state looks it up in the pool it was given (fleet/pool.py `member`).
+subscriber that needs the state looks it up in the pool it was given (fleet/pool.py `members`).
 """
 
 from __future__ import annotations

@@ -7,9 +7,10 @@ import random
 from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
-from fleetgate.fleet.load_board import BackendLoad, LoadBoard
+from fleetgate.fleet.load_board import BackendLoad
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.heap import IndexedHeap, Key
+from fleetgate.routing.load import CandidateLoads
 
 
 class LeastRequests:
@@ -22,18 +23,18 @@ class LeastRequests:
 
     name = "least_requests"
 
-    def __init__(self, rng: random.Random, board: LoadBoard) -> None:
-        self._board = board
+    def __init__(self, rng: random.Random, loads: CandidateLoads) -> None:
+        self._loads = loads
         self._order = itertools.count()
         self._stamp: dict[BackendState, int] = {}
-        # Each member's board record, looked up once per candidate set (the board keeps it).
-        self._loads: dict[BackendState, BackendLoad] = {}
+        # Each member's load board record, looked up once per candidate set (kept current).
+        self._records: dict[BackendState, BackendLoad] = {}
         self._heap: IndexedHeap[BackendState] | None = None
         self._members: Sequence[BackendState] | None = None
         self._rng = rng
 
     def _key(self, state: BackendState) -> Key:
-        return ((self._loads[state].in_flight + 1) / state.weight, self._stamp.get(state, 0))
+        return ((self._records[state].in_flight + 1) / state.weight, self._stamp.get(state, 0))
 
     def pick(
         self,
@@ -45,8 +46,7 @@ class LeastRequests:
         if candidates is not self._members:
             shuffled = list(candidates)
             self._rng.shuffle(shuffled)  # random order among equals after a rebuild
-            load = self._board.load
-            self._loads = {state: load(state.backend.id) for state in shuffled}
+            self._records = dict(self._loads.of(candidates))
             for state in shuffled:
                 self._stamp[state] = next(self._order)
             self._heap = IndexedHeap(shuffled, self._key)

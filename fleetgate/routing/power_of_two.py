@@ -6,8 +6,8 @@ import random
 from collections.abc import Sequence
 
 from fleetgate.fleet.backend import BackendState
-from fleetgate.fleet.load_board import LoadBoard
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import CandidateLoads
 
 
 class PowerOfTwo:
@@ -20,9 +20,9 @@ class PowerOfTwo:
 
     name = "power_of_two"
 
-    def __init__(self, rng: random.Random, board: LoadBoard) -> None:
+    def __init__(self, rng: random.Random, loads: CandidateLoads) -> None:
         self._rng = rng
-        self._board = board
+        self._loads = loads
 
     def pick(
         self,
@@ -38,9 +38,8 @@ class PowerOfTwo:
         j = self._rng.randrange(n - 1)
         if j >= i:
             j += 1
-        a, b = candidates[i], candidates[j]
-        load = self._board.load
-        a_in, b_in = load(a.backend.id).in_flight, load(b.backend.id).in_flight
-        if (b_in + 1) * a.weight < (a_in + 1) * b.weight:
+        loaded = self._loads.of(candidates)  # the pool's tuple: looked up once per health change
+        (a, a_load), (b, b_load) = loaded[i], loaded[j]
+        if (b_load.in_flight + 1) * a.weight < (a_load.in_flight + 1) * b.weight:
             return b
         return a

@@ -66,6 +66,8 @@ class PrefixCacheScorer:
         self._capacity: dict[str, float] = {}  # engine capacities applied so far, by id
         self._request: RoutingRequest | None = None  # the request `_hashes` belong to
         self._hashes: list[int] = []
+        self._ids_of: Sequence[BackendState] | None = None  # the candidates `_ids` are of
+        self._ids: list[str] = []
 
     def _hashes_of(self, request: RoutingRequest) -> list[int]:
         if request is not self._request:
@@ -73,21 +75,29 @@ class PrefixCacheScorer:
             self._hashes = block_hashes(request.prompt, self._block_bytes)
         return self._hashes
 
+    def _ids_in(self, candidates: Sequence[BackendState]) -> list[str]:
+        """The candidates' ids, as the index knows them: made again only for a new candidate
+        set (a pool's own tuple lasts until its health changes)."""
+        if candidates is not self._ids_of:
+            self._ids_of = candidates
+            self._ids = [state.backend.id for state in candidates]
+        return self._ids
+
     def score(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
         self._follow_capacities(candidates)
         hashes = self._hashes_of(request)
-        # The ids are drawn only when some backend holds the first block.
-        matches = self.index.matches(hashes, (state.backend.id for state in candidates))
+        ids = self._ids_in(candidates)
+        matches = self.index.matches(hashes, ids)
         if not matches:
             return [0.0] * len(candidates)
         queues = queue_lengths(self._loads.of(candidates), now, self._stale_after_s)
         limit = min(queues) * self._balance_rel + self._balance_abs
         blocks = len(hashes)
         return [
-            matches.get(state.backend.id, 0) / blocks if q <= limit else 0.0
-            for state, q in zip(candidates, queues, strict=True)
+            matches.get(backend, 0) / blocks if q <= limit else 0.0
+            for backend, q in zip(ids, queues, strict=True)
         ]
 
     def nominate(self, request: RoutingRequest, now: float) -> list[str]:

@@ -223,11 +223,11 @@ def _seeded(plugin: Callable[[random.Random], T]) -> Callable[[NoParams, PluginC
 
 
 def _loaded(
-    plugin: Callable[[random.Random, LoadBoard], T],
+    plugin: Callable[[random.Random, CandidateLoads], T],
 ) -> Callable[[NoParams, PluginContext], T]:
     """A builder of a parameterless picker that draws from the context's random source and
-    reads the context's load board."""
-    return lambda _, ctx: plugin(ctx.rng, ctx.board)
+    reads the load board."""
+    return lambda _, ctx: plugin(ctx.rng, ctx.loads)
 
 
 def _reading(

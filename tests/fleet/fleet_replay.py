@@ -183,7 +183,7 @@ class _PoolReplay:
         for request_id in step.emitted:
             if request_id in self.prefilling:
                 self.prefilling.discard(request_id)
-                self.pool.prefilled(replica.state.backend.id, self.sent_to[request_id][1])
+                self.pool.board.prefilled(replica.state.backend.id, self.sent_to[request_id][1])
         for info in step.finished:
             _, tokens = self.sent_to.pop(info.request_id)
             self.pool.end(replica.state.backend.id, now, tokens)

@@ -51,5 +51,5 @@ def test_a_pool_counts_on_the_board_it_is_given_and_forgets_a_backend_that_left(
     assert [(s.backend.id, load.in_flight) for s, load in pool.loads()] == [("b0", 1), ("b1", 0)]
     assert not pool.retire(states[0], 1.0)  # a request in flight: it stays until it ends
     pool.end("b0", 2.0, prompt_tokens=100, unprefilled=100)
-    assert pool.member("b0") is None and pool.member("b1") is states[1]
+    assert pool.members == {"b1": states[1]}
     assert len(board) == 1  # b0's record went with it

@@ -110,7 +110,7 @@ def test_prompt_tokens_wait_for_prefill_from_begin_to_the_first_token(
     pool.begin(state.backend.id, 0.0, prompt_tokens=500)
     pool.begin(state.backend.id, 0.0, prompt_tokens=300)
     assert load.pending_prefill == 800
-    pool.prefilled(state.backend.id, 500)  # the first request's first token came back
+    pool.board.prefilled(state.backend.id, 500)  # the first request's first token came back
     assert load.pending_prefill == 300
     pool.end(state.backend.id, 1.0)  # ...and it ended: nothing more to release
     pool.end(state.backend.id, 1.0, unprefilled=300)  # the second failed before its first token

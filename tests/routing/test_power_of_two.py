@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import CandidateLoads
 from fleetgate.routing.power_of_two import PowerOfTwo
 from fleetgate.routing.router import Router
 
@@ -56,7 +57,7 @@ def test_never_picks_the_single_most_loaded_backend() -> None:
     candidates = states((1, 2, 1, 0.5, 1))
     rng = random.Random(9)
     board = MemoryLoadBoard()
-    picker = PowerOfTwo(random.Random(4), board)
+    picker = PowerOfTwo(random.Random(4), CandidateLoads(board))
     for t in range(3000):
         for state in candidates:
             board.load(state.backend.id).in_flight = rng.randrange(10)
@@ -69,7 +70,7 @@ def test_never_picks_the_single_most_loaded_backend() -> None:
 def test_two_candidates_always_give_the_less_loaded_one() -> None:
     candidates = states((1, 1))
     board = MemoryLoadBoard()
-    picker = PowerOfTwo(random.Random(2), board)
+    picker = PowerOfTwo(random.Random(2), CandidateLoads(board))
     board.begin(candidates[1].backend.id, 0)
     assert all(picker.pick(REQUEST, candidates, None, 0.0) is candidates[0] for _ in range(50))
 
@@ -78,7 +79,7 @@ def test_equal_loads_split_evenly_and_one_candidate_is_returned() -> None:
     # The two draws are distinct, and a tie keeps the first: with equal loads the pick is
     # uniform (chi-square with 2 degrees of freedom under its upper 0.1% point, 13.82).
     candidates = states((1, 1, 1))
-    picker = PowerOfTwo(random.Random(6), MemoryLoadBoard())
+    picker = PowerOfTwo(random.Random(6), CandidateLoads(MemoryLoadBoard()))
     counts = Counter(picker.pick(REQUEST, candidates, None, 0.0) for _ in range(30_000))
     expected = 10_000
     assert sum((counts[s] - expected) ** 2 / expected for s in candidates) < 13.82

@@ -96,7 +96,7 @@ def test_a_registry_of_ones_own_takes_extra_pickers_once() -> None:
 
     def factory(params: ChoicesParams, ctx: PluginContext) -> Picker:
         built.append(params)
-        return PowerOfTwo(ctx.rng, ctx.board)
+        return PowerOfTwo(ctx.rng, ctx.loads)
 
     registry = PluginRegistry()
     registry.add_picker("p2_with_params", ChoicesParams, factory)

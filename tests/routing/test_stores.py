@@ -110,8 +110,8 @@ def test_the_load_scorers_and_pickers_rank_by_what_the_board_reports() -> None:
     loads = CandidateLoads(board)
     assert QueueScorer(loads).score(REQUEST, (a, b, c), 0.0) == pytest.approx([0.0, 1.0, 0.5])
     assert PrefillQueue(loads).score(REQUEST, (a, b, c), 0.0) == pytest.approx([0.0, 1.0, 0.5])
-    assert LeastRequests(random.Random(1), board).pick(REQUEST, (a, b, c), None, 0.0) is b
-    two = PowerOfTwo(random.Random(1), board)
+    assert LeastRequests(random.Random(1), loads).pick(REQUEST, (a, b, c), None, 0.0) is b
+    two = PowerOfTwo(random.Random(1), loads)
     assert {two.pick(REQUEST, (a, c), None, 0.0) for _ in range(20)} == {c}
 
 
