@@ -14,6 +14,7 @@ board keeps a local copy of each record current in place, as this one does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Protocol
 
 
@@ -44,6 +45,10 @@ class LoadBoard(Protocol):
 
     def load(self, backend_id: str) -> BackendLoad:
         """The backend's record (all zero for one the board has not seen)."""
+        ...
+
+    def loads(self, backend_ids: Iterable[str]) -> list[BackendLoad]:
+        """The records of these backends, in order (a candidate set's, in one call)."""
         ...
 
     def begin(self, backend_id: str, prompt_tokens: int) -> BackendLoad:
@@ -79,6 +84,10 @@ class MemoryLoadBoard:
         if load is None:
             load = self._loads[backend_id] = BackendLoad()
         return load
+
+    def loads(self, backend_ids: Iterable[str]) -> list[BackendLoad]:
+        get, load = self._loads.get, self.load
+        return [get(backend) or load(backend) for backend in backend_ids]
 
     def begin(self, backend_id: str, prompt_tokens: int) -> BackendLoad:
         try:

@@ -179,7 +179,9 @@ class Pool:
     # -- who is in the pool (fleet/membership.py) -----------------------------------------------
 
     def add(self, state: BackendState, now: float) -> None:
-        """A new backend, routable at once (its checks may take it out later, as at start)."""
+        """A new backend, routable at once (its checks may take it out later, as at start).
+        A backend that left comes back as a new state (fleet/membership.py): its record on
+        the board went with the old one."""
         self.states = (*self.states, state)
         self.members[state.backend.id] = state
         self._limits = self._limits or state.backend.max_in_flight is not None

@@ -25,6 +25,7 @@ def test_begin_prefilled_and_end_count_requests_and_tokens_by_id() -> None:
     assert (load.in_flight, load.in_flight_tokens, load.pending_prefill) == (0, 0, 0)
     other = board.load("10.0.0.2:8000")
     assert (other.in_flight, other.in_flight_tokens, other.pending_prefill) == (1, 50, 50)
+    assert board.loads(["10.0.0.2:8000", "10.0.0.1:8000"]) == [other, load]  # in that order
 
 
 def test_a_backend_never_seen_reads_zero_and_forget_drops_a_record() -> None:

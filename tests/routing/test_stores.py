@@ -88,6 +88,9 @@ class ReportedLoads:
     def load(self, backend_id: str) -> BackendLoad:
         return self._loads.setdefault(backend_id, BackendLoad())
 
+    def loads(self, backend_ids: Iterable[str]) -> list[BackendLoad]:
+        return [self.load(backend) for backend in backend_ids]
+
     def begin(self, backend_id: str, prompt_tokens: int) -> BackendLoad:
         raise AssertionError("routing wrote to the load board")
 
