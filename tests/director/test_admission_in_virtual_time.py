@@ -7,26 +7,20 @@ says when, to the virtual instant, and takes milliseconds of real time."""
 from __future__ import annotations
 
 import asyncio
-import random
 
 import msgspec
 
 from fleetgate.clock import LoopClock
 from fleetgate.config import parse_config
-from fleetgate.director import Director, InferenceRequest
+from fleetgate.director import InferenceRequest
 from fleetgate.director.request import QUEUE_TIMEOUT_HEADER
 from fleetgate.fleet.backend import Backend
 from fleetgate.http.mock import MockTransport, Script, Sent
 from fleetgate.lifecycle.downstream import Sink
 from fleetgate.lifecycle.events import Admitted, Event, Finished, Rejected
-from fleetgate.lifecycle.hooks import Emitters, Hooks
-from fleetgate.resilience.continuation import Continuation
-from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.registry import default_registry
-from fleetgate.serve import ResolvedPool, build_clusters
 from fleetgate.traffic.door import ANONYMOUS_CALLER
-from fleetgate.upstream.attempt import Attempts
+from tests.director.build import director_over
 from tests.director.test_director import ANSWER, BODY
 from tests.virtual_time import in_virtual_time
 
@@ -50,22 +44,9 @@ class Gateway:
             return Script(200, [ANSWER], [(b"content-type", b"application/json")],
                           head_delay_s=LATENCY_S)  # fmt: skip
 
-        def record(hooks: Hooks) -> None:
-            hooks.subscribe(Event, self.events.append)
-
+        backends = [Backend(f"b{i}", u, ("m",)) for i, u in enumerate(urls)]
         transport = MockTransport(answer, clock)
-        backends = tuple(Backend(f"b{i}", u, ("m",)) for i, u in enumerate(urls))
-        clusters = build_clusters(
-            [ResolvedPool(config.pools[0], backends)], default_registry(), random.Random(1),
-            transport=transport, clock=clock, subscribe=record,
-        )  # fmt: skip
-        attempts = Attempts(transport, clock.now)
-        failover = Failover(attempts, Continuation(attempts, clock.now), clock, random.Random(2))
-        edge = Hooks()
-        record(edge)
-        self.director = Director(
-            clusters=clusters, failover=failover, emit=Emitters(edge), clock=clock.now
-        )
+        self.director = director_over(config.pools[0], backends, transport, clock, self.events)
 
     def send(self, name: str, queue_timeout_s: float) -> tuple[asyncio.Task[None], Sink]:
         """Request `name`, arriving now, that waits at most `queue_timeout_s` for a place."""

@@ -4,7 +4,6 @@ InferenceRequest in, its answer written to a Sink, its upstream a scripted trans
 
 from __future__ import annotations
 
-import random
 import time
 
 import msgspec
@@ -16,14 +15,9 @@ from fleetgate.fleet.backend import Backend
 from fleetgate.http.mock import MockTransport, Script, Sent
 from fleetgate.lifecycle.downstream import Sink
 from fleetgate.lifecycle.events import Admitted, Event, Finished, Received, Rejected, Routed
-from fleetgate.lifecycle.hooks import Emitters, Hooks
-from fleetgate.resilience.continuation import Continuation
-from fleetgate.resilience.failover import Failover
 from fleetgate.routing.base import RoutingRequest
-from fleetgate.routing.registry import default_registry
-from fleetgate.serve import ResolvedPool, build_clusters
 from fleetgate.traffic.door import ANONYMOUS_CALLER
-from fleetgate.upstream.attempt import Attempts
+from tests.director.build import director_over
 
 ANSWER = (
     b'{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,'
@@ -42,21 +36,9 @@ def director(events: list[Event], sent: list[Sent]) -> Director:
         sent.append(request)
         return Script(200, chunks=[ANSWER], headers=[(b"content-type", b"application/json")])
 
-    def record(hooks: Hooks) -> None:
-        hooks.subscribe(Event, events.append)
-
     clock = LoopClock()
-    transport = MockTransport(answer, clock)
     backend = Backend("b0", "http://10.0.0.1:8000", ("m",))
-    clusters = build_clusters(
-        [ResolvedPool(config.pools[0], (backend,))], default_registry(), random.Random(1),
-        transport=transport, clock=clock, subscribe=record,
-    )  # fmt: skip
-    attempts = Attempts(transport, clock.now)
-    failover = Failover(attempts, Continuation(attempts, clock.now), clock, random.Random(2))
-    edge = Hooks()
-    record(edge)
-    return Director(clusters=clusters, failover=failover, emit=Emitters(edge), clock=clock.now)
+    return director_over(config.pools[0], [backend], MockTransport(answer, clock), clock, events)
 
 
 def request(model: str = "m") -> InferenceRequest:

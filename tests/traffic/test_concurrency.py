@@ -31,26 +31,19 @@ def engines(pool: Pool, clock: Clock, waiting: float) -> None:
         state.engine = EngineLoad(10, waiting, 0.5, 0, 0, None, clock.now)
 
 
-def ended(limit: ConcurrencyLimit, pool: Pool, ttft_s: float, prompt: int = 100) -> None:
-    state = pool.states[0]
+def ended(
+    limit: ConcurrencyLimit, pool: Pool, ttft_s: float, prompt: int = 100, priority: int = 1
+) -> None:
+    """An answered first attempt to the pool's first backend, its first token `ttft_s` after
+    it was sent."""
     limit.on_attempt_ended(
         AttemptEnded(
-            b"r",
-            0.0,
-            "m",
-            state.backend.id,
-            "first",
-            0.0,
-            prompt,
-            0,
-            200,
-            None,
-            None,
-            ttft_s,
-            10,
-            True,
+            request_id=b"r", at=0.0, model="m", backend=pool.states[0].backend.id, kind="first",
+            sent_at=0.0, prompt_tokens=prompt, queued_prefill=0, status=200, error=None,
+            retry_after_s=None, first_token_at=ttft_s, output_tokens=10, stream=True,
+            priority=priority,
         )
-    )
+    )  # fmt: skip
 
 
 def tick(limit: ConcurrencyLimit, clock: Clock, reached: bool) -> int:
@@ -120,25 +113,7 @@ def test_with_engine_priority_critical_first_tokens_do_not_hide_congestion() -> 
         pool = Pool("m", states)
         limit = ConcurrencyLimit(LimitSettings(initial_per_backend=10), pool, clock, ranked)
         for priority, ttft_s in ((0, 0.05),) * 6 + ((2, 3.0),) * 5:
-            limit.on_attempt_ended(
-                AttemptEnded(
-                    b"r",
-                    0.0,
-                    "m",
-                    states[0].backend.id,
-                    "first",
-                    0.0,
-                    100,
-                    0,
-                    200,
-                    None,
-                    None,
-                    ttft_s,
-                    10,
-                    True,
-                    priority=priority,
-                )
-            )
+            ended(limit, pool, ttft_s, priority=priority)
         # Without engine priority the median is a critical request's 50 ms: it grows; with
         # it the critical ones skip the engines' queues and the others' 3 s say congested.
         assert tick(limit, clock, reached=True) == expected
