@@ -1,11 +1,11 @@
-"""Fixtures shared by the routing and fleet tests: a routed pool of real backends, driven by
-traffic."""
+"""Fixtures shared by the routing and fleet tests (a routed pool of real backends, driven by
+traffic) and by every test on Redis (one redis-server for the session)."""
 
 from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import pytest
 
@@ -14,6 +14,7 @@ from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
 from fleetgate.routing.router import Router
+from tests.redis_server import RedisServer, redis_server
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -33,6 +34,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "vllm" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """One redis-server for the session's tests: the limit stores', the
+    shared state's (each starts on an empty database)."""
+    with redis_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server
 
 
 MakeRouter = Callable[[str, Sequence[float]], Router]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from fleetgate.clock import LoopClock
 from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.redis_store import RedisStore, redis_client
 from fleetgate.traffic.store import LimitStore, MemoryStore
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 
 
 class Clock:
@@ -42,13 +42,6 @@ class Subject:
     def about(self, expected: float, rate_per_s: float = 1.0) -> Any:
         """`expected`, give or take what `slack_s` of refill at `rate_per_s` adds."""
         return pytest.approx(expected, abs=rate_per_s * self.slack_s + 1e-9)
-
-
-@pytest.fixture(scope="session")
-def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """One redis-server for the session's tests (each starts on an empty database)."""
-    with redis_server(tmp_path_factory.mktemp("redis")) as server:
-        yield server
 
 
 async def redis_store(url: str, clock: Callable[[], float] = time.monotonic) -> RedisStore:
