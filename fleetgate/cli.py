@@ -13,7 +13,13 @@ import msgspec
 import uvloop
 
 from fleetgate import __version__
-from fleetgate.config import Config, ConfigError, default_sim_config, load_config
+from fleetgate.config import (
+    Config,
+    ConfigError,
+    check_redis_url,
+    default_sim_config,
+    load_config,
+)
 
 
 def _run(main: Coroutine[Any, Any, int | None]) -> int:
@@ -42,6 +48,10 @@ def _serve(args: argparse.Namespace) -> int:
         if args.port is not None:
             server = msgspec.structs.replace(server, port=args.port)
         config = msgspec.structs.replace(config, server=server)
+        if args.state is not None:
+            check_redis_url(args.state, "--state")
+            state = msgspec.structs.replace(config.state, url=args.state)
+            config = msgspec.structs.replace(config, state=state)
     except ConfigError as exc:
         print(f"fleetgate: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -192,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     policies = ", ".join(default_registry().policy_names)
     serve.add_argument("--policy", help=f"routing policy for every pool: one of {policies}")
+    serve.add_argument(
+        "--state", metavar="URL",
+        help="redis://host:port/db: share routing state (each pool's load) with the other "
+        "gateways on it (the config's `state.url`)",
+    )  # fmt: skip
     serve.set_defaults(func=_serve)
 
     worker = commands.add_parser("worker", help="run a built-in model server")

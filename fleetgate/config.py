@@ -38,6 +38,7 @@ from fleetgate.resilience.retry import RetrySettings
 from fleetgate.routing.pipeline import SHORTLIST
 from fleetgate.routing.registry import DEFAULT_POLICY, PluginSpec, Profile
 from fleetgate.settings import Settings, at_least, positive_seconds, within
+from fleetgate.shared.state import StateSettings
 from fleetgate.traffic.admission import AdmissionSettings
 from fleetgate.traffic.keys import digest_of
 from fleetgate.traffic.limits import PricingSettings
@@ -303,6 +304,7 @@ class Config(Settings, frozen=True):
     request_log: RequestLogSettings = RequestLogSettings()  # a line per request (observe/)
     tracing: TracingSettings = TracingSettings()  # OpenTelemetry spans over OTLP/HTTP, off
     batches: BatchesSettings = BatchesSettings()  # the Batch API: files, batches, their runner
+    state: StateSettings = StateSettings()  # routing state shared with other gateways (Redis)
 
     @property
     def auth_enabled(self) -> bool:
@@ -326,16 +328,16 @@ def check_config(config: Config) -> Config:
             pool.routing.profile(f"{where}.routing")
     _check_models(config, seen)
     _check_tenants(config)
-    _check_redis_url(config.limits.redis_url)
+    check_redis_url(config.limits.redis_url, "$.limits.redis_url")
+    check_redis_url(config.state.url, "$.state.url")
     return config
 
 
-def _check_redis_url(url: str | None) -> None:
+def check_redis_url(url: str | None, where: str) -> None:
     """A URL the Redis client can use, checked at start rather than at the first request (the
     messages never repeat the URL: it may hold a password)."""
     if url is None:
         return
-    where = "$.limits.redis_url"
     parts = urlsplit(url)
     if parts.scheme not in ("redis", "rediss", "unix"):
         raise ConfigError(

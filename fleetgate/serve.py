@@ -82,6 +82,7 @@ from fleetgate.routing.router import Router
 from fleetgate.routing.session_table import MemorySessionTable
 from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.runtime import settle_heap
+from fleetgate.shared.state import RoutingState
 from fleetgate.traffic.admission import Admission, AdmissionSettings
 from fleetgate.traffic.batch_lane import BatchLane
 from fleetgate.traffic.concurrency import ConcurrencyLimit
@@ -176,15 +177,18 @@ def build_clusters(
     clock: Clock,
     subscribe: Callable[[Hooks], None],
     tenants: Mapping[str, Tenant] | None = None,
+    boards: Callable[[str], LoadBoard] | None = None,
 ) -> dict[str, Cluster]:
     """Each pool with its routing, policies, admission queue and event subscribers
-    (`subscribe` adds those every pool shares, such as metrics)."""
+    (`subscribe` adds those every pool shares, such as metrics); each pool's load board from
+    `boards` (by a name for it; shared/state.py), else in this process's memory."""
     now = clock.now
     clusters: dict[str, Cluster] = {}
+    new_board = boards or _memory_board
     for item in resolved:
         c = item.config
-        # One of each store per pool, in this process (fleet/load_board.py, routing/stores.py).
-        board = MemoryLoadBoard()
+        # One of each store per pool (fleet/load_board.py, routing/stores.py).
+        board = new_board(c.model)
         ctx = PluginContext(
             random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s,
             prefix_index=MemoryPrefixIndex, sessions=MemorySessionTable(),
@@ -216,7 +220,9 @@ def build_clusters(
         prefill = None
         if c.prefill is not None:
             # Its pool's own stores.
-            prefill_ctx = replace(ctx, board=MemoryLoadBoard(), sessions=MemorySessionTable())
+            prefill_ctx = replace(
+                ctx, board=new_board(f"{c.model}:prefill"), sessions=MemorySessionTable()
+            )
             pipeline = _pipeline(c, registry, prefill_ctx, True)
             prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None,
                                                    board=prefill_ctx.board)  # fmt: skip
@@ -235,6 +241,10 @@ def build_clusters(
             engine_priority=c.engine_priority,
         )
     return clusters
+
+
+def _memory_board(name: str) -> LoadBoard:
+    return MemoryLoadBoard()
 
 
 def _all_backends(pool: PoolConfig) -> list[BackendConfig]:
@@ -334,8 +344,10 @@ class RunningGateway:
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
         limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
         tracing: Tracing | None = None, batches: BatchRunner | None = None,
+        state: RoutingState | None = None,
     ) -> None:  # fmt: skip
         self.server = server
+        self._state = state  # synced with the other gateways until closed
         self.tls = tls
         self._limit_store = limit_store  # shared through Redis: its heartbeat and client
         self._request_log = request_log
@@ -380,6 +392,8 @@ class RunningGateway:
         await self._client.close()
         if self._limit_store is not None:
             await self._limit_store.close()
+        if self._state is not None:
+            await self._state.close()
         if self._sims is not None:
             self._sims.stop()
 
@@ -400,6 +414,7 @@ def compose(
     tracing: Tracing | None = None,
     batch_store: BatchStore | None = None,
     background: PeriodicTasks | None = None,
+    state: RoutingState | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
     scraper, when given, start probing the backends (a benchmark or a simulator gives none),
@@ -407,7 +422,9 @@ def compose(
     limits are counted in `limit_store`, in this process's memory when none is given; each
     request is written to `request_log` when one is given, and traced by `tracing`; the Batch
     API keeps its files and batches in `batch_store` (none: the API is off), and the batches
-    it left running are resumed (their runner is started with the server: `start_gateway`)."""
+    it left running are resumed (their runner is started with the server: `start_gateway`);
+    the pools' routing state is kept in `state` (shared with other gateways when it has a
+    Redis), in this process's memory when none is given."""
     now = clock.now  # for what only reads the time
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
@@ -462,6 +479,7 @@ def compose(
         build_clusters(
             resolved, registry or default_registry(), rng, transport=transport, clock=clock,
             subscribe=subscribe, tenants=tenants,
+            boards=None if state is None else state.load_board,
         )
     )  # fmt: skip
     if config.server.metrics:
@@ -611,6 +629,7 @@ async def start_gateway(
     background = PeriodicTasks(random.Random(rng.getrandbits(64)), clock)
     store = build_limit_store(config.limits, clock, rng)
     shared = store if isinstance(store, RedisStore) else None
+    state = RoutingState(config.state, clock, random.Random(rng.getrandbits(64)))
     runner = None
     try:
         if shared is not None:
@@ -619,8 +638,9 @@ async def start_gateway(
         gateway, clusters = compose(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
             checker=checker, scraper=scraper, limit_store=store, request_log=request_log,
-            tracing=tracing, batch_store=batch_store, background=background,
+            tracing=tracing, batch_store=batch_store, background=background, state=state,
         )  # fmt: skip
+        state.start()
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
         tls = None
@@ -652,6 +672,7 @@ async def start_gateway(
         await client.close()
         if shared is not None:
             await shared.close()
+        await state.close()
         if sims is not None:
             sims.stop()
         if tracing is not None:
@@ -671,6 +692,7 @@ async def start_gateway(
         request_log=request_log,
         tracing=tracing,
         batches=runner,
+        state=state,
     )
 
 

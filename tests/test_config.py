@@ -169,6 +169,11 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
                 ("unix://", "$.limits.redis_url: a unix:// URL needs the socket's path"),
             )
         ),
+        ({**one_pool(), "state": {"url": "http://cache:6379"}}, "$.state.url: give redis://"),
+        (
+            {**one_pool(), "state": {"sync_s": 0.5, "ttl_s": 1.0}},
+            "`ttl_s` (1) must be at least 4 x `sync_s` (0.5)",
+        ),
         (
             {**one_pool(), "server": {"admin": True, "host": "0.0.0.0"}},
             "$.server.admin: with auth off the admin API listens only on a loopback address",

@@ -1,0 +1,90 @@
+"""The `state:` section and what it builds: the routing state this gateway shares with the
+others on one Redis (`state.url`; none: this process's own, as one gateway alone keeps it).
+
+    state:
+      url: redis://cache:6379/0   # or `fleetgate serve --state redis://cache:6379/0`
+      key_prefix: fleetgate       # of the Redis keys, to share one Redis between fleets
+      sync_s: 0.05                # each gateway publishes its counts and reads the others'
+      ttl_s: 2.0                  # how long a dead gateway's counts outlive it
+
+Shared so far: each pool's load board (shared/load_board.py), so every gateway routes by the
+requests all of them have in flight. What is shared is never waited for by a request: it is
+read from memory, and synced in the background, one script per board every `sync_s`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+
+from fleetgate.clock import Clock
+from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
+from fleetgate.fleet.periodic import PeriodicTasks
+from fleetgate.settings import Settings, positive_seconds
+from fleetgate.shared.load_board import SharedLoadBoard
+from fleetgate.traffic.redis_store import redis_client
+
+
+class StateSettings(Settings, frozen=True):
+    """The `state:` section."""
+
+    url: str | None = None  # redis://host:port/db; None: nothing shared
+    key_prefix: str = "fleetgate"
+    sync_s: float = 0.05
+    ttl_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        positive_seconds("sync_s", self.sync_s)
+        positive_seconds("ttl_s", self.ttl_s)
+        if self.ttl_s < 4 * self.sync_s:
+            raise ValueError(
+                f"`ttl_s` ({self.ttl_s:g}) must be at least 4 x `sync_s` ({self.sync_s:g}): a "
+                "live gateway's counts would lapse between two of its syncs"
+            )
+
+
+class RoutingState:
+    """Where this gateway keeps each pool's routing state: its memory, or (with a URL) a
+    Redis it shares with the other gateways, synced from `start()` until `close()`."""
+
+    def __init__(self, settings: StateSettings, clock: Clock, rng: random.Random) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._client = None if settings.url is None else redis_client(settings.url)
+        # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
+        self.gateway_id = secrets.token_hex(8)
+        self._boards: list[SharedLoadBoard] = []
+        self._tasks = PeriodicTasks(rng, clock)
+
+    @property
+    def shared(self) -> bool:
+        return self._client is not None
+
+    def load_board(self, name: str) -> LoadBoard:
+        """A new pool's board; `name` tells the pools apart on a shared Redis."""
+        if self._client is None:
+            return MemoryLoadBoard()
+        s = self._settings
+        board = SharedLoadBoard(
+            self._client.execute_command, f"{s.key_prefix}:board:{name}", self.gateway_id,
+            self._clock.now, ttl_s=s.ttl_s,
+        )  # fmt: skip
+        self._boards.append(board)
+        return board
+
+    def start(self) -> None:
+        if self._client is not None:
+            self._tasks.every(self._settings.sync_s, 0.1, self.sync, wait_first=False)
+
+    async def sync(self) -> None:
+        """Every board synced once (each falls back by itself when Redis is away)."""
+        await asyncio.gather(*(board.sync() for board in self._boards))
+
+    async def close(self) -> None:
+        """Stop syncing and take this gateway's counts off at once."""
+        self._tasks.stop()
+        if self._client is None:
+            return
+        await asyncio.gather(*(board.leave() for board in self._boards))
+        await self._client.aclose()

@@ -1,0 +1,83 @@
+"""Two real gateway processes on one real Redis (`--state`): each routes by the requests both
+have in flight, and a gateway that dies is counted out after its lease's TTL."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.e2e.procs import gateway, metric, sim_workers
+from tests.redis_server import RedisServer, redis_server
+
+MODEL = "shared-8b"
+IN_FLIGHT = "fleetgate_backend_in_flight_requests"
+STREAMS = 3
+
+
+@pytest.fixture(scope="module")
+def worker() -> Iterator[str]:
+    with sim_workers(MODEL, 1) as urls:
+        yield urls[0]
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    with redis_server(tmp_path / "redis") as server:
+        yield server
+
+
+def until(read: Callable[[], float], expected: float, timeout_s: float = 5.0) -> float:
+    """`read()` once it returns `expected`, or its last value after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while (value := read()) != expected and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return value
+
+
+def test_each_gateway_sees_the_others_requests_and_counts_a_dead_one_out(
+    worker: str, own_redis: RedisServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"model": MODEL, "backends": [{"url": worker}]}],
+        "state": {"ttl_s": 1.0},
+    }))  # fmt: skip
+    args = ["--config", str(config), "--state", own_redis.url]
+    with gateway(args) as (a, proc_a), gateway(args) as (b, _):
+        client = openai.OpenAI(base_url=a + "/v1", api_key="none", max_retries=0)
+        streams = []
+        for _ in range(STREAMS):  # held open: each has its first chunk, thousands to come
+            stream = client.chat.completions.create(
+                model=MODEL, messages=[{"role": "user", "content": "go on"}], max_tokens=4000,
+                stream=True,
+            )  # fmt: skip
+            next(iter(stream))
+            streams.append(stream)
+        assert metric(a, IN_FLIGHT) == STREAMS
+        # The other gateway sent none of them, and counts them all within a sync or two.
+        assert until(lambda: metric(b, IN_FLIGHT), STREAMS) == STREAMS
+        streams.pop().close()
+        assert until(lambda: metric(b, IN_FLIGHT), STREAMS - 1) == STREAMS - 1
+        proc_a.stop(signal.SIGKILL)  # dies with its requests in flight: no goodbye
+        started = time.monotonic()
+        assert until(lambda: metric(b, IN_FLIGHT), 0) == 0
+        assert time.monotonic() - started < 3.0  # the 1 s lease, and a sync
+        for stream in streams:
+            stream.close()
+
+
+def test_a_state_url_that_is_not_redis_is_refused_at_start() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetgate", "serve", "--state", "http://cache:6379"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--state: give redis://host:port/db" in done.stderr
