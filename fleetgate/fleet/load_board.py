@@ -14,7 +14,7 @@ board keeps a local copy of each record current in place, as this one does.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 
@@ -68,6 +68,16 @@ class LoadBoard(Protocol):
         """The backend left with nothing in flight: drop its record."""
         ...
 
+    def own(self, backend_id: str) -> BackendLoad:
+        """This gateway's own counts for the backend: on a board no other gateway shares, the
+        record `load` gives (a backend retired here waits for these alone)."""
+        ...
+
+    def watch(self, changed: Callable[[str, float], None]) -> None:
+        """Call `changed(backend_id, now)` for each record that other gateways' requests
+        changed (a shared board's sync); a board nobody shares never calls it."""
+        ...
+
 
 class MemoryLoadBoard:
     """The board in this process's memory (one gateway): a dict of slotted records by id,
@@ -111,6 +121,12 @@ class MemoryLoadBoard:
 
     def forget(self, backend_id: str) -> None:
         self._loads.pop(backend_id, None)
+
+    def own(self, backend_id: str) -> BackendLoad:
+        return self.load(backend_id)
+
+    def watch(self, changed: Callable[[str, float], None]) -> None:
+        pass  # no one else counts here
 
     def __len__(self) -> int:
         """Backends with a record."""

@@ -59,6 +59,7 @@ class Pool:
         self._limits = any(s.backend.max_in_flight is not None for s in self.states)
         # Each backend's in-flight requests and tokens, by id: what routing reads of its load.
         self.board: LoadBoard = MemoryLoadBoard() if board is None else board
+        self.board.watch(self._changed_elsewhere)  # other gateways' requests (a shared board)
         # Told whenever a backend's in-flight count or effective weight changed (a picker
         # that keeps an index over them sets it: routing/router.py). None: no one listens,
         # and begin and end make no call for it.
@@ -199,7 +200,7 @@ class Pool:
         state.flags |= HealthFlag.GONE
         self._retiring.add(state)
         self.refresh(now)
-        if self.board.load(state.backend.id).in_flight == 0:
+        if self.board.own(state.backend.id).in_flight == 0:  # other gateways' are theirs
             self._leave(state, now)
             return True
         return False
@@ -268,5 +269,25 @@ class Pool:
         if state in self._full and load.in_flight < (state.backend.max_in_flight or 0):
             self._full.discard(state)
             self.refresh(now)
-        if self._retiring and load.in_flight == 0 and state in self._retiring:
+        # Other gateways' requests to it are theirs to finish: it waits for this one's alone.
+        if self._retiring and state in self._retiring and not self.board.own(backend_id).in_flight:
             self._leave(state, now)
+
+    def _changed_elsewhere(self, backend_id: str, now: float) -> None:
+        """Other gateways' requests changed the backend's record (a shared board's sync)."""
+        state = self.members.get(backend_id)
+        if state is None:
+            return
+        if self.load_changed is not None:
+            self.load_changed(state)
+        limit = state.backend.max_in_flight
+        if limit is None:
+            return
+        full = self.board.load(backend_id).in_flight >= limit
+        if full and state not in self._full:
+            self._full.add(state)
+        elif not full and state in self._full:
+            self._full.discard(state)
+        else:
+            return
+        self.refresh(now)

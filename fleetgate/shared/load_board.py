@@ -84,6 +84,7 @@ class SharedLoadBoard:
         self._own: dict[str, BackendLoad] = {}  # this gateway's counts
         self._shown: dict[str, BackendLoad] = {}  # its counts and the others', as last read
         self._others: dict[str, tuple[int, int, int]] = {}
+        self._watchers: list[Callable[[str, float], None]] = []  # told what a sync changed
         self._heard_at: float | None = None  # the last sync Redis answered
         self.failures = 0  # syncs Redis did not answer
         self._down = False  # warned of this outage already
@@ -131,6 +132,12 @@ class SharedLoadBoard:
     def forget(self, backend_id: str) -> None:
         self._own.pop(backend_id, None)
         self._shown.pop(backend_id, None)
+
+    def own(self, backend_id: str) -> BackendLoad:
+        return self._own.get(backend_id) or BackendLoad()
+
+    def watch(self, changed: Callable[[str, float], None]) -> None:
+        self._watchers.append(changed)
 
     def __len__(self) -> int:
         """Backends with a record."""
@@ -186,8 +193,10 @@ class SharedLoadBoard:
 
     def _show(self, others: dict[str, tuple[int, int, int]]) -> None:
         """Each shown record: this gateway's counts plus `others`."""
-        zero = _ZERO
+        zero, changed = _ZERO, []
         for backend_id in others.keys() | self._others.keys():
+            if others.get(backend_id, zero) == self._others.get(backend_id, zero):
+                continue
             shown = self.load(backend_id)
             own = self._own.get(backend_id)
             n, tokens, prefill = others.get(backend_id, zero)
@@ -195,7 +204,13 @@ class SharedLoadBoard:
                 n, tokens = n + own.in_flight, tokens + own.in_flight_tokens
                 prefill += own.pending_prefill
             shown.in_flight, shown.in_flight_tokens, shown.pending_prefill = n, tokens, prefill
+            changed.append(backend_id)
         self._others = others
+        if changed and self._watchers:
+            now = self._clock()
+            for backend_id in changed:
+                for watcher in self._watchers:
+                    watcher(backend_id, now)
 
 
 _ZERO = (0, 0, 0)
