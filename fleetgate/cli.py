@@ -33,8 +33,6 @@ def _run(main: Coroutine[Any, Any, int | None]) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from fleetgate.serve import serve_forever
-
     try:
         if args.config:
             config = load_config(args.config)
@@ -55,7 +53,25 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"fleetgate: configuration error: {exc}", file=sys.stderr)
         return 2
-    return _run(serve_forever(config, args.backend or [], args.policy))
+    return _run(_serving(config, args.backend or [], args.policy, args.workers))
+
+
+async def _serving(config: Config, backends: list[str], policy: str | None, workers: int) -> None:
+    from fleetgate.processes import serve_workers
+    from fleetgate.serve import resolve_pools, serve_forever
+
+    config = await resolve_pools(config, backends, policy)
+    if workers > 1:
+        await serve_workers(config, workers)
+    else:
+        await serve_forever(config)
+
+
+def _at_least_one(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("give 1 or more")
+    return value
 
 
 def _positive(text: str) -> float:
@@ -202,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     policies = ", ".join(default_registry().policy_names)
     serve.add_argument("--policy", help=f"routing policy for every pool: one of {policies}")
+    serve.add_argument(
+        "--workers", type=_at_least_one, default=1, metavar="N",
+        help="gateway processes on the one port (SO_REUSEPORT; default 1)",
+    )  # fmt: skip
     serve.add_argument(
         "--state", metavar="URL",
         help="redis://host:port/db: share routing state (each pool's load) with the other "

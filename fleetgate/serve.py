@@ -243,6 +243,41 @@ def build_clusters(
     return clusters
 
 
+def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | None, Config]:
+    """The embedded sim workers `config` asks for (`sim:` backends), started (it blocks until
+    they listen), and `config` with each of those backends given its worker's URL."""
+    specs = [
+        SimSpec(
+            model=p.model,
+            profile=b.sim,
+            seed=rng.getrandbits(32),
+            scheduling_policy="priority" if p.engine_priority else "fcfs",
+        )
+        for p in config.pools
+        for b in _all_backends(p)
+        if b.sim is not None
+    ]
+    if not specs:
+        return None, config
+    sims = SimFleetProcess(specs, host="127.0.0.1")
+    urls = iter(sims.start())
+
+    def located(backends: list[BackendConfig]) -> list[BackendConfig]:
+        return [
+            b if b.sim is None else msgspec.structs.replace(b, url=next(urls), sim=None)
+            for b in backends
+        ]
+
+    pools = []
+    for p in config.pools:
+        pool = msgspec.structs.replace(p, backends=located(p.backends))
+        if p.prefill is not None:
+            prefill = msgspec.structs.replace(p.prefill, backends=located(p.prefill.backends))
+            pool = msgspec.structs.replace(pool, prefill=prefill)
+        pools.append(pool)
+    return sims, msgspec.structs.replace(config, pools=pools)
+
+
 def _memory_board(name: str) -> LoadBoard:
     return MemoryLoadBoard()
 
@@ -568,9 +603,13 @@ async def start_gateway(
     *,
     clock: Clock | None = None,
     registry: PluginRegistry | None = None,
+    reuse_port: bool = False,
+    batches: bool = True,
 ) -> RunningGateway:
     """Start embedded sims (if any), build pools and metrics, and listen; every timer runs
-    on `clock` (the running loop's by default)."""
+    on `clock` (the running loop's by default). `reuse_port`: other processes listen on the
+    same port (`serve --workers`); `batches`: this process runs the Batch API's batches (one
+    of the processes on a batch directory does)."""
     check_config(config)
     clock = clock or LoopClock()
     request_log = None
@@ -585,29 +624,14 @@ async def start_gateway(
         sampling = random.Random(rng.getrandbits(64))
         tracing = start_tracing(config.tracing, time.time() - clock.now(), sampling)
     client = HttpClient(connect_timeout_s=config.server.connect_timeout_s, clock=clock)
-    sims: SimFleetProcess | None = None
-    sim_specs = [
-        SimSpec(
-            model=p.model,
-            profile=b.sim,
-            seed=rng.getrandbits(32),
-            scheduling_policy="priority" if p.engine_priority else "fcfs",
-        )
-        for p in config.pools
-        for b in _all_backends(p)
-        if b.sim is not None
-    ]
-    sim_urls: list[str] = []
-    if sim_specs:
-        sims = SimFleetProcess(sim_specs, host="127.0.0.1")
-        sim_urls = await asyncio.get_running_loop().run_in_executor(None, sims.start)
-    urls = iter(sim_urls)
+    sims, config = await asyncio.get_running_loop().run_in_executor(None, start_sims, config, rng)
     resolved: list[ResolvedPool] = []
     for pool in config.pools:
         backends = []
         n = len(pool.backends)
         for i, b in enumerate(_all_backends(pool)):
-            url = b.url if b.url is not None else next(urls)
+            url = b.url
+            assert url is not None  # a sim's is its worker's now
             name = f"{pool.model}#{i}" if i < n else f"{pool.model}#prefill{i - n}"
             backends.append(
                 Backend(
@@ -656,10 +680,10 @@ async def start_gateway(
             background.every(s.tls_reload_s, 0.0, reload, wait_first=True)
         server = await start_server(
             gateway.handle, gateway.send_error, s.host, s.port, s,
-            tls.context if tls is not None else None, clock=clock,
+            tls.context if tls is not None else None, clock=clock, reuse_port=reuse_port,
         )  # fmt: skip
         book = gateway.batch_book
-        if book is not None:
+        if book is not None and batches:
             batch_rng = random.Random(rng.getrandbits(64))
             runner = BatchRunner(
                 book, gateway.inference.serve_as, config.batches.concurrency, batch_rng, clock
@@ -739,8 +763,9 @@ def banner(running: RunningGateway, host: str) -> str:
     return "\n".join(lines)
 
 
-async def serve_forever(config: Config, backend_urls: list[str], policy: str | None) -> None:
-    """Run until SIGINT or SIGTERM, then stop everything that was started."""
+async def resolve_pools(config: Config, backend_urls: list[str], policy: str | None) -> Config:
+    """`config` with pools asked of `backend_urls` when given (`serve --backend`), and every
+    pool on `policy` when given (`serve --policy`)."""
     if backend_urls:
         probe = HttpClient(connect_timeout_s=config.server.connect_timeout_s)
         try:
@@ -757,13 +782,24 @@ async def serve_forever(config: Config, backend_urls: list[str], policy: str | N
                 for p in config.pools
             ],
         )
-    running = await start_gateway(config)
+    return config
+
+
+async def serve_forever(config: Config, worker: int | None = None) -> None:
+    """Run until SIGINT or SIGTERM, then stop everything that was started. `worker`: this
+    process is that one of several on the port (fleetgate/processes.py); the first runs the
+    batches and prints the banner."""
+    several = worker is not None
+    running = await start_gateway(config, reuse_port=several, batches=not worker)
     settle_heap()
     signals = asyncio.Queue[int]()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, signals.put_nowait, sig)
-    print(banner(running, config.server.host), flush=True)
+    if worker:
+        print(f"fleetgate: worker {worker} listening on port {running.port} too", flush=True)
+    else:
+        print(banner(running, config.server.host), flush=True)
     await signals.get()
     timeout_s = config.server.drain_timeout_s
     print(

@@ -499,9 +499,12 @@ async def start_server(
     limits: ServerLimits | None = None,
     tls: ssl.SSLContext | None = None,
     clock: Clock | None = None,
+    reuse_port: bool = False,
 ) -> HttpServer:
     """Listen on host:port (TLS with `tls`) and serve every connection with `handler`; its
-    timeouts run on `clock` (the running loop's by default)."""
+    timeouts run on `clock` (the running loop's by default). With `reuse_port`, other
+    processes may listen on the same port, and the kernel spreads connections over them
+    (SO_REUSEPORT: `serve --workers`)."""
     lim = limits or ServerLimits()
     clock = clock or LoopClock()
     live: set[HttpConnection] = set()
@@ -510,7 +513,7 @@ async def start_server(
     now = clock.now
     server = await loop.create_server(
         lambda: HttpConnection(handler, on_error, lim, live, loop, bodies, now=now),
-        host, port, backlog=4096, ssl=tls,
+        host, port, backlog=4096, ssl=tls, reuse_port=reuse_port or None,
     )  # fmt: skip
     sweeper = DeadlineSweeper(clock, live)
     sweeper.start()

@@ -1,0 +1,152 @@
+"""`fleetgate serve --workers N`: N gateway processes on one port, for more cores than one
+event loop uses.
+
+The first process is a supervisor: it resolves the config once (the pools asked of
+`--backend` servers, the embedded sim workers started, a free port chosen when the config
+says 0), then starts N worker processes that each run the whole gateway and listen on that
+port with SO_REUSEPORT, so the kernel spreads new connections over them. It forwards SIGINT
+and SIGTERM to them (each drains, as one gateway does; a second signal stops them at once),
+starts again a worker that dies unasked (after a second), and stops the sims when the last
+worker has stopped. A worker whose supervisor is gone drains and stops.
+
+What the workers do not share without `state.url` (Redis) is said at start: each keeps its
+own view of the fleet's load, its own admission queue, prefix index, sessions and Responses
+pins, its own metrics (a scrape reaches one of them), and the admin API changes the one it
+reaches. Rate limits counted in memory would be enforced once per worker, so N workers with
+limited tenants need `limits.store: redis`. Only the first worker runs the Batch API's
+batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import random
+import signal
+import socket
+import sys
+import threading
+import time
+from multiprocessing.context import SpawnProcess
+
+import msgspec
+import uvloop
+
+from fleetgate.config import Config, ConfigError
+from fleetgate.traffic.tenants import Tenant
+
+RESTART_DELAY_S = 1.0
+_CONTEXT = multiprocessing.get_context("spawn")  # no loop, socket or thread carried over
+
+
+def check_workers(config: Config, workers: int) -> None:
+    """Refuse what N processes would get wrong: limits counted in each one's memory."""
+    limited = any(Tenant.of(t).limited for t in config.tenants)
+    if workers > 1 and limited and config.limits.store != "redis":
+        raise ConfigError(
+            f"--workers {workers}: tenants have limits, and counted in each worker's memory "
+            f"they would be enforced {workers} times over; set limits.store: redis"
+        )
+
+
+def unshared(config: Config, workers: int) -> str | None:
+    """What each of the workers keeps to itself, in words (None: one worker)."""
+    if workers < 2:
+        return None
+    alone = "its own metrics (a scrape reaches one worker) and admin API changes"
+    if config.state.url is None:
+        alone = (
+            "its own view of the fleet's load, admission queue, prefix index, sessions, "
+            f"Responses pins, {alone} (set state.url to share the load)"
+        )
+    return f"fleetgate: {workers} workers on one port; each keeps {alone}"
+
+
+def _pick_port(host: str) -> socket.socket:
+    """A socket bound (not listening) to a free port that the workers may share: held
+    until they stop, so that nothing else takes the port meanwhile."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    held = socket.socket(family, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    held.bind((host, 0))
+    return held
+
+
+async def serve_workers(config: Config, workers: int) -> None:
+    """The supervisor: run `workers` gateway processes until SIGINT or SIGTERM."""
+    from fleetgate.serve import start_sims
+
+    check_workers(config, workers)
+    note = unshared(config, workers)
+    if note is not None:
+        print(note, file=sys.stderr, flush=True)
+    loop = asyncio.get_running_loop()
+    sims, config = await loop.run_in_executor(None, start_sims, config, random.Random(config.seed))
+    held = None
+    if config.server.port == 0:
+        held = _pick_port(config.server.host)
+        server = msgspec.structs.replace(config.server, port=held.getsockname()[1])
+        config = msgspec.structs.replace(config, server=server)
+    signals = asyncio.Queue[int]()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, signals.put_nowait, sig)
+    procs = [_start(config, index) for index in range(workers)]
+    try:
+        await _supervise(config, procs, signals)
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+            proc.join()
+        if held is not None:
+            held.close()
+        if sims is not None:
+            sims.stop()
+
+
+async def _supervise(config: Config, procs: list[SpawnProcess], signals: asyncio.Queue[int]
+                     ) -> None:  # fmt: skip
+    stopping = False
+    while True:
+        try:
+            sig = await asyncio.wait_for(signals.get(), 0.2)
+        except TimeoutError:
+            sig = None
+        if sig is not None:
+            stopping = True
+            for proc in procs:
+                if proc.pid is not None and proc.is_alive():
+                    os.kill(proc.pid, signal.SIGTERM)
+        if stopping:
+            if not any(proc.is_alive() for proc in procs):
+                return
+            continue
+        for index, proc in enumerate(procs):
+            if not proc.is_alive():
+                print(f"fleetgate: worker {index} exited ({proc.exitcode}); starting it again",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                await asyncio.sleep(RESTART_DELAY_S)
+                procs[index] = _start(config, index)
+
+
+def _start(config: Config, index: int) -> SpawnProcess:
+    proc = _CONTEXT.Process(target=_worker, args=(config, index), name=f"fleetgate-{index}")
+    proc.start()
+    return proc
+
+
+def _worker(config: Config, index: int) -> None:
+    """One worker process: the whole gateway on the shared port."""
+    from fleetgate.serve import serve_forever
+
+    os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor alone, which passes it on
+    parent = os.getppid()
+
+    def orphaned() -> None:  # the supervisor died without a word: drain and stop
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=orphaned, name="supervisor-watch", daemon=True).start()
+    uvloop.run(serve_forever(config, worker=index))
