@@ -34,7 +34,7 @@ from fleetgate.config import (
 from fleetgate.director.director import Director
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
-from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
+from fleetgate.fleet.load_board import LoadBoard
 from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
@@ -71,7 +71,6 @@ from fleetgate.resilience.hedge import TtftWindow
 from fleetgate.resilience.retry import RetryBudget
 from fleetgate.routing.models import Alias, LengthKeywords, ModelRoute, Split, Tiers
 from fleetgate.routing.pipeline import RoutingPipeline
-from fleetgate.routing.prefix_index import MemoryPrefixIndex
 from fleetgate.routing.registry import (
     DEFAULT_POLICY,
     PluginContext,
@@ -82,7 +81,7 @@ from fleetgate.routing.router import Router
 from fleetgate.routing.session_table import MemorySessionTable
 from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.runtime import settle_heap
-from fleetgate.shared.state import RoutingState
+from fleetgate.shared.state import RoutingState, StateSettings
 from fleetgate.traffic.admission import Admission, AdmissionSettings
 from fleetgate.traffic.batch_lane import BatchLane
 from fleetgate.traffic.concurrency import ConcurrencyLimit
@@ -177,21 +176,21 @@ def build_clusters(
     clock: Clock,
     subscribe: Callable[[Hooks], None],
     tenants: Mapping[str, Tenant] | None = None,
-    boards: Callable[[str], LoadBoard] | None = None,
+    state: RoutingState | None = None,
 ) -> dict[str, Cluster]:
     """Each pool with its routing, policies, admission queue and event subscribers
-    (`subscribe` adds those every pool shares, such as metrics); each pool's load board from
-    `boards` (by a name for it; shared/state.py), else in this process's memory."""
+    (`subscribe` adds those every pool shares, such as metrics); each pool's routing state
+    from `state` (shared/state.py), in this process's memory when none is given."""
     now = clock.now
     clusters: dict[str, Cluster] = {}
-    new_board = boards or _memory_board
+    state = state or RoutingState(StateSettings(), clock, rng)
     for item in resolved:
         c = item.config
         # One of each store per pool (fleet/load_board.py, routing/stores.py).
-        board = new_board(c.model)
+        board = state.load_board(c.model)
         ctx = PluginContext(
             random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s,
-            prefix_index=MemoryPrefixIndex, sessions=MemorySessionTable(),
+            prefix_index=state.prefix_index(c.model), sessions=MemorySessionTable(),
         )  # fmt: skip
         timeouts = c.timeouts()
         hedge = c.hedge
@@ -220,9 +219,11 @@ def build_clusters(
         prefill = None
         if c.prefill is not None:
             # Its pool's own stores.
+            name = f"{c.model}:prefill"
             prefill_ctx = replace(
-                ctx, board=new_board(f"{c.model}:prefill"), sessions=MemorySessionTable()
-            )
+                ctx, board=state.load_board(name), prefix_index=state.prefix_index(name),
+                sessions=MemorySessionTable(),
+            )  # fmt: skip
             pipeline = _pipeline(c, registry, prefill_ctx, True)
             prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None,
                                                    board=prefill_ctx.board)  # fmt: skip
@@ -276,10 +277,6 @@ def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | No
             pool = msgspec.structs.replace(pool, prefill=prefill)
         pools.append(pool)
     return sims, msgspec.structs.replace(config, pools=pools)
-
-
-def _memory_board(name: str) -> LoadBoard:
-    return MemoryLoadBoard()
 
 
 def _all_backends(pool: PoolConfig) -> list[BackendConfig]:
@@ -514,7 +511,7 @@ def compose(
         build_clusters(
             resolved, registry or default_registry(), rng, transport=transport, clock=clock,
             subscribe=subscribe, tenants=tenants,
-            boards=None if state is None else state.load_board,
+            state=state,
         )
     )  # fmt: skip
     if config.server.metrics:

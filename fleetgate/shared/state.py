@@ -7,9 +7,10 @@ others on one Redis (`state.url`; none: this process's own, as one gateway alone
       sync_s: 0.05                # each gateway publishes its counts and reads the others'
       ttl_s: 2.0                  # how long a dead gateway's counts outlive it
 
-Shared so far: each pool's load board (shared/load_board.py), so every gateway routes by the
-requests all of them have in flight. What is shared is never waited for by a request: it is
-read from memory, and synced in the background, one script per board every `sync_s`.
+Shared: each pool's load board (shared/load_board.py), so every gateway routes by the
+requests all of them have in flight; and each pool's prefix index (shared/prefix_index.py),
+so a prompt's follow-up goes where any gateway sent its prefix. What is shared is never waited
+for by a request: it is read from memory, and synced in the background every `sync_s`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ import secrets
 from fleetgate.clock import Clock
 from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
 from fleetgate.fleet.periodic import PeriodicTasks
+from fleetgate.routing.prefix_index import MemoryPrefixIndex
+from fleetgate.routing.stores import PrefixIndex, PrefixIndexFactory
 from fleetgate.settings import Settings, positive_seconds
 from fleetgate.shared.load_board import SharedLoadBoard
+from fleetgate.shared.prefix_index import SharedPrefixIndex
 from fleetgate.traffic.redis_store import redis_client
 
 
@@ -55,6 +59,7 @@ class RoutingState:
         # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
         self.gateway_id = secrets.token_hex(8)
         self._boards: list[SharedLoadBoard] = []
+        self._indexes: list[SharedPrefixIndex] = []
         self._tasks = PeriodicTasks(rng, clock)
 
     @property
@@ -73,13 +78,33 @@ class RoutingState:
         self._boards.append(board)
         return board
 
+    def prefix_index(self, name: str) -> PrefixIndexFactory:
+        """How a new pool's prefix_cache scorer makes its index (of `max_entries`)."""
+        client = self._client
+        if client is None:
+            return MemoryPrefixIndex
+
+        def make(max_entries: int) -> PrefixIndex:
+            index = SharedPrefixIndex(
+                MemoryPrefixIndex(max_entries), client.execute_command,
+                f"{self._settings.key_prefix}:prefix:{name}", self.gateway_id,
+            )  # fmt: skip
+            self._indexes.append(index)
+            return index
+
+        return make
+
     def start(self) -> None:
         if self._client is not None:
             self._tasks.every(self._settings.sync_s, 0.1, self.sync, wait_first=False)
 
     async def sync(self) -> None:
-        """Every board synced once (each falls back by itself when Redis is away)."""
-        await asyncio.gather(*(board.sync() for board in self._boards))
+        """Every board and index synced once (each falls back by itself when Redis is
+        away)."""
+        await asyncio.gather(
+            *(board.sync() for board in self._boards),
+            *(index.sync() for index in self._indexes),
+        )
 
     async def close(self) -> None:
         """Stop syncing and take this gateway's counts off at once."""

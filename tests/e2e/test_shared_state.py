@@ -1,5 +1,6 @@
 """Two real gateway processes on one real Redis (`--state`): each routes by the requests both
-have in flight, and a gateway that dies is counted out after its lease's TTL."""
+have in flight, a gateway that dies is counted out after its lease's TTL, and a prompt's
+follow-up sent to the other gateway goes where the first gateway sent the prompt."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import openai
 import pytest
 
-from tests.e2e.procs import gateway, metric, sim_workers
+from tests.e2e.procs import Proc, gateway, metric, sim_workers
 from tests.redis_server import RedisServer, redis_server
 
 MODEL = "shared-8b"
@@ -26,6 +28,12 @@ STREAMS = 3
 def worker() -> Iterator[str]:
     with sim_workers(MODEL, 1) as urls:
         yield urls[0]
+
+
+@pytest.fixture(scope="module")
+def four() -> Iterator[list[str]]:
+    with sim_workers(MODEL, 4) as urls:
+        yield urls
 
 
 @pytest.fixture
@@ -81,3 +89,50 @@ def test_a_state_url_that_is_not_redis_is_refused_at_start() -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "--state: give redis://host:port/db" in done.stderr
+
+
+def chat(url: str, text: str) -> str:
+    """A request's id, once answered."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text}], "max_tokens": 1}
+    request = urllib.request.Request(
+        url + "/v1/chat/completions", json.dumps(body).encode(),
+        {"content-type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 200
+        return str(response.headers["x-request-id"])
+
+
+def backend_of(proc: Proc, request_id: str) -> str:
+    """Where the request log says the request went (its lines are flushed within 0.2 s)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        for line in proc.lines:
+            if line.startswith("{") and f'"request_id":"{request_id}"' in line:
+                return str(json.loads(line)["backend"])
+        time.sleep(0.05)
+    raise AssertionError(f"no request log line for {request_id}")
+
+
+def test_a_prompt_sent_again_through_the_other_gateway_goes_where_it_went(
+    four: list[str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"model": MODEL, "backends": [{"url": u} for u in four]}],
+        "state": {"url": own_redis.url},
+    }))  # fmt: skip
+    with (
+        gateway(["--config", str(config)]) as (a, proc_a),
+        gateway(["--config", str(config)]) as (
+            b,
+            proc_b,
+        ),
+    ):
+        firsts = {}
+        for n in range(6):  # by chance alone, all six would go the same way 1 in 4^6
+            text = f"conversation {n}: " + f"a long shared context {n} " * 80
+            firsts[text] = backend_of(proc_a, chat(a, text))
+        time.sleep(0.3)  # a few syncs
+        for text, first in firsts.items():
+            assert backend_of(proc_b, chat(b, text)) == first
