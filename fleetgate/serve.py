@@ -78,8 +78,6 @@ from fleetgate.routing.registry import (
     default_registry,
 )
 from fleetgate.routing.router import Router
-from fleetgate.routing.session_table import MemorySessionTable
-from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.runtime import settle_heap
 from fleetgate.shared.state import RoutingState, StateSettings
 from fleetgate.traffic.admission import Admission, AdmissionSettings
@@ -190,7 +188,7 @@ def build_clusters(
         board = state.load_board(c.model)
         ctx = PluginContext(
             random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s,
-            prefix_index=state.prefix_index(c.model), sessions=MemorySessionTable(),
+            prefix_index=state.prefix_index(c.model), sessions=state.sessions(c.model),
         )  # fmt: skip
         timeouts = c.timeouts()
         hedge = c.hedge
@@ -222,7 +220,7 @@ def build_clusters(
             name = f"{c.model}:prefill"
             prefill_ctx = replace(
                 ctx, board=state.load_board(name), prefix_index=state.prefix_index(name),
-                sessions=MemorySessionTable(),
+                sessions=state.sessions(name),
             )  # fmt: skip
             pipeline = _pipeline(c, registry, prefill_ctx, True)
             prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None,
@@ -458,6 +456,7 @@ def compose(
     the pools' routing state is kept in `state` (shared with other gateways when it has a
     Redis), in this process's memory when none is given."""
     now = clock.now  # for what only reads the time
+    state = state or RoutingState(StateSettings(), clock, rng)  # this process's own
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
     clusters: dict[str, Cluster] = {}
@@ -577,7 +576,7 @@ def compose(
     director = Director(
         clusters=clusters, failover=failover, emit=edge_emit, clock=now, door=door,
         routes=routes, pricing={p.model: p.pricing for p in config.pools},
-        assumed_output_tokens=config.limits.assumed_output_tokens, pins=StoredResponses(),
+        assumed_output_tokens=config.limits.assumed_output_tokens, pins=state.pins(),
     )  # fmt: skip
     ids = RequestIds()
     inference = InferenceEndpoints(

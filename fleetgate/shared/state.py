@@ -8,9 +8,11 @@ others on one Redis (`state.url`; none: this process's own, as one gateway alone
       ttl_s: 2.0                  # how long a dead gateway's counts outlive it
 
 Shared: each pool's load board (shared/load_board.py), so every gateway routes by the
-requests all of them have in flight; and each pool's prefix index (shared/prefix_index.py),
-so a prompt's follow-up goes where any gateway sent its prefix. What is shared is never waited
-for by a request: it is read from memory, and synced in the background every `sync_s`.
+requests all of them have in flight; each pool's prefix index (shared/prefix_index.py), so a
+prompt's follow-up goes where any gateway sent its prefix; each pool's session table and the
+Responses pins (shared/tables.py), so a conversation stays home whichever gateway its turns
+reach. What is shared is never waited for by a request: it is read from memory, and synced in
+the background every `sync_s`.
 """
 
 from __future__ import annotations
@@ -23,10 +25,13 @@ from fleetgate.clock import Clock
 from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.routing.prefix_index import MemoryPrefixIndex
-from fleetgate.routing.stores import PrefixIndex, PrefixIndexFactory
+from fleetgate.routing.session_table import MemorySessionTable
+from fleetgate.routing.stored_responses import StoredResponses
+from fleetgate.routing.stores import PrefixIndex, PrefixIndexFactory, ResponsePins, SessionTable
 from fleetgate.settings import Settings, positive_seconds
 from fleetgate.shared.load_board import SharedLoadBoard
 from fleetgate.shared.prefix_index import SharedPrefixIndex
+from fleetgate.shared.tables import SharedPins, SharedSessionTable
 from fleetgate.traffic.redis_store import redis_client
 
 
@@ -59,7 +64,7 @@ class RoutingState:
         # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
         self.gateway_id = secrets.token_hex(8)
         self._boards: list[SharedLoadBoard] = []
-        self._indexes: list[SharedPrefixIndex] = []
+        self._synced: list[SharedPrefixIndex | SharedSessionTable | SharedPins] = []
         self._tasks = PeriodicTasks(rng, clock)
 
     @property
@@ -89,21 +94,42 @@ class RoutingState:
                 MemoryPrefixIndex(max_entries), client.execute_command,
                 f"{self._settings.key_prefix}:prefix:{name}", self.gateway_id,
             )  # fmt: skip
-            self._indexes.append(index)
+            self._synced.append(index)
             return index
 
         return make
+
+    def sessions(self, name: str) -> SessionTable:
+        """A new pool's session table."""
+        if self._client is None:
+            return MemorySessionTable()
+        table = SharedSessionTable(
+            MemorySessionTable(), self._client.execute_command,
+            f"{self._settings.key_prefix}:sessions:{name}", self.gateway_id,
+        )  # fmt: skip
+        self._synced.append(table)
+        return table
+
+    def pins(self) -> ResponsePins:
+        """The gateway's Responses pins (one for all pools: a response id names its pool)."""
+        if self._client is None:
+            return StoredResponses()
+        pins = SharedPins(
+            StoredResponses(), self._client.execute_command,
+            f"{self._settings.key_prefix}:responses", self.gateway_id,
+        )  # fmt: skip
+        self._synced.append(pins)
+        return pins
 
     def start(self) -> None:
         if self._client is not None:
             self._tasks.every(self._settings.sync_s, 0.1, self.sync, wait_first=False)
 
     async def sync(self) -> None:
-        """Every board and index synced once (each falls back by itself when Redis is
+        """Everything shared synced once (each part falls back by itself when Redis is
         away)."""
         await asyncio.gather(
-            *(board.sync() for board in self._boards),
-            *(index.sync() for index in self._indexes),
+            *(board.sync() for board in self._boards), *(part.sync() for part in self._synced)
         )
 
     async def close(self) -> None:

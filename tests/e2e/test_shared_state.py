@@ -136,3 +136,35 @@ def test_a_prompt_sent_again_through_the_other_gateway_goes_where_it_went(
         time.sleep(0.3)  # a few syncs
         for text, first in firsts.items():
             assert backend_of(proc_b, chat(b, text)) == first
+
+
+def test_a_responses_follow_up_through_the_other_gateway_reaches_its_worker(
+    four: list[str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    """Each sim worker keeps the responses it made and answers 404 for any other: a follow-up
+    sent to the gateway that did not see its response made still reaches the right worker."""
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"model": MODEL, "backends": [{"url": u} for u in four]}],
+        "state": {"url": own_redis.url},
+    }))  # fmt: skip
+    with (
+        gateway(["--config", str(config)]) as (a, _),
+        gateway(["--config", str(config)]) as (
+            b,
+            _,
+        ),
+    ):
+        made = [
+            openai.OpenAI(base_url=a + "/v1", api_key="none").responses.create(
+                model=MODEL, input=f"Hi {n}.", max_output_tokens=2
+            )
+            for n in range(4)
+        ]
+        time.sleep(0.3)  # a few syncs
+        other = openai.OpenAI(base_url=b + "/v1", api_key="none", max_retries=0)
+        for first in made:  # unpinned, three in four would 404
+            later = other.responses.create(
+                model=MODEL, input="And then?", max_output_tokens=2, previous_response_id=first.id
+            )
+            assert later.output_text

@@ -43,7 +43,7 @@ async def test_each_gateway_records_the_others_decisions_after_a_sync(client: An
     assert a.matches(PROMPT) == {"b1": 4, "b2": 2}
     assert b.matches(PROMPT) == {"b1": 4, "b2": 2}
     assert b.deepest(PROMPT, 1) == ["b1"]
-    assert (a.heard, b.heard) == (1, 1)  # never its own back
+    assert (a.stream.heard, b.stream.heard) == (1, 1)  # never its own back
 
 
 async def test_a_gateway_that_starts_later_begins_warm(client: Any) -> None:
@@ -54,7 +54,7 @@ async def test_a_gateway_that_starts_later_begins_warm(client: Any) -> None:
     late = index_on(client, "late")
     assert await late.sync()
     assert late.matches([103, 203]) == {"b3": 2}
-    assert late.heard == 5
+    assert late.stream.heard == 5
 
 
 async def test_an_entry_that_does_not_decode_is_skipped(client: Any) -> None:
@@ -64,7 +64,7 @@ async def test_an_entry_that_does_not_decode_is_skipped(client: Any) -> None:
     a.record("b1", PROMPT)
     await a.sync()
     assert await b.sync()
-    assert b.undecodable == 2
+    assert b.stream.undecodable == 2
     assert b.matches(PROMPT) == {"b1": 4}
 
 
@@ -77,10 +77,10 @@ async def test_a_decision_made_while_it_publishes_goes_with_the_next_sync(client
             a.record("b9", [9, 99])  # routed while the first batch is on its way
         return await execute(*args)
 
-    a._execute = meanwhile  # type: ignore[attr-defined]
+    a.stream._execute = meanwhile  # type: ignore[attr-defined]
     a.record("b1", PROMPT)
     await a.sync()
-    a._execute = execute  # type: ignore[attr-defined]
+    a.stream._execute = execute  # type: ignore[attr-defined]
     await a.sync()
     await b.sync()
     assert b.matches(PROMPT) == {"b1": 4}
@@ -101,14 +101,14 @@ async def test_redis_away_queues_decisions_up_to_a_bound_then_publishes_them(
         a, b = index_on(c, "gw-a", max_queued=2), index_on(c, "gw-b")
         assert await a.sync()
         own_redis.kill()
-        with caplog.at_level(logging.WARNING, logger="fleetgate.shared.prefix_index"):
+        with caplog.at_level(logging.WARNING, logger="fleetgate.shared.stream"):
             a.record("b1", [1, 2])
             assert not await a.sync()
             a.record("b2", [3, 4])
             a.record("b3", [5, 6])
             assert not await a.sync()
             assert a.matches([1, 2]) == {"b1": 2}  # the local index never stopped
-            assert (a.failures, a.dropped) == (2, 1)  # the oldest beyond the bound
+            assert (a.stream.failures, a.stream.dropped) == (2, 1)  # the oldest beyond the bound
             assert len(caplog.records) == 1
             own_redis.start()  # empty: what b reads now is what a publishes next
             assert await a.sync() and await b.sync()
