@@ -480,6 +480,7 @@ def compose(
             (m, s.backend.id, load)
             for m, c in clusters.items() for part in _parts(c) for s, load in part.loads()
         ),
+        shared=state.status,
     )  # fmt: skip
     exporters = [slo.subscribe]
     if config.server.metrics:

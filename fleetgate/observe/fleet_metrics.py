@@ -16,6 +16,7 @@ from fleetgate.fleet.gpu import THROTTLE_REASONS, GpuReading
 from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.fleet.load_board import BackendLoad
 from fleetgate.observe.slo import ObjectiveStatus
+from fleetgate.shared.state import SharedStatus
 from fleetgate.traffic.admission import Admission
 
 # The per-backend load gauges: name, help, and how each is read from its load board record.
@@ -127,6 +128,47 @@ def load_families(loads: Iterable[tuple[str, str, BackendLoad]]) -> Iterator[Met
         for model, backend, load in loads:
             gauge.add_metric([model, backend], read(load))
         yield gauge
+
+
+# The shared state's counters (shared/state.py): name, help, and how each is read.
+_SHARED_COUNTERS: tuple[tuple[str, str, Callable[[SharedStatus], float]], ...] = (
+    ("fleetgate_shared_state_sync_failures",
+     "Syncs of a shared part that Redis did not answer.",
+     lambda status: status.failures),
+    ("fleetgate_shared_state_heard",
+     "Other gateways' decisions a shared part applied here.",
+     lambda status: status.heard),
+    ("fleetgate_shared_state_dropped",
+     "Decisions never told to the other gateways: more were queued while Redis was away "
+     "than a part holds.",
+     lambda status: status.dropped),
+    ("fleetgate_shared_state_undecodable",
+     "Other gateways' entries a shared part skipped: they did not decode.",
+     lambda status: status.undecodable),
+)  # fmt: skip
+
+
+def shared_state_families(statuses: Iterable[SharedStatus]) -> Iterator[Metric]:
+    """How the state shared with other gateways through Redis is doing (state.url), by part
+    (load_board, prefix_index, sessions, responses) and pool: nothing when none is shared."""
+    statuses = list(statuses)
+    if not statuses:
+        return
+    labels = ["part", "model"]
+    up = GaugeMetricFamily(
+        "fleetgate_shared_state_up",
+        "1 when a shared part's last sync reached Redis; 0 while it runs on this gateway's "
+        "own state alone.",
+        labels=labels,
+    )
+    for status in statuses:
+        up.add_metric([status.part, status.pool], 1.0 if status.up else 0.0)
+    yield up
+    for name, doc, read in _SHARED_COUNTERS:
+        counter = CounterMetricFamily(name, doc, labels=labels)
+        for status in statuses:
+            counter.add_metric([status.part, status.pool], read(status))
+        yield counter
 
 
 def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> Iterator[Metric]:

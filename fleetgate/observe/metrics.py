@@ -41,11 +41,13 @@ from fleetgate.observe.fleet_metrics import (
     gpu_expiry_family,
     gpu_families,
     load_families,
+    shared_state_families,
     slo_families,
 )
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.resilience.retry import RETRYABLE_STATUSES
+from fleetgate.shared.state import SharedStatus
 from fleetgate.traffic.admission import Admission
 from fleetgate.traffic.priority import PRIORITY_NAMES
 
@@ -93,7 +95,9 @@ class GatewayMetrics(Collector):
         auth: bool = False,
         gpu_expiries: Callable[[], Iterable[tuple[str, BackendState, int]]] = lambda: (),
         loads: Callable[[], Iterable[tuple[str, str, BackendLoad]]] = lambda: (),
+        shared: Callable[[], Iterable[SharedStatus]] = lambda: (),
     ) -> None:
+        self._shared = shared  # the state shared with other gateways (shared/state.py)
         self._states = states  # read when scraped (observe/fleet_metrics.py)
         self._loads = loads  # (model, backend id, its load board record), when scraped
         self._gpu_expiries = gpu_expiries  # health/gpu.py's GpuBoard.expiries, when scraped
@@ -330,6 +334,7 @@ class GatewayMetrics(Collector):
         yield from admission_families(self._admissions())
         now = self._clock()
         yield from load_families(self._loads())
+        yield from shared_state_families(self._shared())
         yield from backend_families(states, now)
         yield from gpu_families(states, now)
         yield gpu_expiry_family(self._gpu_expiries())

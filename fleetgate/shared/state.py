@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
+from dataclasses import dataclass
 
 from fleetgate.clock import Clock
 from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
@@ -53,6 +54,19 @@ class StateSettings(Settings, frozen=True):
             )
 
 
+@dataclass(frozen=True, slots=True)
+class SharedStatus:
+    """How one shared part of one pool is doing, for metrics."""
+
+    part: str  # load_board, prefix_index, sessions, responses
+    pool: str  # its pool's name ("" for the gateway's Responses pins)
+    up: bool  # its last sync reached Redis
+    failures: int  # syncs Redis did not answer
+    heard: int  # other gateways' decisions applied (0 for the load board: it sums leases)
+    dropped: int  # decisions never published (Redis away too long)
+    undecodable: int  # other gateways' entries skipped
+
+
 class RoutingState:
     """Where this gateway keeps each pool's routing state: its memory, or (with a URL) a
     Redis it shares with the other gateways, synced from `start()` until `close()`."""
@@ -63,8 +77,10 @@ class RoutingState:
         self._client = None if settings.url is None else redis_client(settings.url)
         # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
         self.gateway_id = secrets.token_hex(8)
-        self._boards: list[SharedLoadBoard] = []
-        self._synced: list[SharedPrefixIndex | SharedSessionTable | SharedPins] = []
+        self._boards: list[tuple[str, SharedLoadBoard]] = []  # by pool
+        self._synced: list[
+            tuple[str, str, SharedPrefixIndex | SharedSessionTable | SharedPins]
+        ] = []
         self._tasks = PeriodicTasks(rng, clock)
 
     @property
@@ -80,7 +96,7 @@ class RoutingState:
             self._client.execute_command, f"{s.key_prefix}:board:{name}", self.gateway_id,
             self._clock.now, ttl_s=s.ttl_s,
         )  # fmt: skip
-        self._boards.append(board)
+        self._boards.append((name, board))
         return board
 
     def prefix_index(self, name: str) -> PrefixIndexFactory:
@@ -94,7 +110,7 @@ class RoutingState:
                 MemoryPrefixIndex(max_entries), client.execute_command,
                 f"{self._settings.key_prefix}:prefix:{name}", self.gateway_id,
             )  # fmt: skip
-            self._synced.append(index)
+            self._synced.append(("prefix_index", name, index))
             return index
 
         return make
@@ -107,7 +123,7 @@ class RoutingState:
             MemorySessionTable(), self._client.execute_command,
             f"{self._settings.key_prefix}:sessions:{name}", self.gateway_id,
         )  # fmt: skip
-        self._synced.append(table)
+        self._synced.append(("sessions", name, table))
         return table
 
     def pins(self) -> ResponsePins:
@@ -118,7 +134,7 @@ class RoutingState:
             StoredResponses(), self._client.execute_command,
             f"{self._settings.key_prefix}:responses", self.gateway_id,
         )  # fmt: skip
-        self._synced.append(pins)
+        self._synced.append(("responses", "", pins))
         return pins
 
     def start(self) -> None:
@@ -129,13 +145,27 @@ class RoutingState:
         """Everything shared synced once (each part falls back by itself when Redis is
         away)."""
         await asyncio.gather(
-            *(board.sync() for board in self._boards), *(part.sync() for part in self._synced)
+            *(board.sync() for _, board in self._boards),
+            *(shared.sync() for _, _, shared in self._synced),
         )
+
+    def status(self) -> list[SharedStatus]:
+        """Each shared part's, when scraped (none: nothing is shared)."""
+        found = [
+            SharedStatus("load_board", pool, board.shared, board.failures, 0, 0, 0)
+            for pool, board in self._boards
+        ]
+        for part, pool, shared in self._synced:
+            s = shared.stream
+            found.append(
+                SharedStatus(part, pool, s.shared, s.failures, s.heard, s.dropped, s.undecodable)
+            )
+        return found
 
     async def close(self) -> None:
         """Stop syncing and take this gateway's counts off at once."""
         self._tasks.stop()
         if self._client is None:
             return
-        await asyncio.gather(*(board.leave() for board in self._boards))
+        await asyncio.gather(*(board.leave() for _, board in self._boards))
         await self._client.aclose()

@@ -65,6 +65,12 @@ class DecisionStream(Generic[T]):
         self.undecodable = 0  # entries skipped
         self.heard = 0  # other gateways' items applied
         self._down = False
+        self._answered = False  # some sync reached Redis
+
+    @property
+    def shared(self) -> bool:
+        """The last sync reached Redis."""
+        return self._answered and not self._down
 
     def add(self, item: T) -> None:
         """Queue an item decided here, for the next sync."""
@@ -102,6 +108,7 @@ class DecisionStream(Generic[T]):
         if self._down:
             self._down = False
             log.warning("Redis answers again: the %s is shared again", self._what)
+        self._answered = True
         return True
 
     async def _read(self) -> bool:

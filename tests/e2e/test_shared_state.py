@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -168,3 +169,44 @@ def test_a_responses_follow_up_through_the_other_gateway_reaches_its_worker(
                 model=MODEL, input="And then?", max_output_tokens=2, previous_response_id=first.id
             )
             assert later.output_text
+
+
+def test_redis_killed_mid_run_fails_no_request_and_sharing_comes_back(
+    four: list[str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"model": MODEL, "backends": [{"url": u} for u in four]}],
+        "state": {"url": own_redis.url},
+    }))  # fmt: skip
+    up = "fleetgate_shared_state_up"
+    with (
+        gateway(["--config", str(config)]) as (a, _),
+        gateway(["--config", str(config)]) as (
+            b,
+            _,
+        ),
+    ):
+        assert until(lambda: metric(a, up, part="prefix_index", model=MODEL), 1.0) == 1.0
+        statuses = []
+        for n in range(40):
+            if n == 10:
+                own_redis.kill()
+            if n == 30:
+                own_redis.start()
+            for url in (a, b):
+                try:
+                    chat(url, f"request {n} " + "context " * 40)
+                    statuses.append(200)
+                except urllib.error.HTTPError as exc:
+                    statuses.append(exc.code)
+            if n == 20:
+                assert metric(a, up, part="load_board", model=MODEL) == 0.0
+                assert metric(a, "fleetgate_shared_state_sync_failures_total") > 0
+        assert statuses == [200] * 80
+        for url in (a, b):  # both share again, without a restart
+            assert until(lambda url=url: metric(url, up, part="sessions", model=MODEL), 1.0) == 1.0
+            assert (
+                until(lambda url=url: metric(url, up, part="load_board", model=MODEL), 1.0) == 1.0
+            )
+        assert metric(b, "fleetgate_shared_state_heard_total", part="prefix_index") > 0
