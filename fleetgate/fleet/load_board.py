@@ -68,6 +68,17 @@ class LoadBoard(Protocol):
         """The backend left with nothing in flight: drop its record."""
         ...
 
+    @property
+    def gateways(self) -> int:
+        """How many gateways count on the board, this one too (1 for one nobody shares): a
+        pool's concurrency limit is theirs together."""
+        ...
+
+    def watch_gateways(self, changed: Callable[[int], None]) -> None:
+        """Call `changed(gateways)` whenever that count changes (never, on a board nobody
+        shares)."""
+        ...
+
     def own(self, backend_id: str) -> BackendLoad:
         """This gateway's own counts for the backend: on a board no other gateway shares, the
         record `load` gives (a backend retired here waits for these alone)."""
@@ -88,6 +99,13 @@ class MemoryLoadBoard:
 
     def __init__(self) -> None:
         self._loads: dict[str, BackendLoad] = {}
+
+    @property
+    def gateways(self) -> int:
+        return 1
+
+    def watch_gateways(self, changed: Callable[[int], None]) -> None:
+        pass  # alone for good
 
     def load(self, backend_id: str) -> BackendLoad:
         load = self._loads.get(backend_id)

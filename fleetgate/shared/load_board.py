@@ -8,7 +8,7 @@ change is a lookup and a few additions, never I/O), and every `sync_s` runs one 
                   after ttl_s
     its id     -> the pool's set of gateways, scored by when its lease lapses (Redis's
                   clock, so skewed gateway clocks agree); the lapsed are pruned
-    reply      <- every other gateway's lease
+    reply      <- every other gateway's lease, and how many gateways count on the board
 
 Each record it shows is then its own counts plus the others' as last read, kept current in
 place (a reader may hold it). So another gateway's sends are seen within about one `sync_s`;
@@ -56,7 +56,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
     if #lease > 0 then out[#out + 1] = lease end
   end
 end
-return out
+return {redis.call('ZCARD', KEYS[1]), out}
 """ % (_HSET_ARGS, _HSET_ARGS)  # noqa: UP031 (Lua's own braces)
 _LEAVE = """
 redis.call('ZREM', KEYS[1], ARGV[1])
@@ -85,6 +85,8 @@ class SharedLoadBoard:
         self._shown: dict[str, BackendLoad] = {}  # its counts and the others', as last read
         self._others: dict[str, tuple[int, int, int]] = {}
         self._watchers: list[Callable[[str, float], None]] = []  # told what a sync changed
+        self.gateways = 1  # counting on this board, this one too, as the last sync heard
+        self._counters: list[Callable[[int], None]] = []  # told when `gateways` changes
         self._heard_at: float | None = None  # the last sync Redis answered
         self.failures = 0  # syncs Redis did not answer
         self._down = False  # warned of this outage already
@@ -139,6 +141,15 @@ class SharedLoadBoard:
     def watch(self, changed: Callable[[str, float], None]) -> None:
         self._watchers.append(changed)
 
+    def watch_gateways(self, changed: Callable[[int], None]) -> None:
+        self._counters.append(changed)
+
+    def _count(self, gateways: int) -> None:
+        if gateways != self.gateways:
+            self.gateways = gateways
+            for changed in self._counters:
+                changed(gateways)
+
     def __len__(self) -> int:
         """Backends with a record."""
         return len(self._shown)
@@ -159,7 +170,7 @@ class SharedLoadBoard:
                 fields += (backend_id, f"{own.in_flight} {own.in_flight_tokens} "
                                        f"{own.pending_prefill}")  # fmt: skip
         try:
-            leases = await self._execute(
+            gateways, leases = await self._execute(
                 "EVAL", _SYNC, 2, *self._keys, self.gateway_id, self._ttl_ms, *fields
             )
         except (RedisError, OSError) as exc:
@@ -169,6 +180,7 @@ class SharedLoadBoard:
             log.warning("Redis answers again: the load board is shared again")
             self._down = False
         self._heard_at = self._clock()
+        self._count(max(1, int(gateways)))
         self._show(_summed(leases))
         return True
 
@@ -188,8 +200,10 @@ class SharedLoadBoard:
                 "alone until it does", str(exc) or type(exc).__name__,
             )  # fmt: skip
         heard = self._heard_at
-        if self._others and (heard is None or self._clock() - heard >= self._ttl_s):
-            self._show({})  # what it last heard is older than any lease: gone
+        if heard is None or self._clock() - heard >= self._ttl_s:
+            self._count(1)  # what it last heard is older than any lease: alone
+            if self._others:
+                self._show({})
 
     def _show(self, others: dict[str, tuple[int, int, int]]) -> None:
         """Each shown record: this gateway's counts plus `others`."""

@@ -17,6 +17,10 @@ Its signals are what the engines said within `stale_after_s` and what the gatewa
 itself: when the engines' metrics go stale it goes on with the TTFTs, and with neither it
 keeps its value. It never stops admitting (the minimum is 1 per backend) and never admits
 without bound.
+
+The limit is the pool's, whoever admits to it: with several gateways on one shared load board
+(shared/load_board.py), each admits up to its share, the limit / the gateways counting on the
+board (at least 1).
 """
 
 from __future__ import annotations
@@ -87,7 +91,9 @@ class ConcurrencyLimit:
         self.fixed = settings.max_in_flight is not None
         start = settings.max_in_flight or settings.initial_per_backend * n
         self._value = float(start)
-        self.value = start
+        self._gateways = 1  # admitting to this pool, as its board last said
+        self.value = start  # this gateway's share, read on every admission
+        pool.board.watch_gateways(self._gateways_changed)
         self._min = settings.min_per_backend * n
         self._max = settings.max_per_backend * n
         self._ttfts: list[float] = []
@@ -133,9 +139,17 @@ class ConcurrencyLimit:
             else:
                 grown = self._value * _INCREASE + 1
             self._value = min(float(self._max), grown)
-        self.value = max(self._min, math.floor(self._value))
+        self._share()
         self._ttfts.clear()
         self._reached = False
+
+    def _share(self) -> None:
+        """This gateway's share of the limit, as `value`."""
+        self.value = max(1, max(self._min, math.floor(self._value)) // self._gateways)
+
+    def _gateways_changed(self, gateways: int) -> None:
+        self._gateways = gateways
+        self._share()
 
     def _ttft_median(self) -> float | None:
         """The interval's median TTFT of short prompts; None with fewer than 5 of them. (The

@@ -210,3 +210,43 @@ def test_redis_killed_mid_run_fails_no_request_and_sharing_comes_back(
                 until(lambda url=url: metric(url, up, part="load_board", model=MODEL), 1.0) == 1.0
             )
         assert metric(b, "fleetgate_shared_state_heard_total", part="prefix_index") > 0
+
+
+def test_two_gateways_together_admit_no_more_than_the_pools_limit(
+    four: list[str], own_redis: RedisServer, tmp_path: Path
+) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"model": MODEL, "backends": [{"url": u} for u in four],
+                   "admission": {"limit": {"max_in_flight": 4}}}],
+        "state": {"url": own_redis.url},
+    }))  # fmt: skip
+    limit = "fleetgate_admission_limit_requests"
+    with (
+        gateway(["--config", str(config)]) as (a, _),
+        gateway(["--config", str(config)]) as (
+            b,
+            _,
+        ),
+    ):
+        for url in (a, b):  # each takes its share once it hears of the other
+            assert until(lambda url=url: metric(url, limit), 2) == 2
+        clients = [
+            openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0) for url in (a, b)
+        ]
+        statuses, streams = [], []
+        for n in range(8):
+            try:
+                stream = clients[n % 2].chat.completions.create(
+                    model=MODEL, messages=[{"role": "user", "content": "go on"}],
+                    max_tokens=4000, stream=True,
+                    extra_headers={"x-fleetgate-queue-timeout-s": "0.3"},
+                )  # fmt: skip
+                next(iter(stream))
+                streams.append(stream)
+                statuses.append(200)
+            except openai.APIStatusError as exc:
+                statuses.append(exc.status_code)  # queue_timeout: its share is taken
+        assert sorted(statuses) == [200] * 4 + [503] * 4  # 2 each: the pool's 4 in all
+        for stream in streams:
+            stream.close()

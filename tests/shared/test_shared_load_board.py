@@ -215,3 +215,24 @@ async def test_a_retired_backend_leaves_once_this_gateways_requests_end(
     assert not pool.retire(state, 1.0)
     pool.end("b0", 2.0, prompt_tokens=5, unprefilled=5)
     assert pool.members == {}
+
+
+async def test_it_counts_the_gateways_on_it_and_is_alone_once_redis_is_long_gone(
+    own_redis: RedisServer,
+) -> None:
+    clock = Clock()
+    async for boards in boards_on(own_redis.url, "gw-a", "gw-b", "gw-c", ttl_s=1.0, clock=clock):
+        a, b, c = boards
+        assert a.gateways == 1  # alone until it hears otherwise
+        for board in (a, b, c, a):
+            await board.sync()
+        assert a.gateways == 3
+        await c.leave()
+        await a.sync()
+        assert a.gateways == 2
+        own_redis.kill()
+        await a.sync()
+        assert a.gateways == 2  # what it heard is younger than a lease
+        clock.now += 1.0
+        await a.sync()
+        assert a.gateways == 1

@@ -3,8 +3,11 @@ while it is what holds requests back, still when it has nothing to go on."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.engine_load import EngineLoad
+from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.fleet.pool import Pool
 from fleetgate.lifecycle.events import AttemptEnded
 from fleetgate.traffic.concurrency import ConcurrencyLimit, LimitSettings
@@ -117,3 +120,46 @@ def test_with_engine_priority_critical_first_tokens_do_not_hide_congestion() -> 
         # Without engine priority the median is a critical request's 50 ms: it grows; with
         # it the critical ones skip the engines' queues and the others' 3 s say congested.
         assert tick(limit, clock, reached=True) == expected
+
+
+class SharedBoard(MemoryLoadBoard):
+    """A board other gateways count on too (shared/load_board.py says how many)."""
+
+    __slots__ = ("count", "told")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 1
+        self.told: list[Callable[[int], None]] = []
+
+    @property
+    def gateways(self) -> int:
+        return self.count
+
+    def watch_gateways(self, changed: Callable[[int], None]) -> None:
+        self.told.append(changed)
+
+    def now_shared_by(self, count: int) -> None:
+        self.count = count
+        for changed in self.told:
+            changed(count)
+
+
+def test_gateways_sharing_a_pool_each_admit_their_share_of_its_limit() -> None:
+    clock = Clock()
+    board = SharedBoard()
+    states = [BackendState(Backend(f"b{i}", f"http://127.0.0.1:{i + 1}", ("m",))) for i in range(2)]
+    fixed = ConcurrencyLimit(LimitSettings(max_in_flight=10), Pool("m", states, board=board), clock)
+    assert fixed.value == 10
+    board.now_shared_by(3)
+    assert fixed.value == 3  # 3 gateways x 3 <= 10, at once
+    board.now_shared_by(40)
+    assert fixed.value == 1  # never none
+    board.now_shared_by(1)
+    assert fixed.value == 10
+    adaptive = ConcurrencyLimit(
+        LimitSettings(initial_per_backend=10), Pool("m", states, board=board), clock
+    )
+    board.now_shared_by(2)
+    assert adaptive.value == 10  # its 20, halved
+    assert tick(adaptive, clock, reached=True) == 20  # it doubled to 40: this one's half
