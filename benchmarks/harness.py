@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -113,3 +115,29 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time `pid` has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A throwaway redis-server on a free port, without persistence; yields its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("needs redis-server (apt-get install -y redis-server)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as directory:
+        popen = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+             "no", "--dir", directory, "--logfile", ""],
+            stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert popen.stdout is not None
+            for line in popen.stdout:  # its log, until it says it is ready
+                if "Ready to accept connections" in line:
+                    break
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            popen.kill()
+            popen.wait()

@@ -15,16 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import shutil
-import socket
 import statistics
-import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import uvloop
+from harness import redis_server
 
 from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.limits import Limits, Reservation
@@ -38,32 +33,6 @@ TENANT = Tenant.of(
         limits=RateLimitSettings(requests_per_minute=1e12, tokens_per_minute=1e15),
     )
 )
-
-
-@contextmanager
-def redis_server() -> Iterator[str]:
-    """A throwaway redis-server on a free port, without persistence; yields its URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("needs redis-server (apt-get install -y redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as directory:
-        popen = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-             "no", "--dir", directory, "--logfile", ""],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        try:
-            assert popen.stdout is not None
-            for line in popen.stdout:  # its log, until it says it is ready
-                if "Ready to accept connections" in line:
-                    break
-            yield f"redis://127.0.0.1:{port}/0"
-        finally:
-            popen.kill()
-            popen.wait()
 
 
 async def per_request_us(limits: Limits, n: int, concurrency: int) -> float:
