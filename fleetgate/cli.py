@@ -56,15 +56,15 @@ def _serve(args: argparse.Namespace) -> int:
     return _run(_serving(config, args.backend or [], args.policy, args.workers))
 
 
-async def _serving(config: Config, backends: list[str], policy: str | None, workers: int) -> None:
+async def _serving(config: Config, backends: list[str], policy: str | None, workers: int) -> int:
     from fleetgate.processes import serve_workers
     from fleetgate.serve import resolve_pools, serve_forever
 
     config = await resolve_pools(config, backends, policy)
     if workers > 1:
-        await serve_workers(config, workers)
-    else:
-        await serve_forever(config)
+        return await serve_workers(config, workers)
+    await serve_forever(config)
+    return 0
 
 
 def _at_least_one(text: str) -> int:

@@ -6,8 +6,9 @@ The first process is a supervisor: it resolves the config once (the pools asked 
 says 0), then starts N worker processes that each run the whole gateway and listen on that
 port with SO_REUSEPORT, so the kernel spreads new connections over them. It forwards SIGINT
 and SIGTERM to them (each drains, as one gateway does; a second signal stops them at once),
-starts again a worker that dies unasked (after a second), and stops the sims when the last
-worker has stopped. A worker whose supervisor is gone drains and stops.
+starts again a worker that dies unasked (after a second; one that dies at start three times
+in a row stops them all, exit status 1), and stops the sims when the last worker has
+stopped. A worker whose supervisor is gone drains and stops.
 
 What the workers do not share without `state.url` (Redis) is said at start: each keeps its
 own view of the fleet's load, its own admission queue, prefix index, sessions and Responses
@@ -33,10 +34,13 @@ from multiprocessing.context import SpawnProcess
 import msgspec
 import uvloop
 
+from fleetgate.clock import Clock, LoopClock
 from fleetgate.config import Config, ConfigError
 from fleetgate.traffic.tenants import Tenant
 
 RESTART_DELAY_S = 1.0
+STARTUP_S = 10.0  # a worker that dies sooner after its start died starting
+QUICK_DEATHS = 3  # in a row: it will not start (a port taken, a file it cannot open)
 _CONTEXT = multiprocessing.get_context("spawn")  # no loop, socket or thread carried over
 
 
@@ -73,8 +77,10 @@ def _pick_port(host: str) -> socket.socket:
     return held
 
 
-async def serve_workers(config: Config, workers: int) -> None:
-    """The supervisor: run `workers` gateway processes until SIGINT or SIGTERM."""
+async def serve_workers(config: Config, workers: int, clock: Clock | None = None) -> int:
+    """The supervisor: run `workers` gateway processes until SIGINT or SIGTERM; its exit
+    status (1 when a worker kept dying at start)."""
+    clock = clock or LoopClock()
     from fleetgate.serve import start_sims
 
     check_workers(config, workers)
@@ -93,7 +99,7 @@ async def serve_workers(config: Config, workers: int) -> None:
         loop.add_signal_handler(sig, signals.put_nowait, sig)
     procs = [_start(config, index) for index in range(workers)]
     try:
-        await _supervise(config, procs, signals)
+        return await _supervise(config, procs, signals, clock)
     finally:
         for proc in procs:
             if proc.is_alive():
@@ -105,29 +111,47 @@ async def serve_workers(config: Config, workers: int) -> None:
             sims.stop()
 
 
-async def _supervise(config: Config, procs: list[SpawnProcess], signals: asyncio.Queue[int]
-                     ) -> None:  # fmt: skip
-    stopping = False
+async def _supervise(
+    config: Config, procs: list[SpawnProcess], signals: asyncio.Queue[int], clock: Clock
+) -> int:
+    """Until a signal has stopped every worker (0), or one keeps dying at start (1)."""
+    started = [clock.now()] * len(procs)
+    quick = [0] * len(procs)  # deaths in a row within STARTUP_S of a start
+    stopping, code = False, 0
     while True:
         try:
-            sig = await asyncio.wait_for(signals.get(), 0.2)
+            sig: int | None = await clock.within(signals.get(), 0.2)
         except TimeoutError:
             sig = None
         if sig is not None:
             stopping = True
-            for proc in procs:
-                if proc.pid is not None and proc.is_alive():
-                    os.kill(proc.pid, signal.SIGTERM)
+            _signal(procs, signal.SIGTERM)
         if stopping:
             if not any(proc.is_alive() for proc in procs):
-                return
+                return code
             continue
         for index, proc in enumerate(procs):
-            if not proc.is_alive():
-                print(f"fleetgate: worker {index} exited ({proc.exitcode}); starting it again",
-                      file=sys.stderr, flush=True)  # fmt: skip
-                await asyncio.sleep(RESTART_DELAY_S)
-                procs[index] = _start(config, index)
+            if proc.is_alive():
+                continue
+            now = clock.now()
+            quick[index] = quick[index] + 1 if now - started[index] < STARTUP_S else 0
+            if quick[index] >= QUICK_DEATHS:
+                print(f"fleetgate: worker {index} keeps exiting at start (exit code "
+                      f"{proc.exitcode}); stopping", file=sys.stderr, flush=True)  # fmt: skip
+                stopping, code = True, 1
+                _signal(procs, signal.SIGTERM)
+                break
+            print(f"fleetgate: worker {index} exited ({proc.exitcode}); starting it again",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            await clock.sleep(RESTART_DELAY_S)
+            procs[index] = _start(config, index)
+            started[index] = clock.now()
+
+
+def _signal(procs: list[SpawnProcess], sig: int) -> None:
+    for proc in procs:
+        if proc.pid is not None and proc.is_alive():
+            os.kill(proc.pid, sig)
 
 
 def _start(config: Config, index: int) -> SpawnProcess:

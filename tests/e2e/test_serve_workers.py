@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +104,19 @@ def test_limits_counted_in_each_workers_memory_are_refused() -> None:
     assert unshared(config, 1) is None
     said = unshared(config, 2)
     assert said is not None and "set state.url to share the load" in said
+
+
+def test_workers_that_cannot_start_stop_the_supervisor(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"model": MODEL, "backends": [{"url": "http://127.0.0.1:9"}]}],
+        "request_log": {"path": str(tmp_path / "no such directory" / "requests.log")},
+    }))  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "fleetgate", "serve", "--config", str(config), "--port", "0",
+         "--workers", "2"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "keeps exiting at start" in done.stderr
+    assert "request_log.path: cannot append to it" in done.stderr
