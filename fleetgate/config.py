@@ -21,6 +21,7 @@ import msgspec
 import yaml
 
 from fleetgate.batches.settings import BatchesSettings
+from fleetgate.director.cache import CacheSettings
 from fleetgate.fleet.calibration import WeightSettings
 from fleetgate.fleet.engines import KINDS
 from fleetgate.fleet.health import HealthSettings
@@ -305,6 +306,7 @@ class Config(Settings, frozen=True):
     tracing: TracingSettings = TracingSettings()  # OpenTelemetry spans over OTLP/HTTP, off
     batches: BatchesSettings = BatchesSettings()  # the Batch API: files, batches, their runner
     state: StateSettings = StateSettings()  # routing state shared with other gateways (Redis)
+    cache: CacheSettings = CacheSettings()  # answers served again, identical requests coalesced
 
     @property
     def auth_enabled(self) -> bool:

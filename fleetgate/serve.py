@@ -31,6 +31,7 @@ from fleetgate.config import (
     PoolConfig,
     check_config,
 )
+from fleetgate.director.cache import ResponseCache
 from fleetgate.director.director import Director
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
@@ -578,6 +579,7 @@ def compose(
         clusters=clusters, failover=failover, emit=edge_emit, clock=now, door=door,
         routes=routes, pricing={p.model: p.pricing for p in config.pools},
         assumed_output_tokens=config.limits.assumed_output_tokens, pins=state.pins(),
+        cache=ResponseCache(config.cache, clock) if config.cache.enabled else None,
     )  # fmt: skip
     ids = RequestIds()
     inference = InferenceEndpoints(

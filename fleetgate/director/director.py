@@ -17,14 +17,24 @@ import asyncio
 import re
 from collections.abc import Callable, Mapping
 
+from fleetgate.director.cache import Answer, ResponseCache, cache_key, directives
 from fleetgate.director.entrance import Entrance, Entry
+from fleetgate.director.replay import Keeping, as_stream, asks_usage
 from fleetgate.director.request import InferenceRequest, request_timeouts
 from fleetgate.lifecycle.downstream import Downstream
-from fleetgate.lifecycle.events import NO_BACKEND, Admitted, Finished, Outcome, Received, Rejected
+from fleetgate.lifecycle.events import (
+    NO_BACKEND,
+    Admitted,
+    CacheResult,
+    Finished,
+    Outcome,
+    Received,
+    Rejected,
+)
 from fleetgate.lifecycle.hooks import Emitters
-from fleetgate.openai_api import JSON, error_body, with_fields
+from fleetgate.openai_api import JSON, SSE_HEADERS, error_body, usage_of, with_fields
 from fleetgate.resilience.cluster import Cluster
-from fleetgate.resilience.failover import Failover
+from fleetgate.resilience.failover import Failover, finished
 from fleetgate.routing.models import ModelRoute
 from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.routing.stores import ResponsePins
@@ -61,6 +71,7 @@ class Director:
         pricing: Mapping[str, PricingSettings] | None = None,
         assumed_output_tokens: int = 256,
         pins: ResponsePins | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         self._clusters = dict(clusters)
         self._failover = failover
@@ -72,6 +83,7 @@ class Director:
         # Which backend keeps each Response (None: this process's own record of them).
         self._stored = StoredResponses() if pins is None else pins
         self._known = ", ".join(sorted([*self._clusters, *self._routes]))
+        self._cache = cache  # None: every request goes to a backend
 
     def received(self, request_id: bytes, started: float, path: bytes,
                  traceparent: bytes | None = None) -> None:  # fmt: skip
@@ -132,12 +144,28 @@ class Director:
         except asyncio.CancelledError:  # the client left while the request waited its turn
             self._finished_here(request_id, started, 499, "client_closed", model)
             raise
+        key, lookup = None, False
+        if self._cache is not None and not request.upload:
+            keep, lookup = directives(request.cache_control)
+            if keep:
+                key = cache_key(caller.tenant.name, exchange.model, request.routing.endpoint,
+                                request.body)  # fmt: skip
         try:  # from here on the entry's holds are given back, whatever happens
-            await self._forward(cluster, exchange, entry, caller)
+            await self._forward(cluster, exchange, entry, caller, key, lookup)
         finally:
             await self._entrance.leave(entry, exchange)
 
-    async def _forward(self, cluster: Cluster, ex: Exchange, entry: Entry, caller: Caller) -> None:
+    async def _forward(
+        self,
+        cluster: Cluster,
+        ex: Exchange,
+        entry: Entry,
+        caller: Caller,
+        key: bytes | None,
+        lookup: bool,
+    ) -> None:
+        """From admitted on; `key`: the request's in the response cache (None: not kept),
+        `lookup`: it may be answered from there."""
         if cluster.engine_priority and ex.routing.endpoint in _PRIORITISED:
             level = BATCH_ENGINE_PRIORITY if ex.batch else ex.priority
             ex.body = with_fields(ex.body, priority=level)
@@ -156,9 +184,60 @@ class Director:
                     queued_s=ex.queued_s,
                 )
             )
-        await self._failover.forward(cluster, ex)
+        if key is None:
+            await self._failover.forward(cluster, ex)
+        else:
+            await self._cached(cluster, ex, key, lookup)
         if ex.routing.endpoint == "responses":
             self._keep(ex)
+
+    async def _cached(self, cluster: Cluster, ex: Exchange, key: bytes, lookup: bool) -> None:
+        """`ex` answered from the cache, or by an identical request in flight, when it may
+        be; else by its pool, its whole answer kept (director/cache.py)."""
+        cache = self._cache
+        assert cache is not None
+        if lookup:
+            answer, result = cache.get(key), "hit"
+            flight = cache.in_flight(key) if answer is None else None
+            if flight is not None:
+                answer, result = await cache.wait(flight), "coalesced"
+            if answer is not None:
+                self._answer_kept(cluster, ex, answer, "hit" if result == "hit" else "coalesced")
+                return
+        # The one that goes: identical whole-answer requests wait for it (a stream's answer
+        # is not kept: they would wait for nothing).
+        leads = not ex.routing.stream and cache.in_flight(key) is None
+        if leads:
+            cache.take_off(key)
+        keeping = Keeping(ex.writer)
+        ex.writer, ex.cache = keeping, "miss"
+        kept = None
+        try:
+            await self._failover.forward(cluster, ex)
+            if keeping.headers is not None:
+                kept = cache.keep(key, keeping.headers, keeping.body)
+        finally:
+            if leads:
+                cache.landed(key, kept)
+
+    def _answer_kept(self, cluster: Cluster, ex: Exchange, answer: Answer,
+                     result: CacheResult) -> None:  # fmt: skip
+        """Send the client a kept answer (as a stream if it asked for one), and its
+        Finished; its tenant is charged the answer's usage, as for one a backend gave."""
+        ex.cache, ex.backend, ex.ttft_s = result, NO_BACKEND, self._clock() - ex.started
+        if ex.count_usage:
+            ex.usage = usage_of(answer.body)
+        said = [(b"x-request-id", ex.request_id), (b"x-fleetgate-cache", result.encode())]
+        if ex.routing.stream:
+            events = as_stream(ex.routing.endpoint, answer.body, asks_usage(ex.body))
+            ex.writer.start(200, [*SSE_HEADERS, *said], ex.reply_head)
+            for event in events[:-1]:
+                ex.writer.write(event)
+            ex.writer.end(events[-1])
+        else:
+            ex.writer.send(200, [*answer.headers, *said], answer.body, ex.reply_head)
+        if cluster.emit.finished is not None:
+            cluster.emit.finished(finished(ex, self._clock(), 200, "answered"))
 
     def _exchange(self, request: InferenceRequest, downstream: Downstream
                   ) -> tuple[Cluster, Exchange]:  # fmt: skip

@@ -52,6 +52,7 @@ class InferenceRequest(msgspec.Struct, kw_only=True):
     upload: bool = False  # a pass-through form upload: its body goes exactly as it came
     metadata: Mapping[bytes, bytes] = msgspec.field(default_factory=dict)
     forwarded: list[tuple[bytes, bytes]] = msgspec.field(default_factory=list)  # passed on
+    cache_control: bytes = b""  # the client's Cache-Control (director/cache.py)
 
 
 def request_timeouts(pool: Timeouts, metadata: Mapping[bytes, bytes]) -> Timeouts:

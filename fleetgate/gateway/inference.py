@@ -114,6 +114,7 @@ class InferenceEndpoints:
             body=request.body, caller=caller,
             content_type=headers[b"content-type"] if upload else JSON, upload=upload,
             metadata=metadata, forwarded=forwarded,
+            cache_control=headers.get(b"cache-control", b""),
         )  # fmt: skip
 
     async def serve_as(self, caller: Caller, path: bytes, body: bytes, writer: Downstream) -> None:

@@ -45,6 +45,7 @@ NOT_UPSTREAM: frozenset[ErrorKind] = frozenset(
 # answered with an error of its own after its attempts; rejected: refused before routing;
 # client_closed: the client left first.
 Outcome = Literal["answered", "failed", "rejected", "client_closed"]
+CacheResult = Literal["", "miss", "hit", "coalesced"]
 # Which outlier rule ejected a backend: failures in a row, the failure rate of an interval,
 # or the first failure after its return (half-open).
 EjectReason = Literal["consecutive_failures", "failure_rate", "half_open"]
@@ -235,3 +236,6 @@ class Finished(Event, frozen=True, gc=False):
     prompt_tokens: int | None = None  # None: not counted (then the rest are 0)
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    # The response cache's part (director/cache.py): "" for a request it does not keep,
+    # "miss" (a backend answered), "hit" or "coalesced" (an identical request's answer).
+    cache: CacheResult = ""

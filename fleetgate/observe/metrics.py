@@ -122,6 +122,12 @@ class GatewayMetrics(Collector):
             "Requests answered, by model, backend and HTTP status.",
             ["model", "backend", "status"],
         )
+        self._cache = CounterSeries(
+            "fleetgate_cache_requests",
+            "Requests the response cache keeps, by model and result: hit (answered from it), "
+            "coalesced (by an identical request in flight), miss (a backend answered).",
+            ["model", "result"],
+        )
         self._errors = CounterSeries(
             "fleetgate_upstream_errors",
             "Failures talking to a backend, by kind (connect, read, protocol, timeout; and,"
@@ -259,6 +265,8 @@ class GatewayMetrics(Collector):
         took = self._e2e.buckets((model,))
         took.counts[bisect_left(LATENCY_BUCKETS, e2e)] += 1
         took.sum += e2e
+        if event.cache:
+            self._cache.inc((model, event.cache))
 
     def on_first_token(self, event: FirstToken) -> None:
         ttft = event.ttft_s
@@ -326,7 +334,7 @@ class GatewayMetrics(Collector):
         for series in (
             self._requests, self._errors, self._retries, self._retries_refused, self._hedges,
             self._continuations, self._ejections, self._gpu_changes, self._ttft, self._e2e,
-            self._routing, self._admitted, self._queued, self._rejected,
+            self._routing, self._admitted, self._queued, self._rejected, self._cache,
         ):  # fmt: skip
             yield series.family()
         yield from self._usage_families()

@@ -82,6 +82,7 @@ class Line(msgspec.Struct, omit_defaults=True):
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     cost_usd: float | None = None
+    cache: str | None = None  # hit, coalesced or miss, for a request the cache keeps
     trace_id: str | None = None  # with tracing on, for a sampled request
     skipped_before: int | None = None
 
@@ -162,6 +163,7 @@ class RequestLog:
             prompt_tokens=prompt,
             completion_tokens=None if prompt is None else event.completion_tokens,
             cost_usd=None if prompt is None else round(cost, 9) if cost else 0.0,
+            cache=event.cache or None,
         )
         if self.trace_ids is not None:
             line.trace_id = self.trace_ids(event.request_id)
@@ -263,6 +265,8 @@ def _text(line: Line) -> bytes:
         parts.append(f"${line.cost_usd:.6f}")
     if line.skipped_before:
         parts.append(f"({line.skipped_before} skipped before)")
+    if line.cache:
+        parts.append(f"cache {line.cache}")
     parts.append(f"[{line.request_id}]")
     if line.trace_id:
         parts.append(f"trace {line.trace_id}")

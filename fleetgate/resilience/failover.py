@@ -112,34 +112,7 @@ class Failover:
             raise
         finally:
             if emit.finished is not None:
-                progress = ex.progress
-                prompt: int | None = None
-                completion, cost = 0, 0.0
-                used = ex.used()
-                if used is not None and (used[0] or used[1]):  # what its tenant is charged
-                    prompt, completion = used
-                    if ex.price is not None:
-                        cost = ex.price(prompt, completion)
-                emit.finished(
-                    Finished(
-                        request_id=ex.request_id,
-                        at=self._now(),
-                        model=ex.model,
-                        started=ex.started,
-                        status=status,
-                        backend=ex.backend,
-                        outcome=outcome,
-                        ttft_s=ex.ttft_s,
-                        output_tokens=progress.tokens if progress is not None else None,
-                        tenant=ex.tenant,
-                        priority=ex.priority_label,
-                        queued_s=ex.queued_s,
-                        attempts=ex.attempts,
-                        prompt_tokens=prompt,
-                        completion_tokens=completion,
-                        cost_usd=cost,
-                    )
-                )
+                emit.finished(finished(ex, self._now(), status, outcome))
 
     async def _hedged(
         self, cluster: Cluster, ex: Exchange, state: BackendState, retry_on: frozenset[int]
@@ -194,6 +167,37 @@ class Failover:
             failed.status, [*failed.headers, (b"x-request-id", ex.request_id)], failed.body
         )
         return failed.status
+
+
+def finished(ex: Exchange, at: float, status: int, outcome: Outcome) -> Finished:
+    """The Finished event of a request that reached its pool, as `ex` says it went."""
+    progress = ex.progress
+    prompt: int | None = None
+    completion, cost = 0, 0.0
+    used = ex.used()
+    if used is not None and (used[0] or used[1]):  # what its tenant is charged
+        prompt, completion = used
+        if ex.price is not None:
+            cost = ex.price(prompt, completion)
+    return Finished(
+        request_id=ex.request_id,
+        at=at,
+        model=ex.model,
+        started=ex.started,
+        status=status,
+        backend=ex.backend,
+        outcome=outcome,
+        ttft_s=ex.ttft_s,
+        output_tokens=progress.tokens if progress is not None else None,
+        tenant=ex.tenant,
+        priority=ex.priority_label,
+        queued_s=ex.queued_s,
+        attempts=ex.attempts,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cost_usd=cost,
+        cache=ex.cache,
+    )
 
 
 async def _first_answer(

@@ -31,6 +31,7 @@ from fleetgate.lifecycle.events import (
     NO_BACKEND,
     AttemptKind,
     AttemptStarted,
+    CacheResult,
     ErrorKind,
 )
 from fleetgate.lifecycle.hooks import Emitters
@@ -84,6 +85,7 @@ class Exchange(msgspec.Struct):
     # What its tokens cost at its pool's prices (`pricing.cost_usd`; None: no prices).
     price: Callable[[int, int], float] | None = None
     response_id: str = ""  # a Response's id (its stream's: `progress.id`), for follow-ups
+    cache: CacheResult = ""  # the response cache's part (director/cache.py)
     deadline: float = 0.0  # when the total timeout ends the whole exchange (set from started)
     _use: tuple[int, int] | None = None  # `used()`, once read
     _use_read: bool = False

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from fleetgate.clock import Clock
 from fleetgate.config import PoolConfig
 from fleetgate.director import Director
+from fleetgate.director.cache import ResponseCache
 from fleetgate.fleet.backend import Backend
 from fleetgate.http.mock import MockTransport
 from fleetgate.lifecycle.events import Event
@@ -26,6 +27,7 @@ def director_over(
     transport: MockTransport,
     clock: Clock,
     events: list[Event],
+    cache: ResponseCache | None = None,
 ) -> Director:
     def record(hooks: Hooks) -> None:
         hooks.subscribe(Event, events.append)
@@ -38,4 +40,6 @@ def director_over(
     failover = Failover(attempts, Continuation(attempts, clock.now), clock, random.Random(2))
     edge = Hooks()
     record(edge)
-    return Director(clusters=clusters, failover=failover, emit=Emitters(edge), clock=clock.now)
+    return Director(
+        clusters=clusters, failover=failover, emit=Emitters(edge), clock=clock.now, cache=cache
+    )

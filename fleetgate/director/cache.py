@@ -1,0 +1,161 @@
+"""The response cache: a deterministic request asked again is answered from memory, and
+identical requests in flight at once reach a backend once.
+
+    cache:
+      enabled: true            # off by default: an operator decides what may be served twice
+      ttl_s: 300               # an answer is kept this long at most
+      max_entries: 10000       # and at most this many answers,
+      max_bytes: 67108864      # of at most this many bytes together (least recently used go)
+      coalesce_timeout_s: 30   # a request waits this long for an identical one in flight
+
+Only whole answers (status 200) of chat and completion requests are kept, and only of
+requests whose answer is fixed by what they ask: `temperature` 0, or a `seed`. A request's key
+is its tenant, its pool and its whole body with `stream` and `stream_options` left out, its
+keys sorted: the same question asked by another tenant, of another model, or with any other
+parameter is another key (one tenant is never served another's answer). A cached answer to a
+streaming request is replayed as a stream (director/replay.py).
+
+`Cache-Control: no-cache` skips the lookup (the answer is still kept); `no-store` neither
+looks up nor keeps. A cached answer is charged to its tenant's limits as a served one is: a
+request, and the tokens its usage says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import OrderedDict
+from typing import Any
+
+import msgspec
+
+from fleetgate.clock import Clock
+from fleetgate.settings import Settings, at_least, positive_seconds
+
+_CACHED_ENDPOINTS = frozenset(("chat", "completions"))
+_UNKEYED = ("stream", "stream_options")  # how the answer is sent, not what it says
+_decode = msgspec.json.Decoder(dict[str, Any]).decode
+_encode_sorted = msgspec.json.Encoder(order="sorted").encode
+
+
+class CacheSettings(Settings, frozen=True):
+    """The `cache:` section."""
+
+    enabled: bool = False
+    ttl_s: float = 300.0
+    max_entries: int = 10_000
+    max_bytes: int = 64 * 1024 * 1024
+    coalesce_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        positive_seconds("ttl_s", self.ttl_s)
+        at_least("max_entries", self.max_entries, 1)
+        at_least("max_bytes", self.max_bytes, 1)
+        positive_seconds("coalesce_timeout_s", self.coalesce_timeout_s)
+
+
+class Answer(msgspec.Struct, frozen=True):
+    """A whole answer as kept: its upstream's headers that go to the client, and its body."""
+
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    kept_at: float
+
+
+def directives(cache_control: bytes) -> tuple[bool, bool]:
+    """What a request's Cache-Control lets the cache do: (keep its answer, answer it from
+    the cache)."""
+    said = {part.strip().lower() for part in cache_control.split(b",")}
+    if b"no-store" in said:
+        return False, False
+    return True, b"no-cache" not in said
+
+
+def cache_key(tenant: str, model: str, endpoint: str, body: bytes) -> bytes | None:
+    """The key of a request whose answer may be kept and served again; None for any other:
+    an endpoint that is not chat or completions, a body that is not a JSON object, or a
+    request that does not fix its answer (`temperature` 0 or a `seed`)."""
+    if endpoint not in _CACHED_ENDPOINTS:
+        return None
+    try:
+        fields = _decode(body)
+    except msgspec.DecodeError:
+        return None
+    if fields.get("temperature") != 0 and fields.get("seed") is None:
+        return None
+    for name in _UNKEYED:
+        fields.pop(name, None)
+    digest = hashlib.sha256()
+    for part in (tenant.encode(), model.encode(), _encode_sorted(fields)):
+        digest.update(len(part).to_bytes(8, "big"))  # so no two parts run into each other
+        digest.update(part)
+    return digest.digest()
+
+
+class ResponseCache:
+    """The answers kept in this process (LRU, bounded by count and bytes, each for `ttl_s`),
+    and the requests in flight that identical ones may wait for."""
+
+    def __init__(self, settings: CacheSettings, clock: Clock) -> None:
+        self.settings = settings
+        self._timer = clock  # the coalescing wait
+        self._clock = clock.now
+        self._answers: OrderedDict[bytes, Answer] = OrderedDict()
+        self._bytes = 0
+        self._flights: dict[bytes, asyncio.Future[Answer | None]] = {}
+
+    def get(self, key: bytes) -> Answer | None:
+        answer = self._answers.get(key)
+        if answer is None:
+            return None
+        if self._clock() - answer.kept_at >= self.settings.ttl_s:
+            self._drop(key)
+            return None
+        self._answers.move_to_end(key)
+        return answer
+
+    def keep(self, key: bytes, headers: list[tuple[bytes, bytes]], body: bytes) -> Answer:
+        """Keep an answer (unless it alone is over `max_bytes`); the answer, kept or not."""
+        answer = Answer(headers, body, self._clock())
+        if len(body) > self.settings.max_bytes:
+            return answer
+        if key in self._answers:
+            self._drop(key)
+        self._answers[key] = answer
+        self._bytes += len(body)
+        limits = self.settings
+        while len(self._answers) > limits.max_entries or self._bytes > limits.max_bytes:
+            self._drop(next(iter(self._answers)))
+        return answer
+
+    def _drop(self, key: bytes) -> None:
+        self._bytes -= len(self._answers.pop(key).body)
+
+    def in_flight(self, key: bytes) -> asyncio.Future[Answer | None] | None:
+        """The answer an identical request in flight will have (None when there is none)."""
+        return self._flights.get(key)
+
+    def take_off(self, key: bytes) -> None:
+        """This request is the one that goes: identical ones wait for it (`in_flight`)
+        until `landed`."""
+        self._flights[key] = asyncio.get_running_loop().create_future()
+
+    async def wait(self, flight: asyncio.Future[Answer | None]) -> Answer | None:
+        """The answer of the identical request in flight, if it has one within
+        `coalesce_timeout_s` (None: go to a backend yourself)."""
+        try:
+            return await self._timer.within(
+                asyncio.shield(flight), self.settings.coalesce_timeout_s
+            )
+        except TimeoutError:
+            return None
+
+    def landed(self, key: bytes, answer: Answer | None) -> None:
+        """The request that went has its answer (None: nothing to share, each waiter goes
+        itself)."""
+        flight = self._flights.pop(key, None)
+        if flight is not None and not flight.done():
+            flight.set_result(answer)
+
+    def __len__(self) -> int:
+        return len(self._answers)
