@@ -246,10 +246,7 @@ class Pool:
             return
         if self.load_changed is not None:
             self.load_changed(state)
-        limit = state.backend.max_in_flight
-        if limit is not None and load.in_flight >= limit:
-            self._full.add(state)
-            self.refresh(now)
+        self._count_full(state, load.in_flight, now)
 
     def end(
         self, backend_id: str, now: float, prompt_tokens: int = 0, unprefilled: int = 0
@@ -266,9 +263,7 @@ class Pool:
             return
         if self.load_changed is not None:
             self.load_changed(state)
-        if state in self._full and load.in_flight < (state.backend.max_in_flight or 0):
-            self._full.discard(state)
-            self.refresh(now)
+        self._count_full(state, load.in_flight, now)
         # Other gateways' requests to it are theirs to finish: it waits for this one's alone.
         if self._retiring and state in self._retiring and not self.board.own(backend_id).in_flight:
             self._leave(state, now)
@@ -280,14 +275,16 @@ class Pool:
             return
         if self.load_changed is not None:
             self.load_changed(state)
+        self._count_full(state, self.board.load(backend_id).in_flight, now)
+
+    def _count_full(self, state: BackendState, in_flight: int, now: float) -> None:
+        """`state` is at its max_in_flight or not, as `in_flight` says: the candidates are
+        made again when that changed."""
         limit = state.backend.max_in_flight
-        if limit is None:
+        if limit is None or (in_flight >= limit) == (state in self._full):
             return
-        full = self.board.load(backend_id).in_flight >= limit
-        if full and state not in self._full:
+        if in_flight >= limit:
             self._full.add(state)
-        elif not full and state in self._full:
-            self._full.discard(state)
         else:
-            return
+            self._full.discard(state)
         self.refresh(now)

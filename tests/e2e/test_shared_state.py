@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import openai
@@ -41,6 +42,20 @@ def four() -> Iterator[list[str]]:
 def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     with redis_server(tmp_path / "redis") as server:
         yield server
+
+
+@contextmanager
+def two_gateways(
+    backends: list[str], redis: RedisServer, tmp_path: Path, pool: dict[str, object] | None = None
+) -> Iterator[tuple[tuple[str, Proc], tuple[str, Proc]]]:
+    """Two gateways over one pool of `backends` (with `pool`'s settings too), on `redis`."""
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"model": MODEL, "backends": [{"url": u} for u in backends], **(pool or {})}],
+        "state": {"url": redis.url},
+    }))  # fmt: skip
+    with gateway(["--config", str(config)]) as a, gateway(["--config", str(config)]) as b:
+        yield a, b
 
 
 def until(read: Callable[[], float], expected: float, timeout_s: float = 5.0) -> float:
@@ -118,18 +133,7 @@ def backend_of(proc: Proc, request_id: str) -> str:
 def test_a_prompt_sent_again_through_the_other_gateway_goes_where_it_went(
     four: list[str], own_redis: RedisServer, tmp_path: Path
 ) -> None:
-    config = tmp_path / "gw.yaml"
-    config.write_text(json.dumps({
-        "pools": [{"model": MODEL, "backends": [{"url": u} for u in four]}],
-        "state": {"url": own_redis.url},
-    }))  # fmt: skip
-    with (
-        gateway(["--config", str(config)]) as (a, proc_a),
-        gateway(["--config", str(config)]) as (
-            b,
-            proc_b,
-        ),
-    ):
+    with two_gateways(four, own_redis, tmp_path) as ((a, proc_a), (b, proc_b)):
         firsts = {}
         for n in range(6):  # by chance alone, all six would go the same way 1 in 4^6
             text = f"conversation {n}: " + f"a long shared context {n} " * 80
@@ -144,18 +148,7 @@ def test_a_responses_follow_up_through_the_other_gateway_reaches_its_worker(
 ) -> None:
     """Each sim worker keeps the responses it made and answers 404 for any other: a follow-up
     sent to the gateway that did not see its response made still reaches the right worker."""
-    config = tmp_path / "gw.yaml"
-    config.write_text(json.dumps({
-        "pools": [{"model": MODEL, "backends": [{"url": u} for u in four]}],
-        "state": {"url": own_redis.url},
-    }))  # fmt: skip
-    with (
-        gateway(["--config", str(config)]) as (a, _),
-        gateway(["--config", str(config)]) as (
-            b,
-            _,
-        ),
-    ):
+    with two_gateways(four, own_redis, tmp_path) as ((a, _), (b, _)):
         made = [
             openai.OpenAI(base_url=a + "/v1", api_key="none").responses.create(
                 model=MODEL, input=f"Hi {n}.", max_output_tokens=2
@@ -174,19 +167,8 @@ def test_a_responses_follow_up_through_the_other_gateway_reaches_its_worker(
 def test_redis_killed_mid_run_fails_no_request_and_sharing_comes_back(
     four: list[str], own_redis: RedisServer, tmp_path: Path
 ) -> None:
-    config = tmp_path / "gw.yaml"
-    config.write_text(json.dumps({
-        "pools": [{"model": MODEL, "backends": [{"url": u} for u in four]}],
-        "state": {"url": own_redis.url},
-    }))  # fmt: skip
     up = "fleetgate_shared_state_up"
-    with (
-        gateway(["--config", str(config)]) as (a, _),
-        gateway(["--config", str(config)]) as (
-            b,
-            _,
-        ),
-    ):
+    with two_gateways(four, own_redis, tmp_path) as ((a, _), (b, _)):
         assert until(lambda: metric(a, up, part="prefix_index", model=MODEL), 1.0) == 1.0
         statuses = []
         for n in range(40):
@@ -215,20 +197,9 @@ def test_redis_killed_mid_run_fails_no_request_and_sharing_comes_back(
 def test_two_gateways_together_admit_no_more_than_the_pools_limit(
     four: list[str], own_redis: RedisServer, tmp_path: Path
 ) -> None:
-    config = tmp_path / "gw.yaml"
-    config.write_text(json.dumps({
-        "pools": [{"model": MODEL, "backends": [{"url": u} for u in four],
-                   "admission": {"limit": {"max_in_flight": 4}}}],
-        "state": {"url": own_redis.url},
-    }))  # fmt: skip
     limit = "fleetgate_admission_limit_requests"
-    with (
-        gateway(["--config", str(config)]) as (a, _),
-        gateway(["--config", str(config)]) as (
-            b,
-            _,
-        ),
-    ):
+    pool: dict[str, object] = {"admission": {"limit": {"max_in_flight": 4}}}
+    with two_gateways(four, own_redis, tmp_path, pool) as ((a, _), (b, _)):
         for url in (a, b):  # each takes its share once it hears of the other
             assert until(lambda url=url: metric(url, limit), 2) == 2
         clients = [

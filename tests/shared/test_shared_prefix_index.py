@@ -5,7 +5,7 @@ beginning warm, and Redis going away without a decision lost (up to the queue's 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,6 @@ def index_on(client: Any, gateway_id: str, **kwargs: int) -> SharedPrefixIndex:
     return SharedPrefixIndex(
         MemoryPrefixIndex(10_000), client.execute_command, NAMESPACE, gateway_id, **kwargs
     )
-
-
-@pytest.fixture
-async def client(redis: RedisServer) -> AsyncIterator[Any]:
-    c = redis_client(redis.url)
-    await c.flushdb()
-    yield c
-    await c.aclose()
 
 
 async def test_each_gateway_records_the_others_decisions_after_a_sync(client: Any) -> None:

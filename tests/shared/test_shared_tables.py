@@ -3,24 +3,11 @@ real redis-server: what one gateway learns, the others know after a sync."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
-
-import pytest
 
 from fleetgate.routing.session_table import MemorySessionTable
 from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.shared.tables import SharedPins, SharedSessionTable
-from fleetgate.traffic.redis_store import redis_client
-from tests.redis_server import RedisServer
-
-
-@pytest.fixture
-async def client(redis: RedisServer) -> AsyncIterator[Any]:
-    c = redis_client(redis.url)
-    await c.flushdb()
-    yield c
-    await c.aclose()
 
 
 def tables(client: Any, *ids: str) -> list[SharedSessionTable]:
