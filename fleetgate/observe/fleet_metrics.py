@@ -150,10 +150,9 @@ _SHARED_COUNTERS: tuple[tuple[str, str, Callable[[SharedStatus], float]], ...] =
 
 def shared_state_families(statuses: Iterable[SharedStatus]) -> Iterator[Metric]:
     """How the state shared with other gateways through Redis is doing (state.url), by part
-    (load_board, prefix_index, sessions, responses) and pool: nothing when none is shared."""
+    (load_board, prefix_index, sessions, responses) and pool (no samples when nothing is
+    shared)."""
     statuses = list(statuses)
-    if not statuses:
-        return
     labels = ["part", "model"]
     up = GaugeMetricFamily(
         "fleetgate_shared_state_up",

@@ -152,14 +152,16 @@ class RoutingState:
     def status(self) -> list[SharedStatus]:
         """Each shared part's, when scraped (none: nothing is shared)."""
         found = [
-            SharedStatus("load_board", pool, board.shared, board.failures, 0, 0, 0)
+            SharedStatus(part="load_board", pool=pool, up=board.shared, failures=board.failures,
+                         heard=0, dropped=0, undecodable=0)
             for pool, board in self._boards
-        ]
+        ]  # fmt: skip
         for part, pool, shared in self._synced:
             s = shared.stream
             found.append(
-                SharedStatus(part, pool, s.shared, s.failures, s.heard, s.dropped, s.undecodable)
-            )
+                SharedStatus(part=part, pool=pool, up=s.shared, failures=s.failures,
+                             heard=s.heard, dropped=s.dropped, undecodable=s.undecodable)
+            )  # fmt: skip
         return found
 
     async def close(self) -> None:

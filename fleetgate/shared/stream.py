@@ -85,10 +85,8 @@ class DecisionStream(Generic[T]):
         self._queued.clear()
         try:
             if queued:
-                await self._execute(
-                    "XADD", self._key, "MAXLEN", "~", self._keep, "*",
-                    "g", self.gateway_id, "r", _encode(queued),
-                )  # fmt: skip
+                entry = ("g", self.gateway_id, "r", _encode(queued))
+                await self._execute("XADD", self._key, "MAXLEN", "~", self._keep, "*", *entry)
                 queued = []
             while await self._read():
                 pass
