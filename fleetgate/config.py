@@ -332,6 +332,8 @@ def check_config(config: Config) -> Config:
     _check_tenants(config)
     check_redis_url(config.limits.redis_url, "$.limits.redis_url")
     check_redis_url(config.state.url, "$.state.url")
+    if config.cache.store == "redis" and config.state.url is None:
+        raise ConfigError("$.cache.store: redis keeps answers in the Redis of `state.url`; set it")
     return config
 
 

@@ -243,6 +243,15 @@ def build_clusters(
     return clusters
 
 
+def _response_cache(config: Config, clock: Clock, state: RoutingState) -> ResponseCache | None:
+    """The response cache `cache:` asks for (None: off), in memory or shared through Redis."""
+    c = config.cache
+    if not c.enabled:
+        return None
+    shared = state.answers(c.ttl_s, c.coalesce_timeout_s) if c.store == "redis" else None
+    return ResponseCache(c, clock, shared)
+
+
 def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | None, Config]:
     """The embedded sim workers `config` asks for (`sim:` backends), started (it blocks until
     they listen), and `config` with each of those backends given its worker's URL."""
@@ -579,7 +588,7 @@ def compose(
         clusters=clusters, failover=failover, emit=edge_emit, clock=now, door=door,
         routes=routes, pricing={p.model: p.pricing for p in config.pools},
         assumed_output_tokens=config.limits.assumed_output_tokens, pins=state.pins(),
-        cache=ResponseCache(config.cache, clock) if config.cache.enabled else None,
+        cache=_response_cache(config, clock, state),
     )  # fmt: skip
     ids = RequestIds()
     inference = InferenceEndpoints(

@@ -7,13 +7,16 @@ identical requests in flight at once reach a backend once.
       max_entries: 10000       # and at most this many answers,
       max_bytes: 67108864      # of at most this many bytes together (least recently used go)
       coalesce_timeout_s: 30   # a request waits this long for an identical one in flight
+      store: memory            # redis: every gateway on `state.url` shares its answers and
+                               # its flights (shared/answers.py)
 
 Only whole answers (status 200) of chat and completion requests are kept, and only of
 requests whose answer is fixed by what they ask: `temperature` 0, or a `seed`. A request's key
 is its tenant, its pool and its whole body with `stream` and `stream_options` left out, its
 keys sorted: the same question asked by another tenant, of another model, or with any other
 parameter is another key (one tenant is never served another's answer). A cached answer to a
-streaming request is replayed as a stream (director/replay.py).
+streaming request is replayed as a stream (director/replay.py). With `store: redis` the answers
+and the requests in flight are every gateway's on `state.url` (shared/answers.py).
 
 `Cache-Control: no-cache` skips the lookup (the answer is still kept); `no-store` neither
 looks up nor keeps. A cached answer is charged to its tenant's limits as a served one is: a
@@ -25,12 +28,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, Literal
 
 import msgspec
 
 from fleetgate.clock import Clock
+from fleetgate.lifecycle.events import CacheResult
 from fleetgate.settings import Settings, at_least, positive_seconds
+from fleetgate.shared.answers import SharedAnswers
 
 _CACHED_ENDPOINTS = frozenset(("chat", "completions"))
 _UNKEYED = ("stream", "stream_options")  # how the answer is sent, not what it says
@@ -42,6 +48,7 @@ class CacheSettings(Settings, frozen=True):
     """The `cache:` section."""
 
     enabled: bool = False
+    store: Literal["memory", "redis"] = "memory"  # redis: shared by the gateways on state.url
     ttl_s: float = 300.0
     max_entries: int = 10_000
     max_bytes: int = 64 * 1024 * 1024
@@ -94,15 +101,21 @@ def cache_key(tenant: str, model: str, endpoint: str, body: bytes) -> bytes | No
 
 class ResponseCache:
     """The answers kept in this process (LRU, bounded by count and bytes, each for `ttl_s`),
-    and the requests in flight that identical ones may wait for."""
+    and the requests in flight that identical ones may wait for; with `shared`, the answers
+    and flights of every gateway on one Redis too (shared/answers.py)."""
 
-    def __init__(self, settings: CacheSettings, clock: Clock) -> None:
+    def __init__(
+        self, settings: CacheSettings, clock: Clock, shared: SharedAnswers | None = None
+    ) -> None:
         self.settings = settings
         self._timer = clock  # the coalescing wait
         self._clock = clock.now
         self._answers: OrderedDict[bytes, Answer] = OrderedDict()
         self._bytes = 0
-        self._flights: dict[bytes, asyncio.Future[Answer | None]] = {}
+        self._flights: dict[bytes, asyncio.Future[Answer | None]] = {}  # led from here
+        self._shared = shared  # every gateway's answers and flights (store: redis)
+        self._claims: set[bytes] = set()  # flights this gateway holds in Redis
+        self._telling: set[asyncio.Task[None]] = set()
 
     def get(self, key: bytes) -> Answer | None:
         answer = self._answers.get(key)
@@ -131,17 +144,57 @@ class ResponseCache:
     def _drop(self, key: bytes) -> None:
         self._bytes -= len(self._answers.pop(key).body)
 
-    def in_flight(self, key: bytes) -> asyncio.Future[Answer | None] | None:
-        """The answer an identical request in flight will have (None when there is none)."""
-        return self._flights.get(key)
-
-    def take_off(self, key: bytes) -> None:
-        """This request is the one that goes: identical ones wait for it (`in_flight`)
-        until `landed`."""
+    async def find(
+        self, key: bytes, lookup: bool, may_lead: bool
+    ) -> tuple[Answer | None, CacheResult, bool]:
+        """What the cache has for a request: an answer and how it came (hit, coalesced), or
+        none (miss); and whether this request is the one that goes for the identical ones
+        (it ends with `landed` either way). `lookup` False: look nowhere (Cache-Control:
+        no-cache); `may_lead` False: its answer cannot be shared (a stream)."""
+        shared = self._shared
+        if lookup:
+            answer = self.get(key)
+            if answer is not None:
+                return answer, "hit", False
+            if shared is not None and key not in self._flights:
+                kept = await shared.get(key)
+                if kept is not None:
+                    return self.keep(key, kept.headers, kept.body), "hit", False
+            # Read after the await: an identical request here may have taken off meanwhile.
+            flight = self._flights.get(key)
+            if flight is not None:
+                answer = await self._wait(flight)
+                if answer is not None:
+                    return answer, "coalesced", False
+        if not may_lead or key in self._flights:
+            return None, "miss", False
         self._flights[key] = asyncio.get_running_loop().create_future()
+        if shared is None:
+            return None, "miss", True
+        try:
+            if await shared.claim(key):
+                # Kept by another between the look and the claim: no need to go.
+                kept = await shared.get(key) if lookup else None
+                if kept is None:
+                    self._claims.add(key)
+                    return None, "miss", True
+                await shared.release(key)
+                answer = self.keep(key, kept.headers, kept.body)
+                self._land(key, answer)
+                return answer, "hit", False
+            if lookup:  # another gateway computes it: its answer, unless it gives up
+                kept = await shared.wait(key)
+                if kept is not None:
+                    answer = self.keep(key, kept.headers, kept.body)
+                    self._land(key, answer)
+                    return answer, "coalesced", False
+        except BaseException:  # the client left: the identical ones here go themselves
+            self._land(key, None)
+            raise
+        return None, "miss", True
 
-    async def wait(self, flight: asyncio.Future[Answer | None]) -> Answer | None:
-        """The answer of the identical request in flight, if it has one within
+    async def _wait(self, flight: asyncio.Future[Answer | None]) -> Answer | None:
+        """The answer of the identical request in flight here, if it has one within
         `coalesce_timeout_s` (None: go to a backend yourself)."""
         try:
             return await self._timer.within(
@@ -150,12 +203,31 @@ class ResponseCache:
         except TimeoutError:
             return None
 
-    def landed(self, key: bytes, answer: Answer | None) -> None:
-        """The request that went has its answer (None: nothing to share, each waiter goes
-        itself)."""
+    def landed(self, key: bytes, answer: Answer | None, led: bool) -> None:
+        """A request that went has its answer (None: nothing to share); `led`: the one
+        `find` sent for the others, whose waiters go themselves without an answer."""
+        if led:
+            self._land(key, answer)
+        shared = self._shared
+        if shared is None:
+            return
+        claimed = key in self._claims
+        self._claims.discard(key)
+        if answer is not None:
+            self._later(shared.keep(key, answer.headers, answer.body, claimed))
+        elif claimed:
+            self._later(shared.release(key))
+
+    def _land(self, key: bytes, answer: Answer | None) -> None:
         flight = self._flights.pop(key, None)
         if flight is not None and not flight.done():
             flight.set_result(answer)
+
+    def _later(self, work: Coroutine[Any, Any, None]) -> None:
+        """Tell Redis without the request waiting for it (held until done)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
 
     def __len__(self) -> int:
         return len(self._answers)

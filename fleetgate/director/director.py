@@ -196,19 +196,11 @@ class Director:
         be; else by its pool, its whole answer kept (director/cache.py)."""
         cache = self._cache
         assert cache is not None
-        if lookup:
-            answer, result = cache.get(key), "hit"
-            flight = cache.in_flight(key) if answer is None else None
-            if flight is not None:
-                answer, result = await cache.wait(flight), "coalesced"
-            if answer is not None:
-                self._answer_kept(cluster, ex, answer, "hit" if result == "hit" else "coalesced")
-                return
-        # The one that goes: identical whole-answer requests wait for it (a stream's answer
-        # is not kept: they would wait for nothing).
-        leads = not ex.routing.stream and cache.in_flight(key) is None
-        if leads:
-            cache.take_off(key)
+        # A stream's answer is not kept: identical requests would wait for nothing.
+        answer, result, leads = await cache.find(key, lookup, not ex.routing.stream)
+        if answer is not None:
+            self._answer_kept(cluster, ex, answer, result)
+            return
         keeping = Keeping(ex.writer)
         ex.writer, ex.cache = keeping, "miss"
         kept = None
@@ -217,8 +209,7 @@ class Director:
             if keeping.headers is not None:
                 kept = cache.keep(key, keeping.headers, keeping.body)
         finally:
-            if leads:
-                cache.landed(key, kept)
+            cache.landed(key, kept, leads)
 
     def _answer_kept(self, cluster: Cluster, ex: Exchange, answer: Answer,
                      result: CacheResult) -> None:  # fmt: skip

@@ -30,6 +30,7 @@ from fleetgate.routing.session_table import MemorySessionTable
 from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.routing.stores import PrefixIndex, PrefixIndexFactory, ResponsePins, SessionTable
 from fleetgate.settings import Settings, positive_seconds
+from fleetgate.shared.answers import SharedAnswers
 from fleetgate.shared.load_board import SharedLoadBoard
 from fleetgate.shared.prefix_index import SharedPrefixIndex
 from fleetgate.shared.tables import SharedPins, SharedSessionTable
@@ -136,6 +137,15 @@ class RoutingState:
         )  # fmt: skip
         self._synced.append(("responses", "", pins))
         return pins
+
+    def answers(self, ttl_s: float, hold_s: float) -> SharedAnswers:
+        """The response cache's answers and flights, shared (`cache.store: redis`; the config
+        check makes sure there is a Redis)."""
+        assert self._client is not None
+        return SharedAnswers(
+            self._client.execute_command, f"{self._settings.key_prefix}:cache", self.gateway_id,
+            self._clock, ttl_s=ttl_s, hold_s=hold_s,
+        )  # fmt: skip
 
     def start(self) -> None:
         if self._client is not None:

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import openai
 import pytest
 
 from tests.e2e.procs import Proc, gateway, metric, sim_workers
+from tests.redis_server import redis_server
 
 MODEL = "cached-8b"
 ASK = {"model": MODEL, "messages": [{"role": "user", "content": "What is 2 + 2?"}],
@@ -76,3 +78,33 @@ def test_a_request_that_does_not_fix_its_answer_is_never_served_again(
         raw = client(url).chat.completions.with_raw_response.create(**ask)
         assert "x-fleetgate-cache" not in raw.headers
     assert served(worker) == before + 2
+
+
+def test_two_gateways_on_one_redis_share_answers_and_coalesce_across(tmp_path: Path) -> None:
+    with sim_workers(MODEL, 1) as urls, redis_server(tmp_path / "redis") as redis:
+        config = tmp_path / "gw.yaml"
+        config.write_text(json.dumps({
+            "pools": [{"model": MODEL, "backends": [{"url": urls[0]}]}],
+            "state": {"url": redis.url}, "cache": {"enabled": True, "store": "redis"},
+        }))  # fmt: skip
+        with (
+            gateway(["--config", str(config)]) as (a, _),
+            gateway(["--config", str(config)]) as (
+                b,
+                _,
+            ),
+        ):
+            asked = client(a).chat.completions.with_raw_response.create(**ASK)  # type: ignore[call-overload]
+            again = client(b).chat.completions.with_raw_response.create(**ASK)  # type: ignore[call-overload]
+            assert (asked.headers["x-fleetgate-cache"], again.headers["x-fleetgate-cache"]) == (
+                "miss",
+                "hit",
+            )  # asked of the other gateway, kept in Redis
+            ask = {**ASK, "seed": 5, "temperature": 1.0}
+            before = served(urls[0])
+            with ThreadPoolExecutor(20) as pool:
+                answers = list(pool.map(
+                    lambda n: client((a, b)[n % 2]).chat.completions.create(**ask), range(100)
+                ))  # fmt: skip
+            assert len({x.choices[0].message.content for x in answers}) == 1
+            assert served(urls[0]) == before + 1  # 100 at once, over two gateways: one
