@@ -171,6 +171,10 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
         ),
         ({**one_pool(), "state": {"url": "http://cache:6379"}}, "$.state.url: give redis://"),
         (
+            {**one_pool(), "cache": {"enabled": True, "store": "redis"}},
+            "$.cache.store: redis keeps answers in the Redis of `state.url`; set it",
+        ),
+        (
             {**one_pool(), "state": {"sync_s": 0.5, "ttl_s": 1.0}},
             "`ttl_s` (1) must be at least 4 x `sync_s` (0.5)",
         ),
