@@ -14,8 +14,9 @@ What the workers do not share without `state.url` (Redis) is said at start: each
 own view of the fleet's load, its own admission queue, prefix index, sessions and Responses
 pins, its own metrics (a scrape reaches one of them), and the admin API changes the one it
 reaches. Rate limits counted in memory would be enforced once per worker, so N workers with
-limited tenants need `limits.store: redis`. Only the first worker runs the Batch API's
-batches.
+limited tenants need `limits.store: redis`. The Batch API is off: a batch lives in the memory
+of the process that took it, and the next request about it may reach another (run a gateway
+of one worker for batches).
 """
 
 from __future__ import annotations
@@ -64,7 +65,10 @@ def unshared(config: Config, workers: int) -> str | None:
             "its own view of the fleet's load, admission queue, prefix index, sessions, "
             f"Responses pins, {alone} (set state.url to share the load)"
         )
-    return f"fleetgate: {workers} workers on one port; each keeps {alone}"
+    said = f"fleetgate: {workers} workers on one port; each keeps {alone}"
+    if config.batches.enabled:
+        said += "; the Batch API is off (run a gateway of one worker for batches)"
+    return said
 
 
 def _pick_port(host: str) -> socket.socket:
@@ -87,6 +91,9 @@ async def serve_workers(config: Config, workers: int, clock: Clock | None = None
     note = unshared(config, workers)
     if note is not None:
         print(note, file=sys.stderr, flush=True)
+    if config.batches.enabled:  # each worker would keep the batches it took to itself
+        batches = msgspec.structs.replace(config.batches, enabled=False)
+        config = msgspec.structs.replace(config, batches=batches)
     loop = asyncio.get_running_loop()
     sims, config = await loop.run_in_executor(None, start_sims, config, random.Random(config.seed))
     held = None

@@ -612,12 +612,10 @@ async def start_gateway(
     clock: Clock | None = None,
     registry: PluginRegistry | None = None,
     reuse_port: bool = False,
-    batches: bool = True,
 ) -> RunningGateway:
     """Start embedded sims (if any), build pools and metrics, and listen; every timer runs
     on `clock` (the running loop's by default). `reuse_port`: other processes listen on the
-    same port (`serve --workers`); `batches`: this process runs the Batch API's batches (one
-    of the processes on a batch directory does)."""
+    same port (`serve --workers`)."""
     check_config(config)
     clock = clock or LoopClock()
     request_log = None
@@ -691,7 +689,7 @@ async def start_gateway(
             tls.context if tls is not None else None, clock=clock, reuse_port=reuse_port,
         )  # fmt: skip
         book = gateway.batch_book
-        if book is not None and batches:
+        if book is not None:
             batch_rng = random.Random(rng.getrandbits(64))
             runner = BatchRunner(
                 book, gateway.inference.serve_as, config.batches.concurrency, batch_rng, clock
@@ -795,10 +793,9 @@ async def resolve_pools(config: Config, backend_urls: list[str], policy: str | N
 
 async def serve_forever(config: Config, worker: int | None = None) -> None:
     """Run until SIGINT or SIGTERM, then stop everything that was started. `worker`: this
-    process is that one of several on the port (fleetgate/processes.py); the first runs the
-    batches and prints the banner."""
-    several = worker is not None
-    running = await start_gateway(config, reuse_port=several, batches=not worker)
+    process is that one of several on the port (fleetgate/processes.py); the first prints the
+    banner."""
+    running = await start_gateway(config, reuse_port=worker is not None)
     settle_heap()
     signals = asyncio.Queue[int]()
     loop = asyncio.get_running_loop()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,6 +67,15 @@ def test_both_workers_answer_on_the_one_port(workers_fleet: tuple[str, Proc]) ->
     assert len(seen) == 2, seen
     assert sum(seen) - sum(before) == REQUESTS
     assert min(seen) > min(before)  # both served some
+
+
+def test_the_batch_api_is_off_and_the_start_says_so(workers_fleet: tuple[str, Proc]) -> None:
+    url, proc = workers_fleet
+    proc.wait_for(r"(the Batch API is off)")
+    request = urllib.request.Request(url + "/v1/batches", method="GET")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 404
 
 
 def test_a_worker_that_dies_is_started_again(workers_fleet: tuple[str, Proc]) -> None:
