@@ -117,27 +117,43 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class Redis:
+    """A throwaway redis-server on a fixed free port, without persistence, that `kill` ends
+    at once (as a crash would) and `start` brings back, empty."""
+
+    def __init__(self, directory: str) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise SystemExit("needs redis-server (apt-get install -y redis-server)")
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._args = [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                      "--appendonly", "no", "--dir", directory, "--logfile", ""]  # fmt: skip
+        self._popen: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        popen = subprocess.Popen(self._args, stdout=subprocess.PIPE, text=True)
+        self._popen = popen
+        assert popen.stdout is not None
+        for line in popen.stdout:  # its log, until it says it is ready
+            if "Ready to accept connections" in line:
+                break
+        drain(popen)
+
+    def kill(self) -> None:
+        if self._popen is not None:
+            self._popen.kill()
+            self._popen.wait()
+            self._popen = None
+
+
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """A throwaway redis-server on a free port, without persistence; yields its URL."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise SystemExit("needs redis-server (apt-get install -y redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def redis_server() -> Iterator[Redis]:
+    """A started `Redis`, killed on exit."""
     with tempfile.TemporaryDirectory() as directory:
-        popen = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
-             "no", "--dir", directory, "--logfile", ""],
-            stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
+        redis = Redis(directory)
+        redis.start()
         try:
-            assert popen.stdout is not None
-            for line in popen.stdout:  # its log, until it says it is ready
-                if "Ready to accept connections" in line:
-                    break
-            yield f"redis://127.0.0.1:{port}/0"
+            yield redis
         finally:
-            popen.kill()
-            popen.wait()
+            redis.kill()

@@ -21,6 +21,7 @@ import time
 import uvloop
 from harness import redis_server
 
+from fleetgate.clock import LoopClock
 from fleetgate.traffic.instances import InstanceCount
 from fleetgate.traffic.limits import Limits, Reservation
 from fleetgate.traffic.redis_store import RedisStore, redis_client
@@ -58,9 +59,9 @@ async def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=64)
     args = parser.parse_args()
-    with redis_server() as url:
-        client = redis_client(url)
-        instances = InstanceCount(client, "bench", "me", random.Random(0))
+    with redis_server() as redis:
+        client = redis_client(redis.url)
+        instances = InstanceCount(client, "bench", "me", random.Random(0), LoopClock())
         stores: dict[str, LimitStore] = {
             "memory": MemoryStore(time.monotonic),
             "redis": RedisStore(client, instances, time.monotonic),

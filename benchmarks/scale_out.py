@@ -19,7 +19,9 @@ backends, the engines' running + waiting, sampled every 0.25 s under load, and o
 requests each backend served over the run), and each
 gateway's view of the fleet's in flight against the truth (its load board's sum over the
 backends against the engines' running + waiting, sampled at the same time): the mean
-relative error. Each figure is printed beside the one-gateway run's, measured in the same
+relative error. `--kill-redis` kills Redis a third into each shared run and starts it again
+(empty) at two thirds: the failed requests, and how long after its return every gateway's
+shared parts are up again. Each figure is printed beside the one-gateway run's, measured in the same
 invocation, as a ratio. `--unshared` runs the gateways without Redis too, for contrast.
 
 The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model,
@@ -45,7 +47,18 @@ from pathlib import Path
 from typing import Any
 
 import openai
-from harness import PY, drain, gateway, get, metric, process, read_until, redis_server, wait_http
+from harness import (
+    PY,
+    Redis,
+    drain,
+    gateway,
+    get,
+    metric,
+    process,
+    read_until,
+    redis_server,
+    wait_http,
+)
 
 MODEL = "scale-8b"
 BACKENDS = 8
@@ -213,17 +226,44 @@ def engine_totals(urls: list[str]) -> tuple[float, float]:
     return hits / queries if queries else 0.0, statistics.pstdev(served) / mean if mean else 0.0
 
 
+def outage(redis: Redis, gws: list[str], duration: float, done: dict[str, float]) -> None:
+    """Kill Redis a third into the sending and start it again (empty) at two thirds; then
+    how long until every gateway's shared parts are up again."""
+    time.sleep(duration / 3)
+    redis.kill()
+    time.sleep(duration / 3)
+    redis.start()
+    back = time.monotonic()
+    while time.monotonic() - back < 30:
+        pages = [get(g + "/metrics", 2.0) for g in gws]
+        parts = [line for page in pages for line in page.splitlines()
+                 if line.startswith("fleetgate_shared_state_up{")]  # fmt: skip
+        if parts and all(line.endswith(" 1.0") for line in parts):
+            done["converged_s"] = time.monotonic() - back
+            return
+        time.sleep(0.05)
+
+
 def run_one(workload: str, count: int, shared: bool, args: argparse.Namespace) -> dict[str, Any]:
     run = Run()
+    converged: dict[str, float] = {}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         redis = stack.enter_context(redis_server()) if shared else None
         urls = stack.enter_context(sims(args.slowdown))
-        gws = stack.enter_context(gateways(count, urls, redis, workdir))
+        gws = stack.enter_context(gateways(count, urls, redis and redis.url, workdir))
         stop = threading.Event()
         sampler = threading.Thread(target=sample, args=(urls, gws, stop, run), daemon=True)
         sampler.start()
+        killer = None
+        if redis is not None and args.kill_redis:
+            killer = threading.Thread(
+                target=outage, args=(redis, gws, args.duration, converged), daemon=True
+            )
+            killer.start()
         asyncio.run(send(workload, gws, args, run))
+        if killer is not None:
+            killer.join()
         stop.set()
         sampler.join()
         hits, served_cv = engine_totals(urls)
@@ -241,6 +281,7 @@ def run_one(workload: str, count: int, shared: bool, args: argparse.Namespace) -
         "served_cv": served_cv,
         "view_error": statistics.mean(run.view_error) if run.view_error else None,
         "idle_p10": idle[len(idle) // 10] if idle else 1.0,
+        "converged_s": converged.get("converged_s"),
     }
 
 
@@ -264,6 +305,8 @@ def show(workload: str, results: dict[str, dict[str, Any]]) -> None:
                 cell += f" ({v / b:.2f}x)"
             cells.append(cell)
         mark = "  SATURATED" if r["idle_p10"] < 0.1 else ""
+        if r.get("converged_s") is not None:
+            mark += f"  (Redis back: all parts up after {r['converged_s']:.2f} s)"
         print(f"{name:22s}" + "".join(f"{c:>19s}" for c in cells) + mark)
 
 
@@ -275,6 +318,10 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=24.0, help="shared-prefix req/s at 1x")
     parser.add_argument("--slowdown", type=float, default=4.0)
     parser.add_argument("--unshared", action="store_true", help="also without Redis")
+    parser.add_argument(
+        "--kill-redis", action="store_true",
+        help="kill Redis a third into each shared run, start it again at two thirds",
+    )  # fmt: skip
     parser.add_argument("--out", help="write the results here as JSON")
     args = parser.parse_args()
     counts = [int(n) for n in args.gateways.split(",")]
