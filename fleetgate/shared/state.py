@@ -18,6 +18,7 @@ the background every `sync_s`.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import secrets
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ from fleetgate.shared.load_board import SharedLoadBoard
 from fleetgate.shared.prefix_index import SharedPrefixIndex
 from fleetgate.shared.tables import SharedPins, SharedSessionTable
 from fleetgate.traffic.redis_store import redis_client
+
+log = logging.getLogger(__name__)
 
 
 class StateSettings(Settings, frozen=True):
@@ -83,6 +86,7 @@ class RoutingState:
             tuple[str, str, SharedPrefixIndex | SharedSessionTable | SharedPins]
         ] = []
         self._tasks = PeriodicTasks(rng, clock)
+        self._broken: set[int] = set()  # parts whose last sync raised (logged once)
 
     @property
     def shared(self) -> bool:
@@ -153,11 +157,19 @@ class RoutingState:
 
     async def sync(self) -> None:
         """Everything shared synced once (each part falls back by itself when Redis is
-        away)."""
-        await asyncio.gather(
+        away). A part that fails otherwise (a bug, or a Redis that answers what no part
+        expects) is logged and tried again at the next sync: the others and the syncs go on."""
+        done = await asyncio.gather(
             *(board.sync() for _, board in self._boards),
             *(shared.sync() for _, _, shared in self._synced),
+            return_exceptions=True,
         )
+        for part, result in enumerate(done):
+            if not isinstance(result, Exception):
+                self._broken.discard(part)
+            elif part not in self._broken:  # once, until it syncs again
+                self._broken.add(part)
+                log.error("syncing the shared state failed", exc_info=result)
 
     def status(self) -> list[SharedStatus]:
         """Each shared part's, when scraped (none: nothing is shared)."""

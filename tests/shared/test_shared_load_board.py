@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
+from fleetgate.clock import LoopClock
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.load_board import BackendLoad, LoadBoard
 from fleetgate.fleet.pool import Pool
 from fleetgate.shared.load_board import SharedLoadBoard
+from fleetgate.shared.state import RoutingState, StateSettings
 from fleetgate.traffic.redis_store import redis_client
 from tests.redis_server import RedisServer, redis_server
 
@@ -236,3 +239,25 @@ async def test_it_counts_the_gateways_on_it_and_is_alone_once_redis_is_long_gone
         clock.now += 1.0
         await a.sync()
         assert a.gateways == 1
+
+
+async def test_a_part_that_fails_oddly_is_logged_once_and_the_others_sync_on(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = RoutingState(StateSettings(url=redis.url), LoopClock(), random.Random(0))
+    board = state.load_board("m")
+    board.begin("b1", 1)
+
+    class Broken:
+        async def sync(self) -> bool:
+            raise ValueError("a reply no part expects")
+
+    state._synced.append(("prefix_index", "m", Broken()))  # type: ignore[arg-type]
+    try:
+        with caplog.at_level(logging.ERROR, logger="fleetgate.shared.state"):
+            for _ in range(3):
+                await state.sync()
+        assert len(caplog.records) == 1 and "syncing the shared state failed" in caplog.text
+        assert board.shared  # type: ignore[attr-defined]
+    finally:
+        await state.close()
