@@ -94,9 +94,10 @@ def sims(slowdown: float) -> Iterator[list[str]]:
 
 
 @contextmanager
-def gateways(count: int, urls: list[str], redis: str | None, workdir: Path) -> Iterator[list[str]]:
+def gateways(count: int, urls: list[str], redis: str | None, workdir: Path, sync_s: float
+             ) -> Iterator[list[str]]:  # fmt: skip
     config = workdir / "gw.yaml"
-    state = {"state": {"url": redis}} if redis is not None else {}
+    state = {"state": {"url": redis, "sync_s": sync_s}} if redis is not None else {}
     config.write_text(json.dumps({
         "pools": [{"model": MODEL, "backends": [{"url": u} for u in urls]}],
         "request_log": {"enabled": False}, **state,
@@ -251,7 +252,7 @@ def run_one(workload: str, count: int, shared: bool, args: argparse.Namespace) -
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         redis = stack.enter_context(redis_server()) if shared else None
         urls = stack.enter_context(sims(args.slowdown))
-        gws = stack.enter_context(gateways(count, urls, redis and redis.url, workdir))
+        gws = stack.enter_context(gateways(count, urls, redis and redis.url, workdir, args.sync_s))
         stop = threading.Event()
         sampler = threading.Thread(target=sample, args=(urls, gws, stop, run), daemon=True)
         sampler.start()
@@ -318,6 +319,7 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=24.0, help="shared-prefix req/s at 1x")
     parser.add_argument("--slowdown", type=float, default=4.0)
     parser.add_argument("--unshared", action="store_true", help="also without Redis")
+    parser.add_argument("--sync-s", type=float, default=0.05, help="the gateways' state.sync_s")
     parser.add_argument(
         "--kill-redis", action="store_true",
         help="kill Redis a third into each shared run, start it again at two thirds",
