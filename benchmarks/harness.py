@@ -111,6 +111,12 @@ def gateway(config: Path, extra: Sequence[str] = ()) -> Iterator[tuple[str, int]
         yield url, proc.pid
 
 
+def cpu_times() -> tuple[float, float]:
+    """The machine's CPU time so far, idle (with I/O wait) and in all."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return fields[3] + fields[4], sum(fields)
+
+
 def cpu_seconds(pid: int) -> float:
     """User plus system CPU time `pid` has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -65,7 +65,19 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from harness import PY, drain, free_port, gateway, get, metric, post, process, read_until, wait_http
+from harness import (
+    PY,
+    cpu_times,
+    drain,
+    free_port,
+    gateway,
+    get,
+    metric,
+    post,
+    process,
+    read_until,
+    wait_http,
+)
 
 from fleetgate.bench.report import RECORDS_FILE, read_records
 from fleetgate.bench.stats import Slo, summarize
@@ -136,11 +148,6 @@ class Samples:
     tokens: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # (s, computed)
 
 
-def _cpu_times() -> tuple[float, float]:
-    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return fields[3] + fields[4], sum(fields)  # idle + iowait, total
-
-
 @contextmanager
 def _sims(fleet: Sequence[tuple[str, int]], slowdown: float) -> Iterator[list[str]]:
     urls: list[str] = []
@@ -195,9 +202,9 @@ def _router(policy: str, urls: list[str], weights: list[float], workdir: Path) -
 
 def _sample(urls: list[str], stop: threading.Event, samples: Samples) -> None:
     start = time.monotonic()
-    idle0, total0 = _cpu_times()
+    idle0, total0 = cpu_times()
     while not stop.wait(0.5):
-        idle1, total1 = _cpu_times()
+        idle1, total1 = cpu_times()
         if total1 > total0:
             samples.idle.append((idle1 - idle0) / (total1 - total0))
         idle0, total0 = idle1, total1

@@ -50,6 +50,7 @@ import openai
 from harness import (
     PY,
     Redis,
+    cpu_times,
     drain,
     gateway,
     get,
@@ -183,10 +184,10 @@ async def send(workload: str, gws: list[str], args: argparse.Namespace, run: Run
 
 def sample(urls: list[str], gws: list[str], stop: threading.Event, run: Run) -> None:
     """Every 0.25 s: the engines' in flight, its spread, and each gateway's view of it."""
-    idle0, total0 = _cpu()
+    idle0, total0 = cpu_times()
     with ThreadPoolExecutor(len(urls) + len(gws)) as pool:
         while not stop.wait(0.25):
-            idle1, total1 = _cpu()
+            idle1, total1 = cpu_times()
             if total1 > total0:
                 run.idle.append((idle1 - idle0) / (total1 - total0))
             idle0, total0 = idle1, total1
@@ -206,11 +207,6 @@ def sample(urls: list[str], gws: list[str], stop: threading.Event, run: Run) -> 
             if total >= 4:  # under load: a spread over an idle fleet says nothing
                 run.imbalance.append(statistics.pstdev(truth) / (total / len(truth)))
                 run.view_error.extend(abs(view - total) / total for view in views)
-
-
-def _cpu() -> tuple[float, float]:
-    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return fields[3] + fields[4], sum(fields)
 
 
 def engine_totals(urls: list[str]) -> tuple[float, float]:

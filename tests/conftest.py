@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 
 import pytest
 
@@ -41,6 +42,13 @@ def redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """One redis-server for the session's tests: the limit stores', the
     shared state's (each starts on an empty database)."""
     with redis_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """A redis-server of the test's own, to kill and bring back."""
+    with redis_server(tmp_path / "redis") as server:
         yield server
 
 

@@ -170,6 +170,11 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
             )
         ),
         ({**one_pool(), "state": {"url": "http://cache:6379"}}, "$.state.url: give redis://"),
+        ({**one_pool(), "cache": {"ttl_s": 0}}, "`ttl_s` must be a finite number of seconds > 0"),
+        (
+            {**one_pool(), "cache": {"store": "disk"}},
+            "Invalid enum value 'disk' - at `$.cache.store`",
+        ),
         (
             {**one_pool(), "cache": {"enabled": True, "store": "redis"}},
             "$.cache.store: redis keeps answers in the Redis of `state.url`; set it",

@@ -36,7 +36,7 @@ import msgspec
 from fleetgate.clock import Clock
 from fleetgate.lifecycle.events import CacheResult
 from fleetgate.settings import Settings, at_least, positive_seconds
-from fleetgate.shared.answers import SharedAnswers
+from fleetgate.shared.answers import Kept, SharedAnswers
 
 _CACHED_ENDPOINTS = frozenset(("chat", "completions"))
 _UNKEYED = ("stream", "stream_options")  # how the answer is sent, not what it says
@@ -172,26 +172,32 @@ class ResponseCache:
         if shared is None:
             return None, "miss", True
         try:
-            if await shared.claim(key):
-                # Kept by another between the look and the claim: no need to go.
-                kept = await shared.get(key) if lookup else None
-                if kept is None:
-                    self._claims.add(key)
-                    return None, "miss", True
-                await shared.release(key)
-                answer = self.keep(key, kept.headers, kept.body)
-                self._land(key, answer)
-                return answer, "hit", False
-            if lookup:  # another gateway computes it: its answer, unless it gives up
-                kept = await shared.wait(key)
-                if kept is not None:
-                    answer = self.keep(key, kept.headers, kept.body)
-                    self._land(key, answer)
-                    return answer, "coalesced", False
+            kept, result = await self._across(shared, key, lookup)
         except BaseException:  # the client left: the identical ones here go themselves
             self._land(key, None)
             raise
-        return None, "miss", True
+        if kept is None:
+            return None, "miss", True
+        answer = self.keep(key, kept.headers, kept.body)
+        self._land(key, answer)
+        return answer, result, False
+
+    async def _across(
+        self, shared: SharedAnswers, key: bytes, lookup: bool
+    ) -> tuple[Kept | None, CacheResult]:
+        """Claim the request for this gateway in Redis, or have its answer from the gateway
+        that claimed it first (None: go to a backend)."""
+        if await shared.claim(key):
+            # Kept by another between the look and the claim: no need to go.
+            kept = await shared.get(key) if lookup else None
+            if kept is None:
+                self._claims.add(key)
+            else:
+                await shared.release(key)
+            return kept, "hit"
+        if not lookup:
+            return None, "miss"
+        return await shared.wait(key), "coalesced"  # unless it gives up
 
     async def _wait(self, flight: asyncio.Future[Answer | None]) -> Answer | None:
         """The answer of the identical request in flight here, if it has one within

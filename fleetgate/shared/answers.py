@@ -29,6 +29,7 @@ from fleetgate.clock import Clock
 log = logging.getLogger(__name__)
 
 Execute = Callable[..., Awaitable[Any]]
+NO_WORD = object()  # what a call Redis did not answer in time returns
 
 
 class Kept(msgspec.Struct, array_like=True):
@@ -71,17 +72,17 @@ class SharedAnswers:
         return f"{self._prefix}:answer:{name}", f"{self._prefix}:flight:{name}"
 
     async def _call(self, *command: Any) -> Any:
-        """A command's reply; None when Redis did not answer in time (counted)."""
+        """A command's reply; NO_WORD when Redis did not answer in time (counted)."""
         try:
             return await self._clock.within(self._execute(*command), self._budget_s)
         except (RedisError, OSError, TimeoutError) as exc:
             self.failures += 1
             log.debug("response cache in Redis: %s", exc)
-            return None
+            return NO_WORD
 
     async def get(self, key: bytes) -> Kept | None:
         raw = await self._call("GET", self._keys(key)[0])
-        if raw is None:
+        if raw is None or raw is NO_WORD:
             return None
         try:
             return _decode(raw)
@@ -91,12 +92,10 @@ class SharedAnswers:
     async def claim(self, key: bytes) -> bool:
         """This gateway computes the answer: True; False when another already does (Redis
         away: True, the request goes itself)."""
-        failed = self.failures
         claimed = await self._call(
             "SET", self._keys(key)[1], self._gateway_id, "NX", "PX", self._hold_ms
         )
-        # Nothing set: another holds it; unless Redis did not answer (then go yourself).
-        return claimed is not None or self.failures > failed
+        return claimed is not None  # None: another holds it; NO_WORD: Redis away, go yourself
 
     async def wait(self, key: bytes) -> Kept | None:
         """The answer another gateway is computing, once kept; None when it gives up or the
@@ -105,9 +104,8 @@ class SharedAnswers:
         deadline = self._clock.now() + self._hold_s
         while self._clock.now() < deadline:
             await self._clock.sleep(self._poll_s)
-            failed = self.failures
             reply = await self._call("MGET", answer_key, flight_key)
-            if self.failures > failed:
+            if reply is NO_WORD:
                 continue  # no word this time: the flight may still land
             raw, holder = reply
             if raw is not None:

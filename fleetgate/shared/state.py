@@ -88,10 +88,6 @@ class RoutingState:
         self._tasks = PeriodicTasks(rng, clock)
         self._broken: set[int] = set()  # parts whose last sync raised (logged once)
 
-    @property
-    def shared(self) -> bool:
-        return self._client is not None
-
     def load_board(self, name: str) -> LoadBoard:
         """A new pool's board; `name` tells the pools apart on a shared Redis."""
         if self._client is None:

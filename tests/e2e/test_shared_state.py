@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from tests.e2e.procs import Proc, gateway, metric, sim_workers
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 
 MODEL = "shared-8b"
 IN_FLIGHT = "fleetgate_backend_in_flight_requests"
@@ -36,12 +36,6 @@ def worker() -> Iterator[str]:
 def four() -> Iterator[list[str]]:
     with sim_workers(MODEL, 4) as urls:
         yield urls
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path / "redis") as server:
-        yield server
 
 
 @contextmanager

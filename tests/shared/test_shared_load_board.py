@@ -8,8 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -20,7 +19,7 @@ from fleetgate.fleet.pool import Pool
 from fleetgate.shared.load_board import SharedLoadBoard
 from fleetgate.shared.state import RoutingState, StateSettings
 from fleetgate.traffic.redis_store import redis_client
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 
 NAMESPACE = "test:board:m"
 
@@ -125,13 +124,6 @@ async def test_a_lease_that_does_not_read_as_counts_is_skipped(
     assert await a.sync()
     assert counts(a.load("b1")) == (1, 5, 5)
     assert counts(a.load("b2")) == (0, 0, 0)
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    """A redis-server of this test's own, to kill and bring back."""
-    with redis_server(tmp_path / "redis") as server:
-        yield server
 
 
 async def test_redis_away_never_fails_the_board_falls_back_to_its_own_then_converges(

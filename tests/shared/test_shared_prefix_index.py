@@ -5,8 +5,6 @@ beginning warm, and Redis going away without a decision lost (up to the queue's 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from fleetgate.routing.prefix_index import MemoryPrefixIndex
 from fleetgate.shared.prefix_index import SharedPrefixIndex
 from fleetgate.traffic.redis_store import redis_client
-from tests.redis_server import RedisServer, redis_server
+from tests.redis_server import RedisServer
 
 NAMESPACE = "test:prefix:m"
 PROMPT = [11, 22, 33, 44]
@@ -77,12 +75,6 @@ async def test_a_decision_made_while_it_publishes_goes_with_the_next_sync(client
     await b.sync()
     assert b.matches(PROMPT) == {"b1": 4}
     assert b.matches([9, 99]) == {"b9": 2}
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
-    with redis_server(tmp_path / "redis") as server:
-        yield server
 
 
 async def test_redis_away_queues_decisions_up_to_a_bound_then_publishes_them(
