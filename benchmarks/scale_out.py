@@ -27,6 +27,8 @@ invocation, as a ratio. `--unshared` runs the gateways without Redis too, for co
 The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU they model,
 and the offered rates are scaled to match; each run records the CPU idle share, and a run
 where it fell under 10% is marked SATURATED (the machine, not the fleet, was the bottleneck).
+`--kv-events` adds, for each count, a run whose sim workers publish their KV-cache events and
+whose gateways route by them (still sharing the rest through Redis).
 """
 
 from __future__ import annotations
@@ -83,24 +85,30 @@ def text(rng: random.Random, words: int) -> str:
 
 
 @contextmanager
-def sims(slowdown: float) -> Iterator[list[str]]:
+def sims(slowdown: float, kv_events: bool) -> Iterator[list[dict[str, Any]]]:
+    """The fleet, as the gateways' config lists its backends."""
     args = [PY, "-m", "fleetgate", "worker", "sim", "--port", "0", "--model", MODEL,
-            "--replicas", str(BACKENDS), "--slowdown", str(slowdown)]  # fmt: skip
+            "--replicas", str(BACKENDS), "--slowdown", str(slowdown),
+            *(["--kv-events-port", "0"] if kv_events else [])]  # fmt: skip
+    said = r"on (http://127\.0\.0\.1:\d+)(?:, KV events on (\S+) \(replay (\S+)\))?"
     with process(args) as proc:
-        urls = [read_until(proc, r"on (http://127\.0\.0\.1:\d+)").group(1) for _ in range(BACKENDS)]
+        found = [read_until(proc, said) for _ in range(BACKENDS)]
         drain(proc)
-        for url in urls:
-            wait_http(url + "/health")
-        yield urls
+        backends: list[dict[str, Any]] = []
+        for m in found:
+            wait_http(m.group(1) + "/health")
+            events = {"endpoint": m.group(2), "replay_endpoint": m.group(3)}
+            backends.append({"url": m.group(1), **({"kv_events": events} if kv_events else {})})
+        yield backends
 
 
 @contextmanager
-def gateways(count: int, urls: list[str], redis: str | None, workdir: Path, sync_s: float
-             ) -> Iterator[list[str]]:  # fmt: skip
+def gateways(count: int, backends: list[dict[str, Any]], redis: str | None, workdir: Path,
+             sync_s: float) -> Iterator[list[str]]:  # fmt: skip
     config = workdir / "gw.yaml"
     state = {"state": {"url": redis, "sync_s": sync_s}} if redis is not None else {}
     config.write_text(json.dumps({
-        "pools": [{"model": MODEL, "backends": [{"url": u} for u in urls]}],
+        "pools": [{"model": MODEL, "backends": backends}],
         "request_log": {"enabled": False}, **state,
     }))  # fmt: skip
     with ExitStack() as stack:
@@ -241,14 +249,19 @@ def outage(redis: Redis, gws: list[str], duration: float, done: dict[str, float]
         time.sleep(0.05)
 
 
-def run_one(workload: str, count: int, shared: bool, args: argparse.Namespace) -> dict[str, Any]:
+def run_one(
+    workload: str, count: int, shared: bool, args: argparse.Namespace, kv_events: bool = False
+) -> dict[str, Any]:
     run = Run()
     converged: dict[str, float] = {}
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         redis = stack.enter_context(redis_server()) if shared else None
-        urls = stack.enter_context(sims(args.slowdown))
-        gws = stack.enter_context(gateways(count, urls, redis and redis.url, workdir, args.sync_s))
+        backends = stack.enter_context(sims(args.slowdown, kv_events))
+        urls = [b["url"] for b in backends]
+        gws = stack.enter_context(
+            gateways(count, backends, None if redis is None else redis.url, workdir, args.sync_s)
+        )
         stop = threading.Event()
         sampler = threading.Thread(target=sample, args=(urls, gws, stop, run), daemon=True)
         sampler.start()
@@ -320,6 +333,10 @@ def main() -> int:
         "--kill-redis", action="store_true",
         help="kill Redis a third into each shared run, start it again at two thirds",
     )  # fmt: skip
+    parser.add_argument(
+        "--kv-events", action="store_true",
+        help="also with the sim workers publishing KV-cache events, every gateway subscribed",
+    )  # fmt: skip
     parser.add_argument("--out", help="write the results here as JSON")
     args = parser.parse_args()
     counts = [int(n) for n in args.gateways.split(",")]
@@ -331,6 +348,8 @@ def main() -> int:
             results[name] = run_one(workload, count, count > 1, args)
             if args.unshared and count > 1:
                 results[name + " unshared"] = run_one(workload, count, False, args)
+            if args.kv_events:
+                results[name + " kv-events"] = run_one(workload, count, count > 1, args, True)
         show(workload, results)
         everything[workload] = results
     if args.out:

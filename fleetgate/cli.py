@@ -84,14 +84,19 @@ def _positive(text: str) -> float:
 def _worker_sim(args: argparse.Namespace) -> int:
     from fleetgate.workers.sim.faults import faults_from_args
     from fleetgate.workers.sim.fleet_process import serve_specs
-    from fleetgate.workers.sim.spec import SimSpec
+    from fleetgate.workers.sim.spec import KvEventsSpec, SimSpec
 
     faults = faults_from_args(args)
+    # Each replica publishes on the given ports + 2 * its index (PUB, then replay), or any.
+    kv_port = args.kv_events_port
     specs = [
         SimSpec(model=args.model, profile=args.profile, port=args.port + i if args.port else 0,
                 faults=faults, heartbeat_url=args.heartbeat,
                 heartbeat_interval_s=args.heartbeat_interval, kv_link_gbps=args.kv_link_gbps,
-                scheduling_policy=args.scheduling_policy)
+                scheduling_policy=args.scheduling_policy,
+                kv_events=None if kv_port is None else KvEventsSpec(
+                    kv_port + 2 * i if kv_port else 0, kv_port + 2 * i + 1 if kv_port else 0,
+                    args.kv_events_encoding))
         for i in range(args.replicas)
     ]  # fmt: skip
     return _run(serve_specs(specs, args.host, announce=True))
@@ -252,6 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-link-gbps", type=_positive, default=KV_LINK_GBPS, metavar="GBPS",
         help="the link a disaggregated prefill's KV crosses to reach this worker, in Gb/s"
         f" (default {KV_LINK_GBPS:g}); the transfer delays the request's first token",
+    )  # fmt: skip
+    sim.add_argument(
+        "--kv-events-port", type=int, metavar="PORT",
+        help="publish KV-cache events as vLLM does: ZMQ PUB on PORT, its replay socket on"
+        " PORT + 1 (replica i: PORT + 2i, PORT + 2i + 1); 0: any free ports",
+    )  # fmt: skip
+    sim.add_argument(
+        "--kv-events-encoding", choices=("map", "array"), default="map",
+        help="each event a map tagged by `type` (vLLM since June 2026, SGLang) or a positional"
+        " array (vLLM before)",
     )  # fmt: skip
     from fleetgate.workers.sim.faults import add_fault_arguments
 

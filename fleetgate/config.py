@@ -31,6 +31,7 @@ from fleetgate.health.gpu import GpuSettings
 from fleetgate.health.outlier import OutlierSettings
 from fleetgate.http.client import Origin
 from fleetgate.http.server import ServerLimits
+from fleetgate.kv_events.settings import KvEventsConfig
 from fleetgate.observe.request_log import RequestLogSettings
 from fleetgate.observe.slo import SloSettings
 from fleetgate.observe.tracing import TracingSettings
@@ -123,6 +124,8 @@ class BackendConfig(Settings, frozen=True):
     # What serves it (fleet/engines.py): auto probes it; or vllm, sglang, llamacpp, tgi,
     # ollama, fleetgate, openai (any other OpenAI-compatible server).
     engine: str = "auto"
+    # Its engine's KV-cache events (kv_events/): what it holds, for prefix routing.
+    kv_events: KvEventsConfig | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in KINDS:
@@ -142,6 +145,12 @@ class BackendConfig(Settings, frozen=True):
                 Origin.parse(self.url)
             except ValueError as exc:
                 raise ValueError(f"`url`: {exc}") from None
+        events = self.kv_events
+        if events is not None and (events.endpoint is None) != (self.sim is not None):
+            raise ValueError(
+                "`kv_events.endpoint`: give the engine's (a `url` backend's), or none for a"
+                " `sim` backend (its worker publishes on ports of its own)"
+            )
         if self.sim is not None and self.sim not in PROFILES:
             known = ", ".join(sorted(PROFILES))
             raise ValueError(f"`sim`: no profile {self.sim!r}; known: {known}")

@@ -55,6 +55,7 @@ from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import HttpServer, start_server
 from fleetgate.http.tls import TlsFiles
 from fleetgate.http.transport import Transport
+from fleetgate.kv_events.feeds import KvEventFeeds
 from fleetgate.lifecycle.accounting import FleetAccounting
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
@@ -94,7 +95,7 @@ from fleetgate.traffic.tenants import ANONYMOUS, Tenant
 from fleetgate.upstream.attempt import Attempts
 from fleetgate.upstream.prefill import Prefill
 from fleetgate.workers.sim.fleet_process import SimFleetProcess
-from fleetgate.workers.sim.spec import SimSpec
+from fleetgate.workers.sim.spec import KvEventsSpec, SimSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +177,12 @@ def build_clusters(
     subscribe: Callable[[Hooks], None],
     tenants: Mapping[str, Tenant] | None = None,
     state: RoutingState | None = None,
+    kv_events: KvEventFeeds | None = None,
 ) -> dict[str, Cluster]:
     """Each pool with its routing, policies, admission queue and event subscribers
     (`subscribe` adds those every pool shares, such as metrics); each pool's routing state
-    from `state` (shared/state.py), in this process's memory when none is given."""
+    from `state` (shared/state.py), in this process's memory when none is given, and what its
+    engines report holding from `kv_events` (kv_events/feeds.py)."""
     now = clock.now
     clusters: dict[str, Cluster] = {}
     state = state or RoutingState(StateSettings(), clock, rng)
@@ -190,6 +193,7 @@ def build_clusters(
         ctx = PluginContext(
             random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s,
             prefix_index=state.prefix_index(c.model), sessions=state.sessions(c.model),
+            engine_blocks=None if kv_events is None else kv_events.index(c.model),
         )  # fmt: skip
         timeouts = c.timeouts()
         hedge = c.hedge
@@ -221,7 +225,7 @@ def build_clusters(
             name = f"{c.model}:prefill"
             prefill_ctx = replace(
                 ctx, board=state.load_board(name), prefix_index=state.prefix_index(name),
-                sessions=state.sessions(name),
+                sessions=state.sessions(name), engine_blocks=None,
             )  # fmt: skip
             pipeline = _pipeline(c, registry, prefill_ctx, True)
             prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None,
@@ -261,6 +265,12 @@ def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | No
             profile=b.sim,
             seed=rng.getrandbits(32),
             scheduling_policy="priority" if p.engine_priority else "fcfs",
+            kv_events=None
+            if b.kv_events is None
+            else KvEventsSpec(
+                encoding="array" if b.kv_events.encoding == "array" else "map",
+                topic=b.kv_events.topic,
+            ),
         )
         for p in config.pools
         for b in _all_backends(p)
@@ -270,12 +280,10 @@ def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | No
         return None, config
     sims = SimFleetProcess(specs, host="127.0.0.1")
     urls = iter(sims.start())
+    publishers = iter(sims.kv_endpoints)
 
     def located(backends: list[BackendConfig]) -> list[BackendConfig]:
-        return [
-            b if b.sim is None else msgspec.structs.replace(b, url=next(urls), sim=None)
-            for b in backends
-        ]
+        return [b if b.sim is None else _located(b, next(urls), next(publishers)) for b in backends]
 
     pools = []
     for p in config.pools:
@@ -285,6 +293,15 @@ def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | No
             pool = msgspec.structs.replace(pool, prefill=prefill)
         pools.append(pool)
     return sims, msgspec.structs.replace(config, pools=pools)
+
+
+def _located(b: BackendConfig, url: str, publisher: tuple[str, str] | None) -> BackendConfig:
+    """A sim backend, given its worker's URL and KV-event endpoints."""
+    events = b.kv_events
+    if events is not None and publisher is not None:
+        endpoint, replay = publisher
+        events = msgspec.structs.replace(events, endpoint=endpoint, replay_endpoint=replay)
+    return msgspec.structs.replace(b, url=url, sim=None, kv_events=events)
 
 
 def _all_backends(pool: PoolConfig) -> list[BackendConfig]:
@@ -384,10 +401,11 @@ class RunningGateway:
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
         limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
         tracing: Tracing | None = None, batches: BatchRunner | None = None,
-        state: RoutingState | None = None,
+        state: RoutingState | None = None, kv_events: KvEventFeeds | None = None,
     ) -> None:  # fmt: skip
         self.server = server
         self._state = state  # synced with the other gateways until closed
+        self._kv_events = kv_events  # subscribed to the engines until closed
         self.tls = tls
         self._limit_store = limit_store  # shared through Redis: its heartbeat and client
         self._request_log = request_log
@@ -434,6 +452,8 @@ class RunningGateway:
             await self._limit_store.close()
         if self._state is not None:
             await self._state.close()
+        if self._kv_events is not None:
+            await self._kv_events.close()
         if self._sims is not None:
             self._sims.stop()
 
@@ -455,6 +475,7 @@ def compose(
     batch_store: BatchStore | None = None,
     background: PeriodicTasks | None = None,
     state: RoutingState | None = None,
+    kv_events: KvEventFeeds | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
     scraper, when given, start probing the backends (a benchmark or a simulator gives none),
@@ -464,7 +485,8 @@ def compose(
     API keeps its files and batches in `batch_store` (none: the API is off), and the batches
     it left running are resumed (their runner is started with the server: `start_gateway`);
     the pools' routing state is kept in `state` (shared with other gateways when it has a
-    Redis), in this process's memory when none is given."""
+    Redis), in this process's memory when none is given; `kv_events` reads what the engines
+    that publish KV-cache events hold."""
     now = clock.now  # for what only reads the time
     state = state or RoutingState(StateSettings(), clock, rng)  # this process's own
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
@@ -491,6 +513,7 @@ def compose(
             for m, c in clusters.items() for part in _parts(c) for s, load in part.loads()
         ),
         shared=state.status,
+        kv_events=(lambda: ()) if kv_events is None else kv_events.status,
     )  # fmt: skip
     exporters = [slo.subscribe]
     if config.server.metrics:
@@ -520,8 +543,7 @@ def compose(
     clusters.update(
         build_clusters(
             resolved, registry or default_registry(), rng, transport=transport, clock=clock,
-            subscribe=subscribe, tenants=tenants,
-            state=state,
+            subscribe=subscribe, tenants=tenants, state=state, kv_events=kv_events,
         )
     )  # fmt: skip
     if config.server.metrics:
@@ -660,6 +682,7 @@ async def start_gateway(
     store = build_limit_store(config.limits, clock, rng)
     shared = store if isinstance(store, RedisStore) else None
     state = RoutingState(config.state, clock, random.Random(rng.getrandbits(64)))
+    kv_events = _kv_event_feeds(config)
     runner = None
     try:
         if shared is not None:
@@ -669,8 +692,10 @@ async def start_gateway(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
             checker=checker, scraper=scraper, limit_store=store, request_log=request_log,
             tracing=tracing, batch_store=batch_store, background=background, state=state,
+            kv_events=kv_events,
         )  # fmt: skip
         state.start()
+        kv_events.start()
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
         tls = None
@@ -703,6 +728,7 @@ async def start_gateway(
         if shared is not None:
             await shared.close()
         await state.close()
+        await kv_events.close()
         if sims is not None:
             sims.stop()
         if tracing is not None:
@@ -723,7 +749,19 @@ async def start_gateway(
         tracing=tracing,
         batches=runner,
         state=state,
+        kv_events=kv_events,
     )
+
+
+def _kv_event_feeds(config: Config) -> KvEventFeeds:
+    """A feed for each decode backend whose engine publishes KV-cache events (every URL is
+    known by now: sims started)."""
+    feeds = KvEventFeeds(time.time)
+    for pool in config.pools:
+        for b in pool.backends:
+            if b.kv_events is not None and b.url is not None:
+                feeds.follow(pool.model, backend_id(b.url), b.kv_events)
+    return feeds
 
 
 def open_batch_store(config: Config) -> BatchStore | None:

@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Sequence
+
+from xxhash import xxh32_intdigest
 
 # Pre-tokenizer pattern, after the regex that tiktoken's cl100k_base uses.
 _TOKEN_RE = re.compile(r" ?[A-Za-z]{1,8}| ?[0-9]{1,3}| ?[^\sA-Za-z0-9]+|\s+")
@@ -56,3 +59,14 @@ def filler_token(index: int, seed: int) -> str:
     h = (seed * 0x9E3779B97F4A7C15 + index * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
     h ^= h >> 31
     return " " + FILLER_WORDS[h % len(FILLER_WORDS)]
+
+
+def token_id(piece: str) -> int:
+    """The id this rule gives a piece (< 2^31): what the sim worker's KV events carry, so that
+    a gateway tokenizing a prompt by the same rule finds the blocks an engine holds."""
+    return xxh32_intdigest(piece.encode()) & 0x7FFFFFFF
+
+
+def token_ids(pieces: Sequence[str] | Sequence[int]) -> list[int]:
+    """Ids for `pieces`: `token_id` of each piece, or the ids themselves when they are ids."""
+    return [p if isinstance(p, int) else xxh32_intdigest(p.encode()) & 0x7FFFFFFF for p in pieces]

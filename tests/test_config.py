@@ -18,6 +18,7 @@ from fleetgate.config import (
     load_config,
     parse_config,
 )
+from fleetgate.kv_events.settings import KvEventsConfig
 
 
 def one_pool(**backend: Any) -> dict[str, Any]:
@@ -340,6 +341,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
     doc = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     for prefix, struct in (("server.", ServerConfig), ("pools[].", PoolConfig),
                            ("backends[].", BackendConfig),
+                           ("backends[].kv_events.", KvEventsConfig),
                            ("pools[].health_check.", ActiveCheckSettings),
                            ("pools[].hedge.", HedgeSettings),
                            ("pools[].outlier.", OutlierSettings),
@@ -513,3 +515,31 @@ def test_a_section_is_the_settings_object_of_the_part_it_configures() -> None:
     assert pool.outlier == OutlierSettings()
     with pytest.raises(ValueError, match="`max_attempts` must be >= 1"):
         RetrySettings(max_attempts=0)  # the same check when code builds one
+
+
+@pytest.mark.parametrize(
+    ("backend", "expected"),
+    [
+        ({"url": "http://a", "kv_events": {}}, "`kv_events.endpoint`: give the engine's"),
+        ({"sim": "h100-llama3-8b", "kv_events": {"endpoint": "tcp://a:1"}}, "or none for a"),
+        ({"url": "http://a", "kv_events": {"endpoint": "http://a:5557"}}, "tcp://HOST:PORT"),
+        ({"url": "http://a", "kv_events": {"endpoint": "tcp://a:1; rm"}}, "tcp://HOST:PORT"),
+        ({"sim": "h100-llama3-8b", "kv_events": {"encoding": "json"}}, "one of array, map"),
+        ({"sim": "h100-llama3-8b", "kv_events": {"topic": "a\nb"}}, "`topic` must be"),
+        ({"sim": "h100-llama3-8b", "kv_events": {"replay_timeout_s": 0}}, "replay_timeout_s"),
+    ],
+)
+def test_bad_kv_events_settings_are_refused(backend: dict[str, Any], expected: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_config({"pools": [{"model": "m", "backends": [backend]}]})
+
+
+def test_kv_events_settings_that_are_right() -> None:
+    config = parse_config({"pools": [{"model": "m", "backends": [
+        {"url": "http://a", "kv_events": {"endpoint": "tcp://10.0.0.5:5557",
+                                          "replay_endpoint": "tcp://[::1]:5558"}},
+        {"sim": "h100-llama3-8b", "kv_events": {"encoding": "array"}},
+    ]}]})  # fmt: skip
+    events = config.pools[0].backends[0].kv_events
+    assert events is not None
+    assert events.replay_endpoint == "tcp://[::1]:5558"

@@ -194,7 +194,7 @@ def parse_chat(body: bytes, headers: dict[bytes, bytes]) -> RoutingRequest:
         bool(parsed.stream),
         parsed.max_completion_tokens or parsed.max_tokens,
         _session(headers, parsed.user),
-        b"".join(parsed.messages),
+        b",".join(parsed.messages),
     )
 
 

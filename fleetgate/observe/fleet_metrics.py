@@ -15,6 +15,7 @@ from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.gpu import THROTTLE_REASONS, GpuReading
 from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.fleet.load_board import BackendLoad
+from fleetgate.kv_events.feeds import FeedStatus
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.shared.state import SharedStatus
 from fleetgate.traffic.admission import Admission
@@ -168,6 +169,57 @@ def shared_state_families(statuses: Iterable[SharedStatus]) -> Iterator[Metric]:
         for status in statuses:
             counter.add_metric([status.part, status.pool], read(status))
         yield counter
+
+
+# Each engine's KV-event feed (kv_events/feeds.py): name, help, and how each is read.
+_FEED_COUNTERS: tuple[tuple[str, str, Callable[[FeedStatus], float]], ...] = (
+    ("fleetgate_kv_events_batches",
+     "KV-event batches applied from a backend's engine, replayed ones included.",
+     lambda feed: feed.batches),
+    ("fleetgate_kv_events_undecodable",
+     "KV-event messages from a backend's engine that did not decode (skipped).",
+     lambda feed: feed.undecodable),
+    ("fleetgate_kv_events_restarts",
+     "Times a backend's event sequence started again: its engine restarted, its blocks "
+     "were forgotten.",
+     lambda feed: feed.restarts),
+)  # fmt: skip
+
+
+def kv_event_families(feeds: Iterable[FeedStatus]) -> Iterator[Metric]:
+    """The engines' KV-event feeds, by pool and backend (no samples when none publishes)."""
+    feeds = list(feeds)
+    labels = ["model", "backend"]
+    for name, doc, read in _FEED_COUNTERS:
+        counter = CounterMetricFamily(name, doc, labels=labels)
+        for feed in feeds:
+            counter.add_metric([feed.pool, feed.backend], read(feed))
+        yield counter
+    gaps = CounterMetricFamily(
+        "fleetgate_kv_events_gaps",
+        "Gaps in a backend's event sequence, by outcome: replayed from its replay socket, or "
+        "lost (its blocks were forgotten).",
+        labels=[*labels, "outcome"],
+    )
+    lag = GaugeMetricFamily(
+        "fleetgate_kv_events_lag_seconds",
+        "The last KV-event batch from a backend's engine: when it arrived less when the "
+        "engine sent it (their clocks' offset included).",
+        labels=labels,
+    )
+    blocks = GaugeMetricFamily(
+        "fleetgate_kv_events_blocks",
+        "KV-cache blocks a backend's engine holds, as its events tell.",
+        labels=labels,
+    )
+    for feed in feeds:
+        gaps.add_metric([feed.pool, feed.backend, "replayed"], feed.replayed)
+        gaps.add_metric([feed.pool, feed.backend, "lost"], feed.lost)
+        lag.add_metric([feed.pool, feed.backend], feed.lag_s)
+        blocks.add_metric([feed.pool, feed.backend], feed.blocks)
+    yield gaps
+    yield lag
+    yield blocks
 
 
 def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> Iterator[Metric]:

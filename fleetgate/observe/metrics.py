@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.load_board import BackendLoad
+from fleetgate.kv_events.feeds import FeedStatus
 from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,
@@ -40,6 +41,7 @@ from fleetgate.observe.fleet_metrics import (
     backend_families,
     gpu_expiry_family,
     gpu_families,
+    kv_event_families,
     load_families,
     shared_state_families,
     slo_families,
@@ -96,8 +98,10 @@ class GatewayMetrics(Collector):
         gpu_expiries: Callable[[], Iterable[tuple[str, BackendState, int]]] = lambda: (),
         loads: Callable[[], Iterable[tuple[str, str, BackendLoad]]] = lambda: (),
         shared: Callable[[], Iterable[SharedStatus]] = lambda: (),
+        kv_events: Callable[[], Iterable[FeedStatus]] = lambda: (),
     ) -> None:
         self._shared = shared  # the state shared with other gateways (shared/state.py)
+        self._kv_events = kv_events  # the engines' KV-event feeds (kv_events/feeds.py)
         self._states = states  # read when scraped (observe/fleet_metrics.py)
         self._loads = loads  # (model, backend id, its load board record), when scraped
         self._gpu_expiries = gpu_expiries  # health/gpu.py's GpuBoard.expiries, when scraped
@@ -343,6 +347,7 @@ class GatewayMetrics(Collector):
         now = self._clock()
         yield from load_families(self._loads())
         yield from shared_state_families(self._shared())
+        yield from kv_event_families(self._kv_events())
         yield from backend_families(states, now)
         yield from gpu_families(states, now)
         yield gpu_expiry_family(self._gpu_expiries())

@@ -18,8 +18,9 @@ BYTES_PER_TOKEN = 4  # the estimate of prompt tokens before any tokenizer has se
 class RoutingRequest:
     """What routing may know of a request: parsed once at the edge, never the whole body.
 
-    `prompt` is the prompt as the client sent it: the raw JSON of `messages` (one copy of
-    those bytes), or the completion's `prompt` encoded. Its length in bytes / 4 is the
+    `prompt` is the prompt as the client sent it: the raw JSON of each of the `messages`,
+    joined by commas (one copy of those bytes; `[` + it + `]` is the array again), or the
+    completion's `prompt` encoded. Its length in bytes / 4 is the
     prompt-token estimate routing uses; prefix routing hashes its blocks.
     """
 

@@ -10,6 +10,11 @@ not worth waiting behind that queue. The request then goes where the other score
 that backend is recorded as holding the prefix too, and a hot prefix spreads over as many
 replicas as its load needs instead of piling onto one.
 
+With engines that publish KV-cache events (kv_events/), m_i for a backend whose engine has
+reported is what it says it holds instead: the leading prompt tokens in its blocks
+(kv_events/index.py) / the prompt's tokens (routing/prompt_tokens.py). The decision-based
+index stays the answer for the others, and for prompts the gateway cannot tokenize.
+
 Every pick is recorded in the index (`chosen`), and each backend's share of the index follows
 its engine's reported KV capacity. O(prompt blocks + candidates) per pick. The index knows
 backends by id; so do the backends this scorer nominates for a large pool's shortlist.
@@ -23,7 +28,8 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import BYTES_PER_TOKEN, RoutingRequest
 from fleetgate.routing.load import STALE_AFTER_S, CandidateLoads, queue_lengths
 from fleetgate.routing.prefix_index import MemoryPrefixIndex, block_hashes, entries_for
-from fleetgate.routing.stores import PrefixIndex
+from fleetgate.routing.prompt_tokens import prompt_token_ids
+from fleetgate.routing.stores import EngineBlocks, PrefixIndex
 from fleetgate.settings import Settings, at_least, positive
 
 
@@ -52,10 +58,12 @@ class PrefixCacheScorer:
         params: PrefixCacheParams = PrefixCacheParams(),
         *,
         index: PrefixIndex | None = None,
+        engine_blocks: EngineBlocks | None = None,
         stale_after_s: float = STALE_AFTER_S,
     ) -> None:
         """`index`: the pool's (routing/registry.py makes it from the PluginContext's factory,
-        sized by `memory_mb`); None: one of its own in this process."""
+        sized by `memory_mb`); None: one of its own in this process. `engine_blocks`: what
+        the pool's engines report holding, when some publish KV-cache events."""
         self._loads = loads
         self.index = MemoryPrefixIndex(entries_for(params.memory_mb)) if index is None else index
         self._block_bytes = params.block_bytes
@@ -63,6 +71,9 @@ class PrefixCacheScorer:
         self._balance_rel = params.balance_rel
         self._max_nominees = params.max_nominees
         self._stale_after_s = stale_after_s
+        self._engine_blocks = engine_blocks
+        self._tokens_of: RoutingRequest | None = None  # the request `_tokens` belong to
+        self._tokens: list[int] | None = None
         self._capacity: dict[str, float] = {}  # engine capacities applied so far, by id
         self._request: RoutingRequest | None = None  # the request `_hashes` belong to
         self._hashes: list[int] = []
@@ -87,18 +98,42 @@ class PrefixCacheScorer:
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
         self._follow_capacities(candidates)
-        hashes = self._hashes_of(request)
         ids = self._ids_in(candidates)
-        matches = self.index.matches(hashes, ids)
-        if not matches:
+        shares = self._shares(request, ids)
+        if shares is None:
             return [0.0] * len(candidates)
         queues = queue_lengths(self._loads.of(candidates), now, self._stale_after_s)
         limit = min(queues) * self._balance_rel + self._balance_abs
-        blocks = len(hashes)
+        return [share if q <= limit else 0.0 for share, q in zip(shares, queues, strict=True)]
+
+    def _shares(self, request: RoutingRequest, ids: list[str]) -> list[float] | None:
+        """m_i / the prompt, per candidate (module docstring); None when no candidate has any."""
+        hashes = self._hashes_of(request)
+        matches = self.index.matches(hashes, ids)
+        blocks = len(hashes) or 1
+        engine = self._engine_blocks
+        if engine is None:
+            if not matches:
+                return None
+            return [matches.get(backend, 0) / blocks for backend in ids]
+        followed = {backend for backend in ids if engine.follows(backend)}
+        tokens = self._token_ids(request) if followed else None
+        if tokens is None:
+            followed = set()
+        held = engine.matches(tokens, list(followed)) if tokens else {}
+        if not matches and not held:
+            return None
+        n = len(tokens) if tokens else 1
         return [
-            matches.get(backend, 0) / blocks if q <= limit else 0.0
-            for backend, q in zip(ids, queues, strict=True)
+            held.get(backend, 0) / n if backend in followed else matches.get(backend, 0) / blocks
+            for backend in ids
         ]
+
+    def _token_ids(self, request: RoutingRequest) -> list[int] | None:
+        if request is not self._tokens_of:
+            self._tokens_of = request
+            self._tokens = prompt_token_ids(request)
+        return self._tokens
 
     def nominate(self, request: RoutingRequest, now: float) -> list[str]:
         return self.index.deepest(self._hashes_of(request), self._max_nominees)

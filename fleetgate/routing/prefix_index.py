@@ -161,6 +161,20 @@ class MemoryPrefixIndex:
         if len(lru) > self._caps[slot]:
             self._evict(slot)
 
+    def drop(self, backend_id: str, hashes: Iterable[int]) -> None:
+        """The backend no longer holds these blocks (its engine said it evicted them)."""
+        slot = self._slots.get(backend_id)
+        if slot is None:
+            return
+        lru, owners, keep = self._lrus[slot], self._owners, ~(1 << slot)
+        for h in hashes:
+            if lru.pop(h, 0) is None:  # held: its value is None
+                mask = owners[h] & keep
+                if mask:
+                    owners[h] = mask
+                else:
+                    del owners[h]
+
     def _evict(self, slot: int) -> None:
         lru, cap, owners = self._lrus[slot], self._caps[slot], self._owners
         keep = ~(1 << slot)

@@ -40,7 +40,7 @@ from fleetgate.routing.random_pick import RandomPick
 from fleetgate.routing.round_robin import RoundRobin
 from fleetgate.routing.session_affinity import SessionAffinity, SessionAffinityParams
 from fleetgate.routing.session_table import MemorySessionTable
-from fleetgate.routing.stores import PrefixIndexFactory, SessionTable
+from fleetgate.routing.stores import EngineBlocks, PrefixIndexFactory, SessionTable
 from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
 from fleetgate.routing.work_share import WorkShare, WorkShareParams
 from fleetgate.settings import Settings
@@ -64,6 +64,8 @@ class PluginContext:
     prefix_index: PrefixIndexFactory = MemoryPrefixIndex
     # The pool's session table (routing/stores.py; in this process's memory by default).
     sessions: SessionTable = field(default_factory=MemorySessionTable)
+    # What the pool's engines report holding (kv_events/): None when none publishes.
+    engine_blocks: EngineBlocks | None = None
     # The board's records of a candidate set, shared by the pipeline's plugins.
     loads: CandidateLoads = field(init=False)
 
@@ -259,6 +261,7 @@ def default_registry() -> PluginRegistry:
             ctx.loads,
             params,
             index=ctx.prefix_index(entries_for(params.memory_mb)),
+            engine_blocks=ctx.engine_blocks,
             stale_after_s=ctx.stale_after_s,
         ),
     )

@@ -5,7 +5,9 @@ backend ids (strings, never live objects), so that several gateways can share it
     SessionTable   which backend a session was last sent to             (session_affinity)
     ResponsePins   which backend keeps each stored Response, and whose  (the Director)
 
-and, in fleet/load_board.py because a pool counts on it, the LoadBoard of in-flight requests
+and what engines that publish KV-cache events report holding (EngineBlocks: kv_events/index.py
+keeps it from their events, and the scorer only reads it); and, in fleet/load_board.py
+because a pool counts on it, the LoadBoard of in-flight requests
 and tokens that the load scorers read. The implementations here are in this process's memory
 (routing/prefix_index.py, routing/session_table.py, routing/stored_responses.py), one of each
 per pool (the pins: per gateway), built by the composition root (fleetgate/serve.py) and
@@ -16,7 +18,7 @@ every method here returns at once; a shared store answers from a local copy it k
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 
@@ -54,6 +56,19 @@ class PrefixIndex(Protocol):
 # How the prefix_cache scorer gets its pool's index: made with the most (hash, backend)
 # entries its memory budget allows (`memory_mb`, a parameter of the scorer).
 PrefixIndexFactory = Callable[[int], PrefixIndex]
+
+
+class EngineBlocks(Protocol):
+    """What each backend's engine reports holding, by token ids (kv_events/index.py)."""
+
+    def follows(self, backend_id: str) -> bool:
+        """Whether the backend's engine has told what it holds."""
+        ...
+
+    def matches(self, ids: Sequence[int], among: Sequence[str]) -> dict[str, int]:
+        """Per backend of `among` whose engine holds the prompt's first block, how many of
+        the prompt's leading tokens (`ids`) it holds."""
+        ...
 
 
 class SessionTable(Protocol):

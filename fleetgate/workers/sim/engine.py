@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleetgate.workers.sim.kvcache import BlockManager
+from fleetgate.workers.sim.kvcache import BlockEvents, BlockManager
 from fleetgate.workers.sim.profiles import EngineProfile
 from fleetgate.workers.sim.prompt import PromptBlocks
 
@@ -148,10 +148,16 @@ class _Sequence:
 class Engine:
     """The simulated engine for one replica; see the module docstring for a step's rules."""
 
-    def __init__(self, profile: EngineProfile, priority_scheduling: bool = False) -> None:
+    def __init__(
+        self,
+        profile: EngineProfile,
+        priority_scheduling: bool = False,
+        events: BlockEvents | None = None,
+    ) -> None:
+        """`events`: told what the prefix cache stores and evicts (the KV-event publisher)."""
         self.profile = profile
         self.priority_scheduling = priority_scheduling
-        self._kv = BlockManager(profile.num_gpu_blocks, profile.block_size)
+        self._kv = BlockManager(profile.num_gpu_blocks, profile.block_size, events)
         self._block_size = profile.block_size
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []  # admission order; the last is the newest
@@ -211,7 +217,7 @@ class Engine:
         (kv_transfer_params with do_remote_prefill): its full blocks enter the prefix cache,
         so only the prompt's last token is computed here. Returns the blocks now cached. The
         transfer's time is the caller's to wait (generation.py): the engine steps on meanwhile."""
-        return self._kv.receive(prompt.block_hashes)
+        return self._kv.receive(prompt.block_hashes, prompt.pieces)
 
     def flush_prefix_cache(self) -> bool:
         """Empty the prefix cache, as vLLM's /reset_prefix_cache and SGLang's /flush_cache do.
@@ -316,7 +322,8 @@ class Engine:
             cached = hits * bs
             n = min(seq.num_tokens - cached, budget)
             end = cached + n
-            if not kv.allocate(seq.request_id, hashes, end, hits, seq.num_tokens):
+            pieces = seq.prompt.pieces
+            if not kv.allocate(seq.request_id, hashes, end, hits, seq.num_tokens, pieces=pieces):
                 break
             waiting.popleft()
             running.append(seq)

@@ -10,6 +10,8 @@ import random
 import signal
 import sys
 
+import zmq
+
 from fleetgate.runtime import settle_heap
 from fleetgate.workers.sim.spec import SimSpec
 
@@ -31,18 +33,25 @@ async def serve_specs(
     try:
         for worker, spec in zip(workers, specs, strict=True):
             servers.append(await worker.start(host, spec.port))
-    except OSError as exc:
+    except (OSError, zmq.ZMQError) as exc:
         print(f"fleetgate worker: cannot listen: {exc}", file=sys.stderr)
         if ready is not None:
             ready.send([])
         return 1
     settle_heap()
     ports = [s.port for s in servers]
+    events = [w.kv_events for w in workers]
     if ready is not None:
-        ready.send(ports)
+        ready.send([
+            (port, None if e is None else (e.endpoint, e.replay_endpoint))
+            for port, e in zip(ports, events, strict=True)
+        ])  # fmt: skip
     if announce:
-        for spec, port in zip(specs, ports, strict=True):
-            print(f"sim worker {spec.model} ({spec.profile}) on http://{host}:{port}", flush=True)
+        for spec, port, e in zip(specs, ports, events, strict=True):
+            said = f"sim worker {spec.model} ({spec.profile}) on http://{host}:{port}"
+            if e is not None:
+                said += f", KV events on {e.endpoint} (replay {e.replay_endpoint})"
+            print(said, flush=True)
     stop = asyncio.Event()
     for sig in stop_signals:
         loop.add_signal_handler(sig, stop.set)
@@ -68,6 +77,8 @@ class SimFleetProcess:
         self._specs = specs
         self._host = host
         self._process: multiprocessing.process.BaseProcess | None = None
+        self.kv_endpoints: list[tuple[str, str] | None] = []
+        """Per spec, once started: its KV events' (endpoint, replay endpoint), or None."""
 
     def start(self, timeout_s: float = 30.0) -> list[str]:
         """Start the process; return each spec's URL once all are listening (blocking)."""
@@ -82,13 +93,14 @@ class SimFleetProcess:
             self.stop()
             raise RuntimeError("the built-in sim workers did not start in time")
         try:
-            ports: list[int] = parent.recv()
+            started: list[tuple[int, tuple[str, str] | None]] = parent.recv()
         except EOFError:
-            ports = []
-        if len(ports) != len(self._specs):
+            started = []
+        if len(started) != len(self._specs):
             self.stop()
             raise RuntimeError("the built-in sim workers could not listen")
-        return [f"http://{self._host}:{port}" for port in ports]
+        self.kv_endpoints = [events for _, events in started]
+        return [f"http://{self._host}:{port}" for port, _ in started]
 
     def stop(self) -> None:
         process, self._process = self._process, None

@@ -9,23 +9,47 @@ blocks tail first, so a prefix's tail is evicted before its head.
 
 Every operation costs O(1) per block touched: free hashed blocks live in an OrderedDict used as
 the LRU, unhashed ones on a stack.
+
+A `BlockEvents` listener, when given, hears what vLLM's KV events report: blocks registered
+(with their tokens, when the caller gave them), blocks evicted, and the cache reset.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from typing import Protocol
+
+Pieces = Sequence[str] | Sequence[int]
+"""A prompt's tokens: the pieces of the project's token rule, or token ids."""
+
+
+class BlockEvents(Protocol):
+    """Hears the cache change, as an engine's KV-event publisher does."""
+
+    def stored(self, hashes: Sequence[int], parent: int | None, pieces: Pieces) -> None:
+        """Blocks are cached, each chained on the one before (`parent` before the first);
+        `pieces`: their tokens, block_size each, or empty when the caller gave none."""
+
+    def removed(self, block_hash: int) -> None:
+        """A cached block was evicted."""
+
+    def cleared(self) -> None:
+        """Every cached block was forgotten."""
 
 
 class _BlockTable:
     """The blocks one sequence holds, and how many of them are registered in the cache."""
 
-    __slots__ = ("blocks", "hashes", "num_hashed")
+    __slots__ = ("blocks", "hashes", "num_hashed", "pieces")
 
-    def __init__(self, blocks: list[int], hashes: Sequence[int], num_hashed: int) -> None:
+    def __init__(
+        self, blocks: list[int], hashes: Sequence[int], num_hashed: int, pieces: Pieces
+    ) -> None:
         self.blocks = blocks
         self.hashes = hashes
         self.num_hashed = num_hashed
+        self.pieces = pieces
 
 
 class BlockManager:
@@ -42,11 +66,12 @@ class BlockManager:
     allocate and append_slots change nothing and return False when too few blocks are free.
     """
 
-    def __init__(self, num_blocks: int, block_size: int) -> None:
+    def __init__(self, num_blocks: int, block_size: int, events: BlockEvents | None = None) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError("num_blocks and block_size must be >= 1")
         self.num_blocks = num_blocks
         self.block_size = block_size
+        self._events = events
         self._ref = [0] * num_blocks
         self._hash_of: list[int | None] = [None] * num_blocks
         self._cached: dict[int, int] = {}  # block hash -> block id, in use or free
@@ -102,13 +127,16 @@ class BlockManager:
         num_tokens: int,
         num_cached_blocks: int,
         query_tokens: int,
+        *,
+        pieces: Pieces = (),
     ) -> bool:
         """Give `seq_id` blocks for its first `num_tokens` tokens; False (no change) if short.
 
         The first `num_cached_blocks` blocks are the cached ones `match_prefix` found (shared,
         reference count + 1); the rest are taken from the free pool. Full blocks among the new
-        ones are registered under their hash as their tokens are computed. `query_tokens` and
-        the reused tokens feed the prefix-cache counters.
+        ones are registered under their hash as their tokens are computed (`pieces`: the
+        prompt's tokens, for the listener). `query_tokens` and the reused tokens feed the
+        prefix-cache counters.
         """
         if seq_id in self._tables:
             raise ValueError(f"sequence {seq_id!r} already holds blocks")
@@ -128,7 +156,7 @@ class BlockManager:
             ref[b] += 1
         for _ in range(needed - num_cached_blocks):
             hits.append(self._take())
-        table = _BlockTable(hits, block_hashes, num_cached_blocks)
+        table = _BlockTable(hits, block_hashes, num_cached_blocks, pieces)
         self._tables[seq_id] = table
         self._register(table, num_tokens)
         self.prefix_queries_tokens += query_tokens
@@ -161,13 +189,14 @@ class BlockManager:
                 else:
                     self._evictable[b] = None
 
-    def receive(self, block_hashes: Sequence[int]) -> int:
+    def receive(self, block_hashes: Sequence[int], pieces: Pieces = ()) -> int:
         """Blocks computed by another engine arrive, as in prefill/decode disaggregation: each
         one not cached yet takes a free block and is cached under its hash, as if computed here
         and freed, so the sequence they are for finds them with `match_prefix`. Stops before
         evicting a block received in this call; returns how many leading blocks are cached."""
         cached, ref, evictable = self._cached, self._ref, self._evictable
         received: set[int] = set()
+        new: list[int] = []  # indexes of the blocks cached by this call
         for i, h in enumerate(block_hashes):
             b = cached.get(h)
             if b is not None:
@@ -175,6 +204,7 @@ class BlockManager:
                     evictable.move_to_end(b)
                 continue
             if not self._fresh and (not evictable or next(iter(evictable)) in received):
+                self._tell_stored(block_hashes, new, pieces)
                 return i
             b = self._take()
             ref[b] = 0
@@ -182,6 +212,8 @@ class BlockManager:
             cached[h] = b
             evictable[b] = None
             received.add(b)
+            new.append(i)
+        self._tell_stored(block_hashes, new, pieces)
         return len(block_hashes)
 
     def reset_prefix_cache(self) -> bool:
@@ -192,6 +224,8 @@ class BlockManager:
         self._evictable.clear()
         self._hash_of = [None] * self.num_blocks
         self._fresh = list(range(self.num_blocks - 1, -1, -1))
+        if self._events is not None:
+            self._events.cleared()
         return True
 
     def _take(self) -> int:
@@ -204,6 +238,8 @@ class BlockManager:
             assert h is not None
             del self._cached[h]
             self._hash_of[b] = None
+            if self._events is not None:
+                self._events.removed(h)
         self._ref[b] = 1
         return b
 
@@ -213,6 +249,7 @@ class BlockManager:
         if full <= table.num_hashed:
             return
         cached = self._cached
+        new: list[int] = []
         for i in range(table.num_hashed, full):
             h = table.hashes[i]
             # A block with the same content may already be cached (two identical prompts
@@ -221,4 +258,23 @@ class BlockManager:
                 b = table.blocks[i]
                 cached[h] = b
                 self._hash_of[b] = h
+                new.append(i)
         table.num_hashed = full
+        if new:
+            self._tell_stored(table.hashes, new, table.pieces)
+
+    def _tell_stored(self, hashes: Sequence[int], new: list[int], pieces: Pieces) -> None:
+        """Tell the listener that blocks `new` (indexes into `hashes`, ascending) are cached:
+        one event per run of consecutive blocks, as each run chains on the block before it."""
+        events = self._events
+        if events is None or not new:
+            return
+        bs = self.block_size
+        start = 0
+        for k in range(1, len(new) + 1):
+            if k == len(new) or new[k] != new[k - 1] + 1:
+                first, end = new[start], new[k - 1] + 1
+                parent = hashes[first - 1] if first else None
+                tokens = pieces[first * bs : end * bs] if len(pieces) >= end * bs else ()
+                events.stored(hashes[first:end], parent, tokens)
+                start = k

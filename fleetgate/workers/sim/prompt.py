@@ -15,9 +15,8 @@ takes ~0.6 ms, ~0.5 ms of it the tokenizer regex and ~0.1 ms hashing 312 blocks;
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from fleetgate.tokens import split_tokens
 
@@ -34,6 +33,8 @@ class PromptBlocks:
     """Tokens per block the hashes were made for; must match the engine's."""
     block_hashes: tuple[int, ...]
     """Chained hash of each full block, first block first (num_tokens // block_size of them)."""
+    pieces: Sequence[str] | Sequence[int] = ()
+    """The tokens (the token rule's pieces, or the ids given), for KV events; () if unknown."""
 
     def __post_init__(self) -> None:
         if self.num_tokens < 1:
@@ -52,7 +53,7 @@ def from_text(text: str, block_size: int = 16) -> PromptBlocks:
         h = hash((h, tuple(tokens[start : start + block_size])))
         hashes.append(h)
     # An empty prompt still occupies one position (vLLM would hold the BOS token).
-    return PromptBlocks(max(n, 1), block_size, tuple(hashes))
+    return PromptBlocks(max(n, 1), block_size, tuple(hashes), tokens)
 
 
 def from_token_ids(token_ids: Sequence[int], block_size: int = 16) -> PromptBlocks:
@@ -63,7 +64,7 @@ def from_token_ids(token_ids: Sequence[int], block_size: int = 16) -> PromptBloc
     for start in range(0, n - block_size + 1, block_size):
         h = hash((h, tuple(token_ids[start : start + block_size])))
         hashes.append(h)
-    return PromptBlocks(max(n, 1), block_size, tuple(hashes))
+    return PromptBlocks(max(n, 1), block_size, tuple(hashes), token_ids)
 
 
 def synthetic(num_tokens: int, block_size: int, key: Hashable) -> PromptBlocks:
@@ -79,42 +80,3 @@ def synthetic(num_tokens: int, block_size: int, key: Hashable) -> PromptBlocks:
         h = hash((h, salt))
         hashes.append(h)
     return PromptBlocks(num_tokens, block_size, tuple(hashes))
-
-
-def message_text(content: str | Iterable[Mapping[str, Any]] | None) -> str:
-    """An OpenAI message's text: the string, or its text parts joined by newlines."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
-
-
-def render_chat(messages: Sequence[Mapping[str, Any]], continue_final: bool = False) -> str:
-    """The prompt text a chat template would make of OpenAI-style `messages`.
-
-    Each message becomes "<|{role}|>\\n{text}\\n" and the prompt ends with "<|assistant|>\\n"
-    (the generation header), with `text` from `message_text`. By the project's token rule this
-    adds 5 tokens per message ("<|", role, "|>", two newlines) and 5 for the closing header
-    ("assistant" is two tokens), as Llama-3's template does (a 4-token header and an end-of-turn
-    token per message; BOS and a 4-token assistant header). A message whose role is longer than
-    8 letters ("assistant") counts one more; content that starts or ends with whitespace merges
-    with the newline beside it and counts one less. A
-    conversation's rendering is a text prefix of the rendering after its reply and the next
-    turn are appended, so multi-turn prompts hit the prefix cache.
-
-    With `continue_final` (vLLM's continue_final_message) the last message, the assistant's,
-    is left open: no newline after its text and no generation header, so the prompt is the
-    original prompt plus the text being continued. ValueError if the last message is not the
-    assistant's.
-    """
-    parts: list[str] = []
-    for message in messages:
-        parts.append(f"<|{message['role']}|>\n{message_text(message.get('content'))}\n")
-    if not continue_final:
-        parts.append("<|assistant|>\n")
-        return "".join(parts)
-    if not messages or messages[-1]["role"] != "assistant":
-        raise ValueError("continue_final_message needs the last message to be the assistant's")
-    parts[-1] = parts[-1][:-1]
-    return "".join(parts)

@@ -19,15 +19,10 @@ from typing import Any
 
 import msgspec
 
+from fleetgate.chat_text import message_text, render_chat
 from fleetgate.tokens import count_tokens
 from fleetgate.workers.sim.plans import ChoicePlan, Shape, cut, plan_choice
-from fleetgate.workers.sim.prompt import (
-    PromptBlocks,
-    from_text,
-    from_token_ids,
-    message_text,
-    render_chat,
-)
+from fleetgate.workers.sim.prompt import PromptBlocks, from_text, from_token_ids
 from fleetgate.workers.sim.sampling import MAX_TOP_LOGPROBS
 from fleetgate.workers.sim.structured import check_response_format
 from fleetgate.workers.sim.tools import chosen_tool, parse_tools

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fleetgate.kv_events.wire import Encoding
 from fleetgate.workers.sim.faults import Faults
 from fleetgate.workers.sim.profiles import KV_LINK_GBPS
+
+
+@dataclass(frozen=True, slots=True)
+class KvEventsSpec:
+    """Where and how a sim worker publishes its KV-cache events (kv_publisher.py)."""
+
+    port: int = 0  # the PUB socket's; 0: any free port
+    replay_port: int = 0  # the ROUTER replay socket's; 0: any free port
+    encoding: Encoding = "map"  # "map": vLLM since June 2026, SGLang; "array": vLLM before
+    topic: str = "kv-events"
+    buffer: int = 10_000  # batches kept for replay
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,3 +33,4 @@ class SimSpec:
     seed: int | None = None
     kv_link_gbps: float = KV_LINK_GBPS  # what a remote prefill's KV crosses to reach it
     scheduling_policy: str = "fcfs"  # or "priority": requests' `priority` orders the queue
+    kv_events: KvEventsSpec | None = None  # publish KV-cache events; None: no publisher

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fleetgate.workers.sim.prompt import message_text
+from fleetgate.chat_text import message_text
 from fleetgate.workers.sim.structured import json_text
 
 

@@ -27,6 +27,7 @@ from fleetgate.workers.sim.embeddings import Embedder
 from fleetgate.workers.sim.engine import Engine
 from fleetgate.workers.sim.faults import Faults, FaultState
 from fleetgate.workers.sim.generation import Generator
+from fleetgate.workers.sim.kv_publisher import KvEventPublisher
 from fleetgate.workers.sim.metrics import WorkerMetrics
 from fleetgate.workers.sim.profiles import get_profile
 from fleetgate.workers.sim.render import CompletionRenderer, Renderer
@@ -46,7 +47,11 @@ class SimWorker:
         self.profile = get_profile(spec.profile)
         if spec.scheduling_policy not in ("fcfs", "priority"):
             raise ValueError(f"scheduling policy {spec.scheduling_policy!r}: fcfs or priority")
-        self.engine = Engine(self.profile, spec.scheduling_policy == "priority")
+        self.kv_events = (
+            None if spec.kv_events is None
+            else KvEventPublisher(spec.kv_events, self.profile.block_size, time.time, loop)
+        )  # fmt: skip
+        self.engine = Engine(self.profile, spec.scheduling_policy == "priority", self.kv_events)
         self.faults = FaultState(spec.faults, rng)
         self.metrics = WorkerMetrics(
             self.engine, spec.model, self.profile.block_size, self.profile.num_gpu_blocks
@@ -96,7 +101,10 @@ class SimWorker:
         return self.faults.faults.slowdown
 
     async def start(self, host: str, port: int) -> HttpServer:
+        """Listen (OSError when the port is taken; zmq.ZMQError for the KV-event ports)."""
         loop = asyncio.get_running_loop()
+        if self.kv_events is not None:
+            self.kv_events.start(host)
         self._task = loop.create_task(self.driver.run())
         self._server = await start_server(self.handle, send_error, host, port)
         if self.spec.heartbeat_url is not None:
@@ -126,6 +134,8 @@ class SimWorker:
             await client.close()
 
     async def stop(self) -> None:
+        if self.kv_events is not None:
+            self.kv_events.close()
         if self._task is not None:
             self._task.cancel()
         if self._heartbeat is not None:

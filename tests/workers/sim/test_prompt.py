@@ -7,14 +7,9 @@ from typing import Any
 
 import pytest
 
+from fleetgate.chat_text import message_text, render_chat
 from fleetgate.tokens import count_tokens, filler_text
-from fleetgate.workers.sim.prompt import (
-    from_text,
-    from_token_ids,
-    message_text,
-    render_chat,
-    synthetic,
-)
+from fleetgate.workers.sim.prompt import from_text, from_token_ids, synthetic
 
 
 def test_token_count_follows_the_project_rule() -> None:

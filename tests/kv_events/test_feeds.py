@@ -1,0 +1,177 @@
+"""The sim worker's publisher and the gateway's feed over real ZMQ sockets: batches in order,
+gaps replayed from the replay socket (or the backend forgotten when it cannot be), and an
+engine that restarts forgotten at its first batch."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from fleetgate.kv_events.feeds import EventFeed, FeedStatus, KvEventFeeds
+from fleetgate.kv_events.index import EngineBlockIndex
+from fleetgate.kv_events.settings import KvEventsConfig
+from fleetgate.tokens import token_ids
+from fleetgate.workers.sim.kv_publisher import KvEventPublisher
+from fleetgate.workers.sim.spec import KvEventsSpec
+
+BS = 2
+PIECES = [f" w{i}" for i in range(8)]  # 4 blocks
+IDS = token_ids(PIECES)
+
+
+async def publisher(buffer: int = 100, encoding: str = "map") -> KvEventPublisher:
+    spec = KvEventsSpec(encoding="array" if encoding == "array" else "map", buffer=buffer)
+    pub = KvEventPublisher(spec, BS, time.time, asyncio.get_running_loop())
+    pub.start("127.0.0.1")
+    return pub
+
+
+async def publish_blocks(pub: KvEventPublisher) -> None:
+    """Four batches, one block each, chained: sequences 0 to 3."""
+    for i in range(4):
+        pub.stored([1000 + i], 1000 + i - 1 if i else None, PIECES[i * BS : (i + 1) * BS])
+        await asyncio.sleep(0)  # the batch goes out at the end of this turn of the loop
+
+
+def frames(pub: KvEventPublisher, seq: int) -> list[bytes]:
+    """Message `seq` as the PUB socket sent it (from the publisher's replay buffer)."""
+    payload = dict(pub._buffer)[seq]
+    return [b"kv-events", seq.to_bytes(8, "big"), payload]
+
+
+def feed_of(pub: KvEventPublisher, ctx: zmq.asyncio.Context) -> tuple[EventFeed, EngineBlockIndex]:
+    index = EngineBlockIndex(1000)
+    settings = KvEventsConfig(
+        endpoint=pub.endpoint, replay_endpoint=pub.replay_endpoint, replay_timeout_s=2.0
+    )
+    return EventFeed(FeedStatus("m", "b"), settings, index, ctx, time.time), index
+
+
+async def test_a_gap_is_replayed_from_the_replay_socket() -> None:
+    pub = await publisher()
+    ctx = zmq.asyncio.Context()
+    try:
+        await publish_blocks(pub)
+        feed, index = feed_of(pub, ctx)
+        await feed.take(frames(pub, 0))
+        await feed.take(frames(pub, 3))  # 1 and 2 never arrived
+        assert (feed.status.replayed, feed.status.lost, feed.status.batches) == (1, 0, 4)
+        assert index.matches(IDS, ["b"]) == {"b": 8}
+    finally:
+        pub.close()
+        ctx.destroy(linger=0)
+
+
+async def test_a_gap_the_engine_no_longer_holds_forgets_the_backend() -> None:
+    pub = await publisher(buffer=1)  # keeps only the last batch
+    ctx = zmq.asyncio.Context()
+    try:
+        await publish_blocks(pub)
+        feed, index = feed_of(pub, ctx)
+        await feed.take([b"kv-events", b"\0" * 8, b""])  # seq 0, a batch that is not one
+        await feed.take(frames(pub, 3))
+        assert feed.status.lost == 1
+        assert feed.status.undecodable == 1  # the empty first batch
+        assert index.matches(IDS, ["b"]) == {}  # block 3 alone: its parent was forgotten
+    finally:
+        pub.close()
+        ctx.destroy(linger=0)
+
+
+async def test_a_sequence_that_goes_back_is_an_engine_restarted() -> None:
+    pub = await publisher()
+    ctx = zmq.asyncio.Context()
+    try:
+        await publish_blocks(pub)
+        feed, index = feed_of(pub, ctx)
+        for seq in range(4):
+            await feed.take(frames(pub, seq))
+        assert index.matches(IDS, ["b"]) == {"b": 8}
+        restarted = await publisher()  # a new engine process: sequences from 0
+        try:
+            restarted.stored([7], None, PIECES[:BS])
+            await asyncio.sleep(0)
+            await feed.take(frames(restarted, 0))
+        finally:
+            restarted.close()
+        assert feed.status.restarts == 1
+        assert index.matches(IDS, ["b"]) == {"b": 2}  # only what the new engine stored
+    finally:
+        pub.close()
+        ctx.destroy(linger=0)
+
+
+@pytest.mark.parametrize("encoding", ["map", "array"])
+async def test_feeds_follow_a_publisher_over_pub_sub(encoding: str) -> None:
+    pub = await publisher(encoding=encoding)
+    feeds = KvEventFeeds(time.time)
+    feeds.follow("m", "b", KvEventsConfig(endpoint=pub.endpoint))
+    feeds.start()
+    try:
+        index = feeds.index("m")
+        assert index is not None
+
+        def heard() -> bool:
+            pub.cleared()  # a SUB socket hears only what is sent once it has connected
+            return index.follows("b")
+
+        assert await eventually(heard)
+        await publish_blocks(pub)
+        assert await eventually(lambda: index.blocks("b") == 4)
+        assert index.matches(IDS, ["b"]) == {"b": 8}
+        (status,) = feeds.status()
+        assert status.blocks == 4
+        assert status.lost == 0
+        assert 0 <= status.lag_s < 1
+    finally:
+        await feeds.close()
+        pub.close()
+
+
+async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
+    for _ in range(int(timeout_s / 0.02)):
+        if check():
+            return True
+        await asyncio.sleep(0.02)
+    return check()
+
+
+async def test_a_feed_started_after_its_engine_reads_what_it_holds_from_the_replay() -> None:
+    pub = await publisher()
+    await publish_blocks(pub)  # before anyone listens
+    feeds = KvEventFeeds(time.time)
+    feeds.follow("m", "b", KvEventsConfig(endpoint=pub.endpoint,
+                                          replay_endpoint=pub.replay_endpoint))  # fmt: skip
+    feeds.start()
+    try:
+        index = feeds.index("m")
+        assert index is not None
+        assert await eventually(lambda: index.blocks("b") == 4)
+        assert index.matches(IDS, ["b"]) == {"b": 8}
+    finally:
+        await feeds.close()
+        pub.close()
+
+
+async def test_a_reconnection_to_the_same_engine_keeps_what_it_holds() -> None:
+    pub = await publisher()
+    ctx = zmq.asyncio.Context()
+    try:
+        await publish_blocks(pub)
+        feed, index = feed_of(pub, ctx)
+        for seq in range(4):
+            await feed.take(frames(pub, seq))
+        await feed.connected()  # its replay socket still has batch 3, as it was
+        assert feed.status.restarts == 0
+        assert index.matches(IDS, ["b"]) == {"b": 8}
+        await feed.take(frames(pub, 2))  # heard again (replayed, then delivered): skipped
+        assert feed.status.restarts == 0
+        assert feed.status.batches == 4
+    finally:
+        pub.close()
+        ctx.destroy(linger=0)
