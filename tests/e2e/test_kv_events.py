@@ -115,3 +115,19 @@ def test_an_engine_that_restarts_is_forgotten_at_its_first_batch(tmp_path: Path)
             # The new engine's prompt (4 blocks) is known, and nothing of the old one's.
             assert until(lambda: metric(url, BLOCKS, backend=backend) == 4)
             assert metric(url, restarts, backend=backend) == 1
+
+
+def test_built_in_sim_backends_publish_when_asked(tmp_path: Path) -> None:
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({"pools": [{"model": MODEL, "policy": "round_robin",
+        "backends": [
+            {"sim": "h100-llama3-8b", "kv_events": {}},
+            {"sim": "h100-llama3-8b", "kv_events": {"encoding": "array"}},
+        ]}]}))  # fmt: skip
+    with gateway(["--config", str(config)]) as (url, _):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        for topic in range(2):  # round robin: one each
+            client.chat.completions.create(model=MODEL, messages=prompt(topic), max_tokens=1)
+        assert until(lambda: metric(url, BLOCKS) >= 2 * 37)
+        assert metric(url, "fleetgate_kv_events_batches_total") >= 2
+        assert metric(url, "fleetgate_kv_events_undecodable_total") == 0

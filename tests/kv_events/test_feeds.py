@@ -1,12 +1,13 @@
 """The sim worker's publisher and the gateway's feed over real ZMQ sockets: batches in order,
-gaps replayed from the replay socket (or the backend forgotten when it cannot be), and an
-engine that restarts forgotten at its first batch."""
+gaps replayed from the replay socket (or the backend forgotten when it cannot be), a feed
+started late catching up, and an engine that restarts forgotten."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 import zmq
@@ -24,11 +25,23 @@ PIECES = [f" w{i}" for i in range(8)]  # 4 blocks
 IDS = token_ids(PIECES)
 
 
-async def publisher(buffer: int = 100, encoding: str = "map") -> KvEventPublisher:
+@asynccontextmanager
+async def publisher(buffer: int = 100, encoding: str = "map") -> AsyncIterator[KvEventPublisher]:
+    """A started publisher (an engine), closed after."""
     spec = KvEventsSpec(encoding="array" if encoding == "array" else "map", buffer=buffer)
     pub = KvEventPublisher(spec, BS, time.time, asyncio.get_running_loop())
     pub.start("127.0.0.1")
-    return pub
+    try:
+        yield pub
+    finally:
+        pub.close()
+
+
+@pytest.fixture
+async def ctx() -> AsyncIterator[zmq.asyncio.Context]:
+    context = zmq.asyncio.Context()
+    yield context
+    context.destroy(linger=0)
 
 
 async def publish_blocks(pub: KvEventPublisher) -> None:
@@ -52,87 +65,6 @@ def feed_of(pub: KvEventPublisher, ctx: zmq.asyncio.Context) -> tuple[EventFeed,
     return EventFeed(FeedStatus("m", "b"), settings, index, ctx, time.time), index
 
 
-async def test_a_gap_is_replayed_from_the_replay_socket() -> None:
-    pub = await publisher()
-    ctx = zmq.asyncio.Context()
-    try:
-        await publish_blocks(pub)
-        feed, index = feed_of(pub, ctx)
-        await feed.take(frames(pub, 0))
-        await feed.take(frames(pub, 3))  # 1 and 2 never arrived
-        assert (feed.status.replayed, feed.status.lost, feed.status.batches) == (1, 0, 4)
-        assert index.matches(IDS, ["b"]) == {"b": 8}
-    finally:
-        pub.close()
-        ctx.destroy(linger=0)
-
-
-async def test_a_gap_the_engine_no_longer_holds_forgets_the_backend() -> None:
-    pub = await publisher(buffer=1)  # keeps only the last batch
-    ctx = zmq.asyncio.Context()
-    try:
-        await publish_blocks(pub)
-        feed, index = feed_of(pub, ctx)
-        await feed.take([b"kv-events", b"\0" * 8, b""])  # seq 0, a batch that is not one
-        await feed.take(frames(pub, 3))
-        assert feed.status.lost == 1
-        assert feed.status.undecodable == 1  # the empty first batch
-        assert index.matches(IDS, ["b"]) == {}  # block 3 alone: its parent was forgotten
-    finally:
-        pub.close()
-        ctx.destroy(linger=0)
-
-
-async def test_a_sequence_that_goes_back_is_an_engine_restarted() -> None:
-    pub = await publisher()
-    ctx = zmq.asyncio.Context()
-    try:
-        await publish_blocks(pub)
-        feed, index = feed_of(pub, ctx)
-        for seq in range(4):
-            await feed.take(frames(pub, seq))
-        assert index.matches(IDS, ["b"]) == {"b": 8}
-        restarted = await publisher()  # a new engine process: sequences from 0
-        try:
-            restarted.stored([7], None, PIECES[:BS])
-            await asyncio.sleep(0)
-            await feed.take(frames(restarted, 0))
-        finally:
-            restarted.close()
-        assert feed.status.restarts == 1
-        assert index.matches(IDS, ["b"]) == {"b": 2}  # only what the new engine stored
-    finally:
-        pub.close()
-        ctx.destroy(linger=0)
-
-
-@pytest.mark.parametrize("encoding", ["map", "array"])
-async def test_feeds_follow_a_publisher_over_pub_sub(encoding: str) -> None:
-    pub = await publisher(encoding=encoding)
-    feeds = KvEventFeeds(time.time)
-    feeds.follow("m", "b", KvEventsConfig(endpoint=pub.endpoint))
-    feeds.start()
-    try:
-        index = feeds.index("m")
-        assert index is not None
-
-        def heard() -> bool:
-            pub.cleared()  # a SUB socket hears only what is sent once it has connected
-            return index.follows("b")
-
-        assert await eventually(heard)
-        await publish_blocks(pub)
-        assert await eventually(lambda: index.blocks("b") == 4)
-        assert index.matches(IDS, ["b"]) == {"b": 8}
-        (status,) = feeds.status()
-        assert status.blocks == 4
-        assert status.lost == 0
-        assert 0 <= status.lag_s < 1
-    finally:
-        await feeds.close()
-        pub.close()
-
-
 async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
     for _ in range(int(timeout_s / 0.02)):
         if check():
@@ -141,27 +73,48 @@ async def eventually(check: Callable[[], bool], timeout_s: float = 5.0) -> bool:
     return check()
 
 
-async def test_a_feed_started_after_its_engine_reads_what_it_holds_from_the_replay() -> None:
-    pub = await publisher()
-    await publish_blocks(pub)  # before anyone listens
-    feeds = KvEventFeeds(time.time)
-    feeds.follow("m", "b", KvEventsConfig(endpoint=pub.endpoint,
-                                          replay_endpoint=pub.replay_endpoint))  # fmt: skip
-    feeds.start()
-    try:
-        index = feeds.index("m")
-        assert index is not None
-        assert await eventually(lambda: index.blocks("b") == 4)
+async def test_a_gap_is_replayed_from_the_replay_socket(ctx: zmq.asyncio.Context) -> None:
+    async with publisher() as pub:
+        await publish_blocks(pub)
+        feed, index = feed_of(pub, ctx)
+        await feed.take(frames(pub, 0))
+        await feed.take(frames(pub, 3))  # 1 and 2 never arrived
+        assert (feed.status.replayed, feed.status.lost, feed.status.batches) == (1, 0, 4)
         assert index.matches(IDS, ["b"]) == {"b": 8}
-    finally:
-        await feeds.close()
-        pub.close()
 
 
-async def test_a_reconnection_to_the_same_engine_keeps_what_it_holds() -> None:
-    pub = await publisher()
-    ctx = zmq.asyncio.Context()
-    try:
+async def test_a_gap_the_engine_no_longer_keeps_forgets_the_backend(
+    ctx: zmq.asyncio.Context,
+) -> None:
+    async with publisher(buffer=1) as pub:  # keeps only the last batch
+        await publish_blocks(pub)
+        feed, index = feed_of(pub, ctx)
+        await feed.take([b"kv-events", b"\0" * 8, b""])  # seq 0, a batch that is not one
+        await feed.take(frames(pub, 3))
+        assert feed.status.lost == 1
+        assert feed.status.undecodable == 1  # the empty first batch
+        assert index.matches(IDS, ["b"]) == {}  # block 3 alone: its parent was forgotten
+
+
+async def test_a_sequence_that_goes_back_is_an_engine_restarted(ctx: zmq.asyncio.Context) -> None:
+    async with publisher() as pub:
+        await publish_blocks(pub)
+        feed, index = feed_of(pub, ctx)
+        for seq in range(4):
+            await feed.take(frames(pub, seq))
+        assert index.matches(IDS, ["b"]) == {"b": 8}
+        async with publisher() as restarted:  # a new engine process: sequences from 0
+            restarted.stored([7], None, PIECES[:BS])
+            await asyncio.sleep(0)
+            await feed.take(frames(restarted, 0))
+        assert feed.status.restarts == 1
+        assert index.matches(IDS, ["b"]) == {"b": 2}  # only what the new engine stored
+
+
+async def test_a_reconnection_to_the_same_engine_keeps_what_it_holds(
+    ctx: zmq.asyncio.Context,
+) -> None:
+    async with publisher() as pub:
         await publish_blocks(pub)
         feed, index = feed_of(pub, ctx)
         for seq in range(4):
@@ -172,6 +125,44 @@ async def test_a_reconnection_to_the_same_engine_keeps_what_it_holds() -> None:
         await feed.take(frames(pub, 2))  # heard again (replayed, then delivered): skipped
         assert feed.status.restarts == 0
         assert feed.status.batches == 4
-    finally:
-        pub.close()
-        ctx.destroy(linger=0)
+
+
+@pytest.mark.parametrize("encoding", ["map", "array"])
+async def test_feeds_follow_a_publisher_over_pub_sub(encoding: str) -> None:
+    async with publisher(encoding=encoding) as pub:
+        feeds = KvEventFeeds(time.time)
+        feeds.follow("m", "b", KvEventsConfig(endpoint=pub.endpoint))  # no replay socket
+        feeds.start()
+        try:
+            index = feeds.index("m")
+            assert index is not None
+
+            def heard() -> bool:
+                pub.cleared()  # a SUB socket hears only what is sent once it has connected
+                return index.follows("b")
+
+            assert await eventually(heard)
+            await publish_blocks(pub)
+            assert await eventually(lambda: index.blocks("b") == 4)
+            assert index.matches(IDS, ["b"]) == {"b": 8}
+            (status,) = feeds.status()
+            assert (status.blocks, status.lost) == (4, 0)
+            assert 0 <= status.lag_s < 1
+        finally:
+            await feeds.close()
+
+
+async def test_a_feed_started_after_its_engine_reads_what_it_holds_from_the_replay() -> None:
+    async with publisher() as pub:
+        await publish_blocks(pub)  # before anyone listens
+        feeds = KvEventFeeds(time.time)
+        settings = KvEventsConfig(endpoint=pub.endpoint, replay_endpoint=pub.replay_endpoint)
+        feeds.follow("m", "b", settings)
+        feeds.start()
+        try:
+            index = feeds.index("m")
+            assert index is not None
+            assert await eventually(lambda: index.blocks("b") == 4)
+            assert index.matches(IDS, ["b"]) == {"b": 8}
+        finally:
+            await feeds.close()
