@@ -1,0 +1,82 @@
+"""The prefix_cache scorer with engines that report what they hold: a followed backend scores
+by its engine's blocks, the others by the decision-based index, and a prompt the gateway
+cannot tokenize by the index alone."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+
+from fleetgate.chat_text import render_chat
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.pool import Pool
+from fleetgate.kv_events.index import EngineBlockIndex
+from fleetgate.kv_events.wire import Stored
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.prefix_cache import PrefixCacheScorer
+from fleetgate.routing.prompt_tokens import prompt_token_ids
+from fleetgate.routing.registry import PluginContext
+from fleetgate.tokens import split_tokens, token_ids
+from fleetgate.workers.sim.prompt import from_text
+
+BS = 16
+MESSAGES = [{"role": "system", "content": "be brief " * 60}, {"role": "user", "content": "hi"}]
+
+
+def chat(messages: list[dict[str, str]]) -> RoutingRequest:
+    """As the gateway's edge makes it: each message's JSON, joined by commas."""
+    prompt = b",".join(msgspec.json.encode(m) for m in messages)
+    return RoutingRequest("m", "chat", False, prompt=prompt)
+
+
+def test_a_chat_prompt_becomes_the_ids_the_sim_engine_computes() -> None:
+    ids = prompt_token_ids(chat(MESSAGES))
+    text = render_chat(MESSAGES)
+    assert ids == token_ids(split_tokens(text))
+    assert ids is not None
+    assert len(ids) == from_text(text, BS).num_tokens
+    completion = RoutingRequest("m", "completions", False, prompt=b"once upon a time")
+    assert prompt_token_ids(completion) == token_ids(split_tokens("once upon a time"))
+
+
+def test_prompts_it_cannot_tokenize_give_none() -> None:
+    assert prompt_token_ids(RoutingRequest("m", "completions", False, prompt=b"[1,2,3]")) is None
+    assert prompt_token_ids(RoutingRequest("m", "completions", False, prompt=b'"a""b"')) is None
+    assert prompt_token_ids(RoutingRequest("m", "chat", False, prompt=b"{not json")) is None
+    assert prompt_token_ids(RoutingRequest("m", "chat", False, prompt=b'{"content":"x"}')) is None
+    assert prompt_token_ids(RoutingRequest("m", "responses", False, prompt=b"hello")) is None
+
+
+def scorer_over(n: int, engine: EngineBlockIndex) -> tuple[PrefixCacheScorer, list[BackendState]]:
+    states = [BackendState(Backend(f"b{i}", f"http://127.0.0.1:{9100 + i}", ("m",)))
+              for i in range(n)]  # fmt: skip
+    ctx = PluginContext(random.Random(1), Pool("m", states).board)
+    return PrefixCacheScorer(ctx.loads, engine_blocks=engine), states
+
+
+def test_a_followed_backend_scores_by_its_engines_blocks_the_others_by_the_index() -> None:
+    engine = EngineBlockIndex(10_000)
+    scorer, states = scorer_over(3, engine)
+    request = chat(MESSAGES)
+    ids = prompt_token_ids(request)
+    assert ids is not None
+    held = 4 * BS  # b1's engine holds the first 4 blocks
+    engine.apply("b1", [Stored(tuple(range(4)), None, tuple(ids[:held]), BS)])
+    engine.apply("b0", [Stored((9,), None, tuple(range(BS)), BS)])  # b0: something else
+    scorer.chosen(request, states[2], 0.0)  # b2 (no events) was sent this prompt
+    shares = scorer.score(request, states, 0.0)
+    assert shares[0] == 0.0  # its engine says it holds none of it, whatever was sent there
+    assert shares[1] == held / len(ids)
+    assert shares[2] > 0.9  # by the decision-based index: the whole prompt, less a block
+    scorer.chosen(request, states[0], 0.0)  # sent to b0: its engine, not the index, decides
+    assert scorer.score(request, states, 0.0)[0] == 0.0
+
+
+def test_a_prompt_it_cannot_tokenize_falls_back_to_the_index() -> None:
+    engine = EngineBlockIndex(10_000)
+    scorer, states = scorer_over(2, engine)
+    engine.apply("b0", [Stored((1,), None, tuple(range(BS)), BS)])  # followed
+    request = RoutingRequest("m", "completions", False, prompt=b"[" + b"1," * 400 + b"2]")
+    scorer.chosen(request, states[0], 0.0)
+    assert scorer.score(request, states, 0.0)[0] > 0.9  # the index's answer
