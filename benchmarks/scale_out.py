@@ -104,9 +104,9 @@ def sims(slowdown: float, kv_events: bool) -> Iterator[list[dict[str, Any]]]:
 
 @contextmanager
 def gateways(count: int, backends: list[dict[str, Any]], redis: str | None, workdir: Path,
-             sync_s: float) -> Iterator[list[str]]:  # fmt: skip
+             syncs: dict[str, float]) -> Iterator[list[str]]:  # fmt: skip
     config = workdir / "gw.yaml"
-    state = {"state": {"url": redis, "sync_s": sync_s}} if redis is not None else {}
+    state = {"state": {"url": redis, **syncs}} if redis is not None else {}
     config.write_text(json.dumps({
         "pools": [{"model": MODEL, "backends": backends}],
         "request_log": {"enabled": False}, **state,
@@ -259,9 +259,9 @@ def run_one(
         redis = stack.enter_context(redis_server()) if shared else None
         backends = stack.enter_context(sims(args.slowdown, kv_events))
         urls = [b["url"] for b in backends]
-        gws = stack.enter_context(
-            gateways(count, backends, None if redis is None else redis.url, workdir, args.sync_s)
-        )
+        syncs = {"sync_s": args.sync_s, "load_sync_s": args.load_sync_s}
+        url = None if redis is None else redis.url
+        gws = stack.enter_context(gateways(count, backends, url, workdir, syncs))
         stop = threading.Event()
         sampler = threading.Thread(target=sample, args=(urls, gws, stop, run), daemon=True)
         sampler.start()
@@ -329,6 +329,9 @@ def main() -> int:
     parser.add_argument("--slowdown", type=float, default=4.0)
     parser.add_argument("--unshared", action="store_true", help="also without Redis")
     parser.add_argument("--sync-s", type=float, default=0.05, help="the gateways' state.sync_s")
+    parser.add_argument(
+        "--load-sync-s", type=float, default=0.01, help="the gateways' state.load_sync_s"
+    )
     parser.add_argument(
         "--kill-redis", action="store_true",
         help="kill Redis a third into each shared run, start it again at two thirds",

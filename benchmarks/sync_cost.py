@@ -1,11 +1,11 @@
 """What sharing the routing state costs an idle gateway: its CPU while it only syncs.
 
-    .venv/bin/python benchmarks/sync_cost.py [--seconds 10] [--sync-s 0.05,0.02]
+    .venv/bin/python benchmarks/sync_cost.py [--seconds 10] [--syncs 0.05/0.05,0.05/0.01]
 
 Two gateways over one pool of 8 sim workers, sending nothing: first without `state.url`
-(their own timers alone), then on one Redis at each `sync_s`. For each, the CPU one gateway
-used over `--seconds`, as a share of a core, beside the unshared gateway's measured in the
-same run (a ratio).
+(their own timers alone), then on one Redis at each `sync_s`/`load_sync_s` pair. For each,
+the CPU one gateway used over `--seconds`, as a share of a core, beside the unshared
+gateway's measured in the same run (a ratio).
 """
 
 from __future__ import annotations
@@ -59,15 +59,20 @@ def idle_cpu(urls: list[str], state: dict[str, object], seconds: float) -> float
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--sync-s", default="0.05,0.02")
+    parser.add_argument(
+        "--syncs", default="0.05/0.05,0.05/0.01,0.02/0.02",
+        help="sync_s/load_sync_s pairs, comma-separated",
+    )  # fmt: skip
     args = parser.parse_args()
     with sims() as urls:
         alone = idle_cpu(urls, {}, args.seconds)
-        print(f"no state.url          {alone * 100:5.1f}% of a core")
-        for sync_s in (float(s) for s in args.sync_s.split(",")):
+        print(f"no state.url                      {alone * 100:5.1f}% of a core")
+        for pair in args.syncs.split(","):
+            sync_s, load_sync_s = (float(s) for s in pair.split("/"))
+            state = {"sync_s": sync_s, "load_sync_s": load_sync_s}
             with redis_server() as redis:
-                used = idle_cpu(urls, {"url": redis.url, "sync_s": sync_s}, args.seconds)
-            print(f"state.sync_s {sync_s:<8g} {used * 100:5.1f}% of a core"
+                used = idle_cpu(urls, {"url": redis.url, **state}, args.seconds)
+            print(f"sync_s {sync_s:g}, load_sync_s {load_sync_s:<6g} {used * 100:5.1f}% of a core"
                   f"  ({used / alone:.2f}x the unshared gateway's)")  # fmt: skip
     return 0
 

@@ -181,8 +181,8 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
             "$.cache.store: redis keeps answers in the Redis of `state.url`; set it",
         ),
         (
-            {**one_pool(), "state": {"sync_s": 0.5, "ttl_s": 1.0}},
-            "`ttl_s` (1) must be at least 4 x `sync_s` (0.5)",
+            {**one_pool(), "state": {"load_sync_s": 0.5, "ttl_s": 1.0}},
+            "`ttl_s` (1) must be at least 4 x `load_sync_s` (0.5)",
         ),
         (
             {**one_pool(), "server": {"admin": True, "host": "0.0.0.0"}},

@@ -4,7 +4,8 @@ others on one Redis (`state.url`; none: this process's own, as one gateway alone
     state:
       url: redis://cache:6379/0   # or `fleetgate serve --state redis://cache:6379/0`
       key_prefix: fleetgate       # of the Redis keys, to share one Redis between fleets
-      sync_s: 0.05                # each gateway publishes its counts and reads the others'
+      sync_s: 0.05                # each gateway publishes its decisions and reads the others'
+      load_sync_s: 0.01           # ... and its in-flight counts (the load board alone)
       ttl_s: 2.0                  # how long a dead gateway's counts outlive it
 
 Shared: each pool's load board (shared/load_board.py), so every gateway routes by the
@@ -12,7 +13,9 @@ requests all of them have in flight; each pool's prefix index (shared/prefix_ind
 prompt's follow-up goes where any gateway sent its prefix; each pool's session table and the
 Responses pins (shared/tables.py), so a conversation stays home whichever gateway its turns
 reach. What is shared is never waited for by a request: it is read from memory, and synced in
-the background every `sync_s`.
+the background: the load boards every `load_sync_s` (one Redis command per pool: the
+in-flight counts change with every request, and routing is only as good as they are fresh),
+the rest every `sync_s`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import asyncio
 import logging
 import random
 import secrets
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from fleetgate.clock import Clock
 from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
@@ -46,15 +51,18 @@ class StateSettings(Settings, frozen=True):
     url: str | None = None  # redis://host:port/db; None: nothing shared
     key_prefix: str = "fleetgate"
     sync_s: float = 0.05
+    load_sync_s: float = 0.01
     ttl_s: float = 2.0
 
     def __post_init__(self) -> None:
         positive_seconds("sync_s", self.sync_s)
+        positive_seconds("load_sync_s", self.load_sync_s)
         positive_seconds("ttl_s", self.ttl_s)
-        if self.ttl_s < 4 * self.sync_s:
+        if self.ttl_s < 4 * self.load_sync_s:
             raise ValueError(
-                f"`ttl_s` ({self.ttl_s:g}) must be at least 4 x `sync_s` ({self.sync_s:g}): a "
-                "live gateway's counts would lapse between two of its syncs"
+                f"`ttl_s` ({self.ttl_s:g}) must be at least 4 x `load_sync_s` "
+                f"({self.load_sync_s:g}): a live gateway's counts would lapse between two of "
+                "its syncs"
             )
 
 
@@ -86,7 +94,7 @@ class RoutingState:
             tuple[str, str, SharedPrefixIndex | SharedSessionTable | SharedPins]
         ] = []
         self._tasks = PeriodicTasks(rng, clock)
-        self._broken: set[int] = set()  # parts whose last sync raised (logged once)
+        self._broken: set[tuple[str, int]] = set()  # parts whose last sync raised (logged once)
 
     def load_board(self, name: str) -> LoadBoard:
         """A new pool's board; `name` tells the pools apart on a shared Redis."""
@@ -149,18 +157,29 @@ class RoutingState:
 
     def start(self) -> None:
         if self._client is not None:
-            self._tasks.every(self._settings.sync_s, 0.1, self.sync, wait_first=False)
+            s = self._settings
+            self._tasks.every(s.load_sync_s, 0.1, self.sync_loads, wait_first=False)
+            self._tasks.every(s.sync_s, 0.1, self.sync_decisions, wait_first=False)
 
     async def sync(self) -> None:
-        """Everything shared synced once (each part falls back by itself when Redis is
-        away). A part that fails otherwise (a bug, or a Redis that answers what no part
-        expects) is logged and tried again at the next sync: the others and the syncs go on."""
-        done = await asyncio.gather(
-            *(board.sync() for _, board in self._boards),
-            *(shared.sync() for _, _, shared in self._synced),
-            return_exceptions=True,
-        )
-        for part, result in enumerate(done):
+        """Everything shared synced once."""
+        await asyncio.gather(self.sync_loads(), self.sync_decisions())
+
+    async def sync_loads(self) -> None:
+        """Each pool's load board synced once."""
+        await self._sync_parts("load", [board.sync() for _, board in self._boards])
+
+    async def sync_decisions(self) -> None:
+        """The prefix indexes, session tables and Responses pins synced once."""
+        await self._sync_parts("decisions", [shared.sync() for _, _, shared in self._synced])
+
+    async def _sync_parts(self, kind: str, syncs: list[Coroutine[Any, Any, bool]]) -> None:
+        """Each part falls back by itself when Redis is away. A part that fails otherwise (a
+        bug, or a Redis that answers what no part expects) is logged once and tried again at
+        the next sync: the others and the syncs go on."""
+        done = await asyncio.gather(*syncs, return_exceptions=True)
+        for n, result in enumerate(done):
+            part = (kind, n)
             if not isinstance(result, Exception):
                 self._broken.discard(part)
             elif part not in self._broken:  # once, until it syncs again
