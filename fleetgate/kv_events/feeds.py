@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Iterator
 from dataclasses import dataclass
@@ -44,6 +45,8 @@ from fleetgate.kv_events.index import EngineBlockIndex
 from fleetgate.kv_events.settings import KvEventsConfig
 from fleetgate.kv_events.wire import WireError, decode_batch
 from fleetgate.routing.prefix_index import entries_for
+
+log = logging.getLogger(__name__)
 
 INDEX_MEMORY_MB = 64.0  # each pool's EngineBlockIndex, as the prefix_cache scorer's default
 RECENT = 256  # batches remembered (sequence -> hash of its bytes) to tell a replayed one again
@@ -84,6 +87,7 @@ class EventFeed:
         self._next: int | None = None  # the sequence expected next; None before the first
         self._recent: OrderedDict[int, int] = OrderedDict()  # seq -> hash of its bytes
         self._lock = asyncio.Lock()  # one message, or one connection's replay, at a time
+        self._said = False  # a failure was logged
 
     async def run(self) -> None:
         sub = self._ctx.socket(zmq.SUB)
@@ -94,7 +98,11 @@ class EventFeed:
         sub.connect(self._settings.endpoint or "")
         try:
             while True:
-                await self.take(await sub.recv_multipart())
+                frames = await sub.recv_multipart()
+                try:
+                    await self.take(frames)
+                except Exception:  # a bug, or a batch no check foresaw: the feed goes on
+                    self._broke("applying a KV-event batch")
         finally:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -107,7 +115,17 @@ class EventFeed:
         while True:
             event = parse_monitor_message(await monitor.recv_multipart())
             if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-                await self.connected()
+                try:
+                    await self.connected()
+                except Exception:
+                    self._broke("checking a reconnected KV-event publisher")
+
+    def _broke(self, doing: str) -> None:
+        """Count it with the undecodable, and say it once per feed."""
+        self.status.undecodable += 1
+        if not self._said:
+            self._said = True
+            log.exception("%s from %s failed", doing, self.status.backend)
 
     async def connected(self) -> None:
         """The SUB socket (re)connected: catch up, or check the engine is the same one."""
@@ -206,7 +224,7 @@ class EventFeed:
                 try:
                     async with asyncio.timeout(self._settings.replay_timeout_s):
                         frames = await dealer.recv_multipart()
-                except TimeoutError:
+                except (TimeoutError, zmq.ZMQError):
                     return
                 # [b"", seq, batch], or [b"", topic, seq, batch] (vLLM since 2026); the end
                 # marker's batch is empty.

@@ -104,6 +104,18 @@ class EngineBlockIndex:
         self._block_size.pop(backend_id, None)
         self._held.forget(backend_id)
 
+    def deepest(self, ids: Sequence[int], limit: int) -> list[str]:
+        """Up to `limit` of the backends holding the longest prefix of `ids`, deepest first."""
+        sizes = {bs for bs in self._block_size.values() if bs}
+        ranked: list[tuple[int, str]] = []
+        for bs in sizes:
+            keys = token_keys(ids, bs)
+            among = [b for b, size in self._block_size.items() if size == bs]
+            for backend, blocks in self._held.matches(keys, among).items():
+                ranked.append((blocks * bs, backend))
+        ranked.sort(key=lambda pair: -pair[0])
+        return [backend for _, backend in ranked[:limit]]
+
     def matches(self, ids: Sequence[int], among: Sequence[str]) -> dict[str, int]:
         """Per followed backend of `among` holding the prompt's first block, how many of its
         leading tokens it holds (whole blocks)."""

@@ -136,7 +136,16 @@ class PrefixCacheScorer:
         return self._tokens
 
     def nominate(self, request: RoutingRequest, now: float) -> list[str]:
-        return self.index.deepest(self._hashes_of(request), self._max_nominees)
+        """The backends holding the deepest prefix: by their engines' word first, when some
+        report, then by the decision-based index."""
+        limit = self._max_nominees
+        found = self.index.deepest(self._hashes_of(request), limit)
+        engine = self._engine_blocks
+        tokens = None if engine is None else self._token_ids(request)
+        if engine is None or not tokens:
+            return found
+        held = engine.deepest(tokens, limit)
+        return [*held, *(b for b in found if b not in held)][:limit]
 
     def chosen(self, request: RoutingRequest, state: BackendState, now: float) -> None:
         hashes = self._hashes_of(request)

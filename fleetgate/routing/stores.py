@@ -70,6 +70,10 @@ class EngineBlocks(Protocol):
         the prompt's leading tokens (`ids`) it holds."""
         ...
 
+    def deepest(self, ids: Sequence[int], limit: int) -> list[str]:
+        """Up to `limit` of the backends whose engines hold the longest prefix of `ids`."""
+        ...
+
 
 class SessionTable(Protocol):
     """Session key (the x-session-id header, else the body's `user`) -> the id of the backend

@@ -80,3 +80,15 @@ def test_a_prompt_it_cannot_tokenize_falls_back_to_the_index() -> None:
     request = RoutingRequest("m", "completions", False, prompt=b"[" + b"1," * 400 + b"2]")
     scorer.chosen(request, states[0], 0.0)
     assert scorer.score(request, states, 0.0)[0] > 0.9  # the index's answer
+
+
+def test_a_large_pools_shortlist_names_the_engines_that_hold_the_prompt_first() -> None:
+    engine = EngineBlockIndex(10_000)
+    scorer, states = scorer_over(3, engine)
+    request = chat(MESSAGES)
+    ids = prompt_token_ids(request)
+    assert ids is not None
+    engine.apply("b1", [Stored((1, 2), None, tuple(ids[: 2 * BS]), BS)])
+    engine.apply("b0", [Stored((3,), None, tuple(ids[:BS]), BS)])
+    scorer.chosen(request, states[2], 0.0)  # b2 by the decision-based index
+    assert scorer.nominate(request, 0.0) == ["b1", "b0", "b2"]
