@@ -12,7 +12,8 @@ engine still keeps from `start` on, then one whose batch is empty). Each PUB mes
   cannot be trusted: it is forgotten, and the feed goes on from this batch;
 - an earlier one: a batch already applied (the same bytes: replayed, then heard) is skipped;
   any other means the engine restarted (sequences start at 0 in each engine process): its
-  blocks are forgotten, then this batch is applied.
+  blocks are forgotten, what the new engine sent before this batch is read from the replay
+  socket, then this batch is applied.
 ZMQ delivers only what is published after the SUB socket connects, so at each connection the
 feed asks the replay socket:
 - the first time, for everything the engine keeps: a gateway started after its engines learns
@@ -175,6 +176,8 @@ class EventFeed:
                     self.status.restarts += 1
                     self._index.forget(self.status.backend)
                     self._recent.clear()
+                    self._next = None
+                    await self._catch_up(seq)  # what the new engine sent before this
                 else:
                     await self._fill(expected, seq)
             self._apply(seq, payload)

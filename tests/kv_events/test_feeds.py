@@ -19,6 +19,7 @@ from fleetgate.kv_events.settings import KvEventsConfig
 from fleetgate.tokens import token_ids
 from fleetgate.workers.sim.kv_publisher import KvEventPublisher
 from fleetgate.workers.sim.spec import KvEventsSpec
+from tests.e2e.procs import free_port
 
 BS = 2
 PIECES = [f" w{i}" for i in range(8)]  # 4 blocks
@@ -26,9 +27,11 @@ IDS = token_ids(PIECES)
 
 
 @asynccontextmanager
-async def publisher(buffer: int = 100, encoding: str = "map") -> AsyncIterator[KvEventPublisher]:
+async def publisher(
+    buffer: int = 100, encoding: str = "map", ports: tuple[int, int] = (0, 0)
+) -> AsyncIterator[KvEventPublisher]:
     """A started publisher (an engine), closed after."""
-    spec = KvEventsSpec(encoding="array" if encoding == "array" else "map", buffer=buffer)
+    spec = KvEventsSpec(*ports, encoding="array" if encoding == "array" else "map", buffer=buffer)
     pub = KvEventPublisher(spec, BS, time.time, asyncio.get_running_loop())
     pub.start("127.0.0.1")
     try:
@@ -109,6 +112,25 @@ async def test_a_sequence_that_goes_back_is_an_engine_restarted(ctx: zmq.asyncio
             await feed.take(frames(restarted, 0))
         assert feed.status.restarts == 1
         assert index.matches(IDS, ["b"]) == {"b": 2}  # only what the new engine stored
+
+
+async def test_a_restarted_engine_heard_late_is_read_from_its_first_batch(
+    ctx: zmq.asyncio.Context,
+) -> None:
+    ports = (free_port(), free_port())
+    async with publisher(ports=ports) as pub:
+        await publish_blocks(pub)
+        feed, index = feed_of(pub, ctx)
+        for seq in range(4):
+            await feed.take(frames(pub, seq))
+    async with publisher(ports=ports) as restarted:  # the same ports, sequences from 0
+        restarted.stored([7], None, PIECES[:BS])
+        await asyncio.sleep(0)
+        restarted.stored([8], 7, PIECES[BS : 2 * BS])
+        await asyncio.sleep(0)
+        await feed.take(frames(restarted, 1))  # its batch 0 never arrived
+        assert feed.status.restarts == 1
+        assert index.matches(IDS, ["b"]) == {"b": 4}  # batch 0 from the replay, then 1
 
 
 async def test_a_reconnection_to_the_same_engine_keeps_what_it_holds(
