@@ -16,6 +16,7 @@ import zmq.asyncio
 from fleetgate.kv_events.feeds import EventFeed, FeedStatus, KvEventFeeds
 from fleetgate.kv_events.index import EngineBlockIndex
 from fleetgate.kv_events.settings import KvEventsConfig
+from fleetgate.kv_events.wire import Removed, decode_batch
 from fleetgate.tokens import token_ids
 from fleetgate.workers.sim.kv_publisher import KvEventPublisher
 from fleetgate.workers.sim.spec import KvEventsSpec
@@ -188,3 +189,18 @@ async def test_a_feed_started_after_its_engine_reads_what_it_holds_from_the_repl
             assert index.matches(IDS, ["b"]) == {"b": 8}
         finally:
             await feeds.close()
+
+
+async def test_a_steps_evictions_go_out_as_one_event_in_their_place() -> None:
+    async with publisher() as pub:
+        pub.stored([1], None, PIECES[:BS])
+        pub.removed(5)
+        pub.removed(6)
+        pub.cleared()
+        pub.removed(7)
+        await asyncio.sleep(0)
+        ((_, payload),) = pub._buffer
+        events = decode_batch(payload).events
+        assert [type(e).__name__ for e in events] == ["Stored", "Removed", "Cleared", "Removed"]
+        assert events[1] == Removed((5, 6), "GPU")
+        assert events[3] == Removed((7,), "GPU")

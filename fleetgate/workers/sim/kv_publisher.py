@@ -45,6 +45,8 @@ class KvEventPublisher:
         self._loop = loop
         self._topic = spec.topic.encode()
         self._pending: list[Event] = []
+        self._evicted: list[int] = []  # evictions since the last other event
+        self._scheduled = False  # a flush is due at the end of this turn of the loop
         self._seq = itertools.count()
         self._buffer: deque[tuple[int, bytes]] = deque(maxlen=spec.buffer)
         self._ctx = zmq.asyncio.Context()
@@ -75,22 +77,31 @@ class KvEventPublisher:
                          tuple(token_ids(pieces)), self._block_size, None, "GPU"))  # fmt: skip
 
     def removed(self, block_hash: int) -> None:
-        pending = self._pending
-        last = pending[-1] if pending else None
-        if isinstance(last, Removed):  # one event for a step's evictions
-            pending[-1] = Removed((*last.hashes, block_hash & _MASK), "GPU")
-        else:
-            self._add(Removed((block_hash & _MASK,), "GPU"))
+        self._schedule()
+        self._evicted.append(block_hash & _MASK)  # one event for a run of evictions
 
     def cleared(self) -> None:
         self._add(Cleared())
 
     def _add(self, event: Event) -> None:
-        if not self._pending:
-            self._loop.call_soon(self._flush)
+        self._schedule()
+        self._end_evictions()
         self._pending.append(event)
 
+    def _end_evictions(self) -> None:
+        if self._evicted:
+            self._pending.append(Removed(tuple(self._evicted), "GPU"))
+            self._evicted = []
+
+    def _schedule(self) -> None:
+        """The batch goes out at the end of this turn of the loop (one engine step)."""
+        if not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush)
+
     def _flush(self) -> None:
+        self._scheduled = False
+        self._end_evictions()
         events, self._pending = self._pending, []
         seq = next(self._seq)
         payload = encode_batch(Batch(self._clock(), tuple(events), 0), self._spec.encoding)
