@@ -204,3 +204,21 @@ async def test_a_steps_evictions_go_out_as_one_event_in_their_place() -> None:
         assert [type(e).__name__ for e in events] == ["Stored", "Removed", "Cleared", "Removed"]
         assert events[1] == Removed((5, 6), "GPU")
         assert events[3] == Removed((7,), "GPU")
+
+
+async def test_the_sims_replay_socket_refuses_what_is_not_a_replay_request(
+    ctx: zmq.asyncio.Context,
+) -> None:
+    async with publisher() as pub:
+        await publish_blocks(pub)
+        junk = ctx.socket(zmq.DEALER)
+        junk.setsockopt(zmq.LINGER, 0)
+        junk.connect(pub.replay_endpoint)
+        await junk.send_multipart([b"", b"x" * 100_000])  # over its size limit: dropped
+        await junk.send_multipart([b"", b"short"])  # not 8 bytes: ignored
+        junk.close()
+        feed, index = feed_of(pub, ctx)
+        await feed.take(frames(pub, 0))
+        await feed.take(frames(pub, 3))  # the gap is still replayed for others
+        assert feed.status.replayed == 1
+        assert index.matches(IDS, ["b"]) == {"b": 8}

@@ -52,6 +52,7 @@ class KvEventPublisher:
         self._ctx = zmq.asyncio.Context()
         self._pub: zmq.Socket[bytes] = zmq.Socket(self._ctx, zmq.PUB)  # sends without waiting
         self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.MAXMSGSIZE, 64)  # a replay request is 8 bytes
         self._replaying: asyncio.Task[None] | None = None
         self.endpoint = ""
         self.replay_endpoint = ""
