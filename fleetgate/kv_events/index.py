@@ -9,6 +9,11 @@ names only the engine's hash) finds it, and a stored block's parent (the engine'
 its chain's seed. A prompt's keys are the same chain over its own token ids
 (routing/prompt_tokens.py), cut at the engine's block size.
 
+An engine reports a prompt's blocks once it has computed them, a step or a queue after the
+gateway sent it; a second request with the same prefix sent meanwhile would find nothing. So
+the scorer also tells the index where it sends each prompt (`expect`): those blocks count as
+held by that backend until its engine reports them or `PENDING_S` passes, whichever is first.
+
 Blocks stored for a LoRA adapter or in an offload tier (medium other than GPU) are not
 indexed: a base-model prompt cannot use the first, and the second is slower than the load
 guard assumes. A stored event whose parent this index does not hold (it heard the stream from
@@ -21,12 +26,16 @@ more than it could hold, or never reports evicting, costs no more.
 from __future__ import annotations
 
 from array import array
+from collections import deque
 from collections.abc import Iterable, Sequence
 
 from xxhash import xxh3_64_intdigest
 
 from fleetgate.kv_events.wire import BlockHash, Cleared, Event, Removed, Stored
 from fleetgate.routing.prefix_index import MemoryPrefixIndex
+
+PENDING_S = 2.0  # how long a prompt sent counts as held before its engine reports it
+PENDING_ENTRIES = 100_000  # (key, backend) pairs expected at most: a bound on its memory
 
 
 def token_keys(ids: Sequence[int], block_size: int, seed: int = 0) -> list[int]:
@@ -45,6 +54,8 @@ class EngineBlockIndex:
     def __init__(self, max_entries: int) -> None:
         self._max_entries = max_entries
         self._held = MemoryPrefixIndex(max_entries)
+        self._pending = MemoryPrefixIndex(PENDING_ENTRIES)  # sent, not reported yet
+        self._expiring: deque[tuple[float, str, list[int]]] = deque()  # when each lapses
         self._keys: dict[str, dict[BlockHash, int]] = {}  # backend -> engine hash -> key
         self._block_size: dict[str, int] = {}  # the backends heard from: their block size
         self.orphans = 0
@@ -64,9 +75,10 @@ class EngineBlockIndex:
                 self._stored(backend_id, event)
             elif isinstance(event, Removed):
                 self._removed(backend_id, event)
-            elif isinstance(event, Cleared):
+            elif isinstance(event, Cleared):  # followed still, holding nothing
+                bs = self._block_size.get(backend_id, 0)
                 self.forget(backend_id)
-                self._block_size[backend_id] = 0
+                self._block_size[backend_id] = bs
 
     def _stored(self, backend_id: str, event: Stored) -> None:
         bs = event.block_size
@@ -103,22 +115,33 @@ class EngineBlockIndex:
         self._keys.pop(backend_id, None)
         self._block_size.pop(backend_id, None)
         self._held.forget(backend_id)
+        self._pending.forget(backend_id)
 
-    def deepest(self, ids: Sequence[int], limit: int) -> list[str]:
+    def expect(self, backend_id: str, ids: Sequence[int], now: float) -> None:
+        """A prompt was sent to the backend: its blocks count as held until its engine
+        reports them, or for PENDING_S (module docstring)."""
+        bs = self._block_size.get(backend_id)
+        if not bs:
+            return
+        keys = token_keys(ids, bs)
+        self._pending.record(backend_id, keys)
+        self._expiring.append((now + PENDING_S, backend_id, keys))
+
+    def _expire(self, now: float) -> None:
+        expiring = self._expiring
+        while expiring and expiring[0][0] <= now:
+            _, backend_id, keys = expiring.popleft()
+            self._pending.drop(backend_id, keys)
+
+    def deepest(self, ids: Sequence[int], limit: int, now: float) -> list[str]:
         """Up to `limit` of the backends holding the longest prefix of `ids`, deepest first."""
-        sizes = {bs for bs in self._block_size.values() if bs}
-        ranked: list[tuple[int, str]] = []
-        for bs in sizes:
-            keys = token_keys(ids, bs)
-            among = [b for b, size in self._block_size.items() if size == bs]
-            for backend, blocks in self._held.matches(keys, among).items():
-                ranked.append((blocks * bs, backend))
-        ranked.sort(key=lambda pair: -pair[0])
-        return [backend for _, backend in ranked[:limit]]
+        found = self.matches(ids, list(self._block_size), now)
+        return sorted(found, key=lambda backend: -found[backend])[:limit]
 
-    def matches(self, ids: Sequence[int], among: Sequence[str]) -> dict[str, int]:
-        """Per followed backend of `among` holding the prompt's first block, how many of its
-        leading tokens it holds (whole blocks)."""
+    def matches(self, ids: Sequence[int], among: Sequence[str], now: float) -> dict[str, int]:
+        """Per followed backend of `among` holding the prompt's first block (or expecting
+        it), how many of its leading tokens it holds (whole blocks)."""
+        self._expire(now)
         by_size: dict[int, list[str]] = {}
         for backend in among:
             bs = self._block_size.get(backend)
@@ -126,6 +149,10 @@ class EngineBlockIndex:
                 by_size.setdefault(bs, []).append(backend)
         found: dict[str, int] = {}
         for bs, backends in by_size.items():
-            for backend, blocks in self._held.matches(token_keys(ids, bs), backends).items():
+            keys = token_keys(ids, bs)
+            held = self._held.matches(keys, backends)
+            for backend, blocks in self._pending.matches(keys, backends).items():
+                held[backend] = max(blocks, held.get(backend, 0))
+            for backend, blocks in held.items():
                 found[backend] = blocks * bs
         return found

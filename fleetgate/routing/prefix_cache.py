@@ -99,14 +99,14 @@ class PrefixCacheScorer:
     ) -> list[float]:
         self._follow_capacities(candidates)
         ids = self._ids_in(candidates)
-        shares = self._shares(request, ids)
+        shares = self._shares(request, ids, now)
         if shares is None:
             return [0.0] * len(candidates)
         queues = queue_lengths(self._loads.of(candidates), now, self._stale_after_s)
         limit = min(queues) * self._balance_rel + self._balance_abs
         return [share if q <= limit else 0.0 for share, q in zip(shares, queues, strict=True)]
 
-    def _shares(self, request: RoutingRequest, ids: list[str]) -> list[float] | None:
+    def _shares(self, request: RoutingRequest, ids: list[str], now: float) -> list[float] | None:
         """m_i / the prompt, per candidate (module docstring); None when no candidate has any."""
         hashes = self._hashes_of(request)
         matches = self.index.matches(hashes, ids)
@@ -120,7 +120,7 @@ class PrefixCacheScorer:
         tokens = self._token_ids(request) if followed else None
         if tokens is None:
             followed = set()
-        held = engine.matches(tokens, list(followed)) if tokens else {}
+        held = engine.matches(tokens, list(followed), now) if tokens else {}
         if not matches and not held:
             return None
         n = len(tokens) if tokens else 1
@@ -144,13 +144,18 @@ class PrefixCacheScorer:
         tokens = None if engine is None else self._token_ids(request)
         if engine is None or not tokens:
             return found
-        held = engine.deepest(tokens, limit)
+        held = engine.deepest(tokens, limit, now)
         return [*held, *(b for b in found if b not in held)][:limit]
 
     def chosen(self, request: RoutingRequest, state: BackendState, now: float) -> None:
         hashes = self._hashes_of(request)
         if hashes:
             self.index.record(state.backend.id, hashes)
+        engine = self._engine_blocks
+        if engine is not None and engine.follows(state.backend.id):
+            tokens = self._token_ids(request)
+            if tokens:
+                engine.expect(state.backend.id, tokens, now)
 
     def _follow_capacities(self, candidates: Sequence[BackendState]) -> None:
         for state in candidates:

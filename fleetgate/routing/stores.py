@@ -65,13 +65,17 @@ class EngineBlocks(Protocol):
         """Whether the backend's engine has told what it holds."""
         ...
 
-    def matches(self, ids: Sequence[int], among: Sequence[str]) -> dict[str, int]:
+    def matches(self, ids: Sequence[int], among: Sequence[str], now: float) -> dict[str, int]:
         """Per backend of `among` whose engine holds the prompt's first block, how many of
         the prompt's leading tokens (`ids`) it holds."""
         ...
 
-    def deepest(self, ids: Sequence[int], limit: int) -> list[str]:
+    def deepest(self, ids: Sequence[int], limit: int, now: float) -> list[str]:
         """Up to `limit` of the backends whose engines hold the longest prefix of `ids`."""
+        ...
+
+    def expect(self, backend_id: str, ids: Sequence[int], now: float) -> None:
+        """A prompt of `ids` was sent to the backend: count it held until its engine says."""
         ...
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fleetgate.kv_events.index import EngineBlockIndex, token_keys
+from fleetgate.kv_events.index import PENDING_S, EngineBlockIndex, token_keys
 from fleetgate.kv_events.wire import Cleared, Removed, Stored
 
 BS = 4
@@ -22,9 +22,9 @@ def test_a_prompt_matches_the_blocks_an_engine_stored_in_two_events() -> None:
     index.apply("a", [stored((13,), 12, 2)])  # chained on the engine's hash of block 1
     assert index.follows("a")
     assert index.blocks("a") == 3
-    assert index.matches(PROMPT, ["a", "b"]) == {"a": 12}
+    assert index.matches(PROMPT, ["a", "b"], 0.0) == {"a": 12}
     other = [*PROMPT[:5], 999, *PROMPT[6:]]  # differs in block 1
-    assert index.matches(other, ["a"]) == {"a": 4}
+    assert index.matches(other, ["a"], 0.0) == {"a": 4}
 
 
 def test_removal_by_the_engines_hash_and_a_reset_forget_blocks() -> None:
@@ -32,10 +32,10 @@ def test_removal_by_the_engines_hash_and_a_reset_forget_blocks() -> None:
     index.apply("a", [stored((11, 12, 13), None, 0)])
     index.apply("b", [stored((21, 22), None, 0)])
     index.apply("a", [Removed((12, 99))])  # an unknown hash is ignored
-    assert index.matches(PROMPT, ["a", "b"]) == {"a": 4, "b": 8}
+    assert index.matches(PROMPT, ["a", "b"], 0.0) == {"a": 4, "b": 8}
     index.apply("b", [Cleared()])
     assert index.follows("b")  # it told: it holds nothing
-    assert index.matches(PROMPT, ["a", "b"]) == {"a": 4}
+    assert index.matches(PROMPT, ["a", "b"], 0.0) == {"a": 4}
 
 
 def test_an_orphan_a_lora_and_an_offloaded_block_are_not_indexed() -> None:
@@ -44,7 +44,7 @@ def test_an_orphan_a_lora_and_an_offloaded_block_are_not_indexed() -> None:
     index.apply("a", [stored((31,), None, 0, lora="sql")])
     index.apply("a", [stored((41,), None, 0, medium="CPU")])
     assert index.orphans == 1
-    assert index.matches(PROMPT, ["a"]) == {}
+    assert index.matches(PROMPT, ["a"], 0.0) == {}
 
 
 def test_forget_drops_a_backend_until_it_reports_again() -> None:
@@ -52,7 +52,7 @@ def test_forget_drops_a_backend_until_it_reports_again() -> None:
     index.apply("a", [stored((11,), None, 0)])
     index.forget("a")
     assert not index.follows("a")
-    assert index.matches(PROMPT, ["a"]) == {}
+    assert index.matches(PROMPT, ["a"], 0.0) == {}
 
 
 def test_keys_chain_so_equal_keys_mean_equal_prefixes() -> None:
@@ -71,3 +71,17 @@ def test_an_engine_that_never_reports_evicting_costs_a_bounded_memory() -> None:
         index.apply("a", [Stored((i,), parent, (i,) * BS, BS)])
         parent = i
     assert index.blocks("a") == 10
+
+
+def test_a_prompt_sent_counts_as_held_until_its_engine_reports_it_or_time_passes() -> None:
+    index = EngineBlockIndex(1000)
+    index.apply("a", [stored((11,), None, 0), Cleared()])  # followed, holding nothing
+    assert index.matches(PROMPT, ["a"], 5.0) == {}
+    index.expect("a", PROMPT, now=5.0)
+    assert index.matches(PROMPT, ["a"], 5.0) == {"a": 12}
+    assert index.matches(PROMPT, ["a"], 5.0 + PENDING_S) == {}  # never reported: not held
+    index.expect("a", PROMPT, now=10.0)
+    index.apply("a", [stored((11, 12, 13), None, 0)])  # reported: held whatever the time
+    assert index.matches(PROMPT, ["a"], 10.0 + PENDING_S) == {"a": 12}
+    index.expect("b", PROMPT, now=10.0)  # a backend not followed: nothing expected
+    assert index.matches(PROMPT, ["b"], 10.0) == {}

@@ -84,7 +84,7 @@ async def test_a_gap_is_replayed_from_the_replay_socket(ctx: zmq.asyncio.Context
         await feed.take(frames(pub, 0))
         await feed.take(frames(pub, 3))  # 1 and 2 never arrived
         assert (feed.status.replayed, feed.status.lost, feed.status.batches) == (1, 0, 4)
-        assert index.matches(IDS, ["b"]) == {"b": 8}
+        assert index.matches(IDS, ["b"], 0.0) == {"b": 8}
 
 
 async def test_a_gap_the_engine_no_longer_keeps_forgets_the_backend(
@@ -97,7 +97,7 @@ async def test_a_gap_the_engine_no_longer_keeps_forgets_the_backend(
         await feed.take(frames(pub, 3))
         assert feed.status.lost == 1
         assert feed.status.undecodable == 1  # the empty first batch
-        assert index.matches(IDS, ["b"]) == {}  # block 3 alone: its parent was forgotten
+        assert index.matches(IDS, ["b"], 0.0) == {}  # block 3 alone: its parent was forgotten
 
 
 async def test_a_sequence_that_goes_back_is_an_engine_restarted(ctx: zmq.asyncio.Context) -> None:
@@ -106,13 +106,13 @@ async def test_a_sequence_that_goes_back_is_an_engine_restarted(ctx: zmq.asyncio
         feed, index = feed_of(pub, ctx)
         for seq in range(4):
             await feed.take(frames(pub, seq))
-        assert index.matches(IDS, ["b"]) == {"b": 8}
+        assert index.matches(IDS, ["b"], 0.0) == {"b": 8}
         async with publisher() as restarted:  # a new engine process: sequences from 0
             restarted.stored([7], None, PIECES[:BS])
             await asyncio.sleep(0)
             await feed.take(frames(restarted, 0))
         assert feed.status.restarts == 1
-        assert index.matches(IDS, ["b"]) == {"b": 2}  # only what the new engine stored
+        assert index.matches(IDS, ["b"], 0.0) == {"b": 2}  # only what the new engine stored
 
 
 async def test_a_restarted_engine_heard_late_is_read_from_its_first_batch(
@@ -131,7 +131,7 @@ async def test_a_restarted_engine_heard_late_is_read_from_its_first_batch(
         await asyncio.sleep(0)
         await feed.take(frames(restarted, 1))  # its batch 0 never arrived
         assert feed.status.restarts == 1
-        assert index.matches(IDS, ["b"]) == {"b": 4}  # batch 0 from the replay, then 1
+        assert index.matches(IDS, ["b"], 0.0) == {"b": 4}  # batch 0 from the replay, then 1
 
 
 async def test_a_reconnection_to_the_same_engine_keeps_what_it_holds(
@@ -144,7 +144,7 @@ async def test_a_reconnection_to_the_same_engine_keeps_what_it_holds(
             await feed.take(frames(pub, seq))
         await feed.connected()  # its replay socket still has batch 3, as it was
         assert feed.status.restarts == 0
-        assert index.matches(IDS, ["b"]) == {"b": 8}
+        assert index.matches(IDS, ["b"], 0.0) == {"b": 8}
         await feed.take(frames(pub, 2))  # heard again (replayed, then delivered): skipped
         assert feed.status.restarts == 0
         assert feed.status.batches == 4
@@ -167,7 +167,7 @@ async def test_feeds_follow_a_publisher_over_pub_sub(encoding: str) -> None:
             assert await eventually(heard)
             await publish_blocks(pub)
             assert await eventually(lambda: index.blocks("b") == 4)
-            assert index.matches(IDS, ["b"]) == {"b": 8}
+            assert index.matches(IDS, ["b"], 0.0) == {"b": 8}
             (status,) = feeds.status()
             assert (status.blocks, status.lost) == (4, 0)
             assert 0 <= status.lag_s < 1
@@ -186,7 +186,7 @@ async def test_a_feed_started_after_its_engine_reads_what_it_holds_from_the_repl
             index = feeds.index("m")
             assert index is not None
             assert await eventually(lambda: index.blocks("b") == 4)
-            assert index.matches(IDS, ["b"]) == {"b": 8}
+            assert index.matches(IDS, ["b"], 0.0) == {"b": 8}
         finally:
             await feeds.close()
 
@@ -221,4 +221,4 @@ async def test_the_sims_replay_socket_refuses_what_is_not_a_replay_request(
         await feed.take(frames(pub, 0))
         await feed.take(frames(pub, 3))  # the gap is still replayed for others
         assert feed.status.replayed == 1
-        assert index.matches(IDS, ["b"]) == {"b": 8}
+        assert index.matches(IDS, ["b"], 0.0) == {"b": 8}

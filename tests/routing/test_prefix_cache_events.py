@@ -11,7 +11,7 @@ import msgspec
 from fleetgate.chat_text import render_chat
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.pool import Pool
-from fleetgate.kv_events.index import EngineBlockIndex
+from fleetgate.kv_events.index import PENDING_S, EngineBlockIndex
 from fleetgate.kv_events.wire import Stored
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.prefix_cache import PrefixCacheScorer
@@ -69,8 +69,12 @@ def test_a_followed_backend_scores_by_its_engines_blocks_the_others_by_the_index
     assert shares[0] == 0.0  # its engine says it holds none of it, whatever was sent there
     assert shares[1] == held / len(ids)
     assert shares[2] > 0.9  # by the decision-based index: the whole prompt, less a block
-    scorer.chosen(request, states[0], 0.0)  # sent to b0: its engine, not the index, decides
-    assert scorer.score(request, states, 0.0)[0] == 0.0
+    # Sent to b0: held as expected until its engine reports (or PENDING_S passes), so a
+    # second request with this prefix, meanwhile, follows the first.
+    scorer.chosen(request, states[0], 10.0)
+    full = (len(ids) // BS) * BS / len(ids)
+    assert scorer.score(request, states, 10.0)[0] == full
+    assert scorer.score(request, states, 10.0 + PENDING_S)[0] == 0.0  # never reported
 
 
 def test_a_prompt_it_cannot_tokenize_falls_back_to_the_index() -> None:
@@ -92,3 +96,5 @@ def test_a_large_pools_shortlist_names_the_engines_that_hold_the_prompt_first() 
     engine.apply("b0", [Stored((3,), None, tuple(ids[:BS]), BS)])
     scorer.chosen(request, states[2], 0.0)  # b2 by the decision-based index
     assert scorer.nominate(request, 0.0) == ["b1", "b0", "b2"]
+    scorer.chosen(request, states[0], 0.0)  # b0 now expected to hold it all
+    assert scorer.nominate(request, 0.0) == ["b0", "b1", "b2"]
