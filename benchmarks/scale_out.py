@@ -85,11 +85,12 @@ def text(rng: random.Random, words: int) -> str:
 
 
 @contextmanager
-def sims(slowdown: float, kv_events: bool) -> Iterator[list[dict[str, Any]]]:
+def sims(slowdown: float, kv_events: bool, blocks: int | None) -> Iterator[list[dict[str, Any]]]:
     """The fleet, as the gateways' config lists its backends."""
     args = [PY, "-m", "fleetgate", "worker", "sim", "--port", "0", "--model", MODEL,
             "--replicas", str(BACKENDS), "--slowdown", str(slowdown),
-            *(["--kv-events-port", "0"] if kv_events else [])]  # fmt: skip
+            *(["--kv-events-port", "0"] if kv_events else []),
+            *(["--num-gpu-blocks-override", str(blocks)] if blocks else [])]  # fmt: skip
     said = r"on (http://127\.0\.0\.1:\d+)(?:, KV events on (\S+) \(replay (\S+)\))?"
     with process(args) as proc:
         found = [read_until(proc, said) for _ in range(BACKENDS)]
@@ -257,7 +258,7 @@ def run_one(
     with ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         redis = stack.enter_context(redis_server()) if shared else None
-        backends = stack.enter_context(sims(args.slowdown, kv_events))
+        backends = stack.enter_context(sims(args.slowdown, kv_events, args.num_gpu_blocks))
         urls = [b["url"] for b in backends]
         syncs = {"sync_s": args.sync_s, "load_sync_s": args.load_sync_s}
         url = None if redis is None else redis.url
@@ -339,6 +340,11 @@ def main() -> int:
     parser.add_argument(
         "--kv-events", action="store_true",
         help="also with the sim workers publishing KV-cache events, every gateway subscribed",
+    )  # fmt: skip
+    parser.add_argument(
+        "--num-gpu-blocks", type=int,
+        help="each sim worker's KV cache in blocks of 16 tokens (default: its profile's,"
+        " 26,875): a smaller one puts the caches under pressure",
     )  # fmt: skip
     parser.add_argument("--out", help="write the results here as JSON")
     args = parser.parse_args()

@@ -81,6 +81,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text}")
+    return value
+
+
 def _worker_sim(args: argparse.Namespace) -> int:
     from fleetgate.workers.sim.faults import faults_from_args
     from fleetgate.workers.sim.fleet_process import serve_specs
@@ -96,7 +103,8 @@ def _worker_sim(args: argparse.Namespace) -> int:
                 scheduling_policy=args.scheduling_policy,
                 kv_events=None if kv_port is None else KvEventsSpec(
                     kv_port + 2 * i if kv_port else 0, kv_port + 2 * i + 1 if kv_port else 0,
-                    args.kv_events_encoding))
+                    args.kv_events_encoding),
+                num_gpu_blocks=args.num_gpu_blocks_override)
         for i in range(args.replicas)
     ]  # fmt: skip
     return _run(serve_specs(specs, args.host, announce=True))
@@ -257,6 +265,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-link-gbps", type=_positive, default=KV_LINK_GBPS, metavar="GBPS",
         help="the link a disaggregated prefill's KV crosses to reach this worker, in Gb/s"
         f" (default {KV_LINK_GBPS:g}); the transfer delays the request's first token",
+    )  # fmt: skip
+    sim.add_argument(
+        "--num-gpu-blocks-override", type=_positive_int, metavar="N",
+        help="KV-cache blocks in place of the profile's (as vLLM's flag): a smaller cache, to"
+        " study eviction",
     )  # fmt: skip
     sim.add_argument(
         "--kv-events-port", type=int, metavar="PORT",

@@ -34,3 +34,4 @@ class SimSpec:
     kv_link_gbps: float = KV_LINK_GBPS  # what a remote prefill's KV crosses to reach it
     scheduling_policy: str = "fcfs"  # or "priority": requests' `priority` orders the queue
     kv_events: KvEventsSpec | None = None  # publish KV-cache events; None: no publisher
+    num_gpu_blocks: int | None = None  # the profile's KV capacity replaced (vLLM's override)

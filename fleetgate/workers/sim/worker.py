@@ -10,6 +10,7 @@ servers (`/health`, `/metrics` with vLLM names, `/get_load`, `/server_info`, `/m
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 import time
@@ -45,6 +46,8 @@ class SimWorker:
     def __init__(self, spec: SimSpec, rng: random.Random, loop: asyncio.AbstractEventLoop) -> None:
         self.spec = spec
         self.profile = get_profile(spec.profile)
+        if spec.num_gpu_blocks is not None:  # vLLM's --num-gpu-blocks-override
+            self.profile = dataclasses.replace(self.profile, num_gpu_blocks=spec.num_gpu_blocks)
         if spec.scheduling_policy not in ("fcfs", "priority"):
             raise ValueError(f"scheduling policy {spec.scheduling_policy!r}: fcfs or priority")
         self.kv_events = (
