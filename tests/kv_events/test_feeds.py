@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 import pytest
 import zmq
@@ -222,3 +223,36 @@ async def test_the_sims_replay_socket_refuses_what_is_not_a_replay_request(
         await feed.take(frames(pub, 3))  # the gap is still replayed for others
         assert feed.status.replayed == 1
         assert index.matches(IDS, ["b"], 0.0) == {"b": 8}
+
+
+async def test_a_batch_that_breaks_the_index_is_counted_and_the_feed_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with publisher() as pub:
+        feeds = KvEventFeeds(time.time)
+        feeds.follow("m", "b", KvEventsConfig(endpoint=pub.endpoint))
+        index = feeds.index("m")
+        assert index is not None
+        applied = index.apply
+        broken = [True]
+
+        def apply_once_broken(backend_id: str, events: Any) -> None:
+            if broken[0]:
+                broken[0] = False
+                raise RuntimeError("a bug")
+            applied(backend_id, events)
+
+        index.apply = apply_once_broken  # type: ignore[method-assign]
+        feeds.start()
+        try:
+
+            def heard() -> bool:
+                pub.cleared()
+                return index.follows("b")
+
+            assert await eventually(heard)  # the first batch broke; the next ones applied
+            (status,) = feeds.status()
+            assert status.undecodable == 1
+            assert caplog.text.count("applying a KV-event batch from b failed") == 1
+        finally:
+            await feeds.close()
