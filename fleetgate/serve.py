@@ -15,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -55,7 +56,6 @@ from fleetgate.http.forwarding import RequestHeaders
 from fleetgate.http.server import HttpServer, start_server
 from fleetgate.http.tls import TlsFiles
 from fleetgate.http.transport import Transport
-from fleetgate.kv_events.feeds import KvEventFeeds
 from fleetgate.lifecycle.accounting import FleetAccounting
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
@@ -96,6 +96,9 @@ from fleetgate.upstream.attempt import Attempts
 from fleetgate.upstream.prefill import Prefill
 from fleetgate.workers.sim.fleet_process import SimFleetProcess
 from fleetgate.workers.sim.spec import KvEventsSpec, SimSpec
+
+if TYPE_CHECKING:  # loaded only when a backend publishes KV-cache events (ZMQ: ~30 ms)
+    from fleetgate.kv_events.feeds import KvEventFeeds
 
 
 @dataclass(frozen=True, slots=True)
@@ -695,7 +698,8 @@ async def start_gateway(
             kv_events=kv_events,
         )  # fmt: skip
         state.start()
-        kv_events.start()
+        if kv_events is not None:
+            kv_events.start()
         pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
         tls = None
@@ -728,7 +732,8 @@ async def start_gateway(
         if shared is not None:
             await shared.close()
         await state.close()
-        await kv_events.close()
+        if kv_events is not None:
+            await kv_events.close()
         if sims is not None:
             sims.stop()
         if tracing is not None:
@@ -753,9 +758,13 @@ async def start_gateway(
     )
 
 
-def _kv_event_feeds(config: Config) -> KvEventFeeds:
+def _kv_event_feeds(config: Config) -> KvEventFeeds | None:
     """A feed for each decode backend whose engine publishes KV-cache events (every URL is
-    known by now: sims started)."""
+    known by now: sims started); None when none does (ZMQ is then never loaded)."""
+    if not any(b.kv_events is not None for pool in config.pools for b in pool.backends):
+        return None
+    from fleetgate.kv_events.feeds import KvEventFeeds
+
     feeds = KvEventFeeds(time.time)
     for pool in config.pools:
         for b in pool.backends:

@@ -35,7 +35,6 @@ import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Iterator
-from dataclasses import dataclass
 
 import zmq
 import zmq.asyncio
@@ -44,6 +43,7 @@ from zmq.utils.monitor import parse_monitor_message
 
 from fleetgate.kv_events.index import EngineBlockIndex
 from fleetgate.kv_events.settings import KvEventsConfig
+from fleetgate.kv_events.status import FeedStatus
 from fleetgate.kv_events.wire import WireError, decode_batch
 from fleetgate.routing.prefix_index import entries_for
 
@@ -51,21 +51,6 @@ log = logging.getLogger(__name__)
 
 INDEX_MEMORY_MB = 64.0  # each pool's EngineBlockIndex, as the prefix_cache scorer's default
 RECENT = 256  # batches remembered (sequence -> hash of its bytes) to tell a replayed one again
-
-
-@dataclass(slots=True)
-class FeedStatus:
-    """One backend's feed, as the metrics show it."""
-
-    pool: str
-    backend: str
-    batches: int = 0  # applied, replayed ones included
-    undecodable: int = 0
-    replayed: int = 0  # gaps filled from the replay socket
-    lost: int = 0  # gaps that could not be filled: the backend's blocks were forgotten
-    restarts: int = 0  # another engine process: the backend's blocks were forgotten
-    lag_s: float = 0.0  # the last batch: its arrival here less its engine's timestamp
-    blocks: int = 0  # blocks the index holds for it (read when scraped)
 
 
 class EventFeed:

@@ -58,6 +58,7 @@ class EngineBlockIndex:
         self._expiring: deque[tuple[float, str, list[int]]] = deque()  # when each lapses
         self._keys: dict[str, dict[BlockHash, int]] = {}  # backend -> engine hash -> key
         self._block_size: dict[str, int] = {}  # the backends heard from: their block size
+        self._sizes: set[int] = set()  # every block size heard (engines share one, or a few)
         self.orphans = 0
 
     def follows(self, backend_id: str) -> bool:
@@ -85,6 +86,7 @@ class EngineBlockIndex:
         if self._block_size.get(backend_id, bs) not in (0, bs):
             self.forget(backend_id)  # a new block size: the engine was started anew
         self._block_size[backend_id] = bs
+        self._sizes.add(bs)
         if event.lora is not None or event.medium not in (None, "GPU"):
             return
         keys_of = self._keys.setdefault(backend_id, {})
@@ -134,9 +136,16 @@ class EngineBlockIndex:
             self._pending.drop(backend_id, keys)
 
     def deepest(self, ids: Sequence[int], limit: int, now: float) -> list[str]:
-        """Up to `limit` of the backends holding the longest prefix of `ids`, deepest first."""
-        found = self.matches(ids, list(self._block_size), now)
-        return sorted(found, key=lambda backend: -found[backend])[:limit]
+        """Up to `limit` of the backends holding the longest prefix of `ids` (those holding it
+        first, then those expecting it): O(blocks + limit) per block size in use, whatever
+        the number of backends, as a large pool's shortlist needs."""
+        self._expire(now)
+        found: list[str] = []
+        for bs in self._sizes:
+            keys = token_keys(ids, bs)
+            for index in (self._held, self._pending):
+                found += (b for b in index.deepest(keys, limit) if b not in found)
+        return found[:limit]
 
     def matches(self, ids: Sequence[int], among: Sequence[str], now: float) -> dict[str, int]:
         """Per followed backend of `among` holding the prompt's first block (or expecting

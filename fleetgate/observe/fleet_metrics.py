@@ -15,7 +15,7 @@ from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.gpu import THROTTLE_REASONS, GpuReading
 from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.fleet.load_board import BackendLoad
-from fleetgate.kv_events.feeds import FeedStatus
+from fleetgate.kv_events.status import FeedStatus
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.shared.state import SharedStatus
 from fleetgate.traffic.admission import Admission

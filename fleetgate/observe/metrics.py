@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.load_board import BackendLoad
-from fleetgate.kv_events.feeds import FeedStatus
+from fleetgate.kv_events.status import FeedStatus
 from fleetgate.lifecycle.events import (
     Admitted,
     AttemptEnded,

@@ -95,6 +95,7 @@ def test_a_large_pools_shortlist_names_the_engines_that_hold_the_prompt_first() 
     engine.apply("b1", [Stored((1, 2), None, tuple(ids[: 2 * BS]), BS)])
     engine.apply("b0", [Stored((3,), None, tuple(ids[:BS]), BS)])
     scorer.chosen(request, states[2], 0.0)  # b2 by the decision-based index
-    assert scorer.nominate(request, 0.0) == ["b1", "b0", "b2"]
+    # The deepest holder by its engine's word (b1: two blocks, b0 one), then the index's.
+    assert scorer.nominate(request, 0.0) == ["b1", "b2"]
     scorer.chosen(request, states[0], 0.0)  # b0 now expected to hold it all
-    assert scorer.nominate(request, 0.0) == ["b0", "b1", "b2"]
+    assert scorer.nominate(request, 0.0) == ["b1", "b0", "b2"]

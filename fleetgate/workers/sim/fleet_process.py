@@ -10,8 +10,6 @@ import random
 import signal
 import sys
 
-import zmq
-
 from fleetgate.runtime import settle_heap
 from fleetgate.workers.sim.spec import SimSpec
 
@@ -25,6 +23,8 @@ async def serve_specs(
     stop_signals: tuple[signal.Signals, ...] = (signal.SIGINT, signal.SIGTERM),
 ) -> int:
     """Serve every spec in this process until one of `stop_signals`."""
+    from zmq import ZMQError
+
     from fleetgate.workers.sim.worker import SimWorker
 
     loop = asyncio.get_running_loop()
@@ -33,7 +33,7 @@ async def serve_specs(
     try:
         for worker, spec in zip(workers, specs, strict=True):
             servers.append(await worker.start(host, spec.port))
-    except (OSError, zmq.ZMQError) as exc:
+    except (OSError, ZMQError) as exc:
         print(f"fleetgate worker: cannot listen: {exc}", file=sys.stderr)
         if ready is not None:
             ready.send([])
