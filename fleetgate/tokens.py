@@ -61,12 +61,8 @@ def filler_token(index: int, seed: int) -> str:
     return " " + FILLER_WORDS[h % len(FILLER_WORDS)]
 
 
-def token_id(piece: str) -> int:
-    """The id this rule gives a piece (< 2^31): what the sim worker's KV events carry, so that
-    a gateway tokenizing a prompt by the same rule finds the blocks an engine holds."""
-    return xxh32_intdigest(piece.encode()) & 0x7FFFFFFF
-
-
 def token_ids(pieces: Sequence[str] | Sequence[int]) -> list[int]:
-    """Ids for `pieces`: `token_id` of each piece, or the ids themselves when they are ids."""
+    """Ids for `pieces` (< 2^31): a hash of each piece, or the ids themselves when they are
+    ids. What the sim worker's KV events carry, so that a gateway tokenizing a prompt by the
+    same rule finds the blocks an engine holds."""
     return [p if isinstance(p, int) else xxh32_intdigest(p.encode()) & 0x7FFFFFFF for p in pieces]
