@@ -14,9 +14,10 @@ What the workers do not share without `state.url` (Redis) is said at start: each
 own view of the fleet's load, its own admission queue, prefix index, sessions and Responses
 pins, its own metrics (a scrape reaches one of them), and the admin API changes the one it
 reaches. Rate limits counted in memory would be enforced once per worker, so N workers with
-limited tenants need `limits.store: redis`. The Batch API is off: a batch lives in the memory
-of the process that took it, and the next request about it may reach another (run a gateway
-of one worker for batches).
+limited tenants need `limits.store: redis`. Without it the Batch API is off too: a batch would
+live in the memory of the process that took it, and the next request about it may reach
+another. With it, the workers share the batch directory and one at a time runs the batches
+(batches/sharing.py).
 """
 
 from __future__ import annotations
@@ -66,8 +67,8 @@ def unshared(config: Config, workers: int) -> str | None:
             f"Responses pins, {alone} (set state.url to share the load)"
         )
     said = f"fleetgate: {workers} workers on one port; each keeps {alone}"
-    if config.batches.enabled:
-        said += "; the Batch API is off (run a gateway of one worker for batches)"
+    if config.batches.enabled and config.state.url is None:
+        said += "; the Batch API is off (set state.url, or run one worker, for batches)"
     return said
 
 
@@ -91,7 +92,7 @@ async def serve_workers(config: Config, workers: int, clock: Clock | None = None
     note = unshared(config, workers)
     if note is not None:
         print(note, file=sys.stderr, flush=True)
-    if config.batches.enabled:  # each worker would keep the batches it took to itself
+    if config.batches.enabled and config.state.url is None:  # each would keep its own
         batches = msgspec.structs.replace(config.batches, enabled=False)
         config = msgspec.structs.replace(config, batches=batches)
     loop = asyncio.get_running_loop()

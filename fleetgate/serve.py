@@ -22,6 +22,7 @@ import msgspec
 from fleetgate.batches.book import BatchBook
 from fleetgate.batches.files import FileShelf
 from fleetgate.batches.runner import BatchRunner
+from fleetgate.batches.sharing import SharedBatches
 from fleetgate.batches.store import BatchStore
 from fleetgate.clock import Clock, LoopClock
 from fleetgate.config import (
@@ -403,7 +404,7 @@ class RunningGateway:
         gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
         limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
-        tracing: Tracing | None = None, batches: BatchRunner | None = None,
+        tracing: Tracing | None = None, batches: BatchRunner | SharedBatches | None = None,
         state: RoutingState | None = None, kv_events: KvEventFeeds | None = None,
     ) -> None:  # fmt: skip
         self.server = server
@@ -516,6 +517,7 @@ def compose(
             for m, c in clusters.items() for part in _parts(c) for s, load in part.loads()
         ),
         shared=state.status,
+        leases=state.leases,
         kv_events=(lambda: ()) if kv_events is None else kv_events.status,
     )  # fmt: skip
     exporters = [slo.subscribe]
@@ -605,8 +607,8 @@ def compose(
     if batch_store is not None:
         settings = config.batches
         keys = None if door is None else door.callers()
-        book = BatchBook(batch_store, settings, tenants, wall_clock, keys)
-        book.resume()
+        book = BatchBook(batch_store, settings, tenants, wall_clock, keys, shared=state.shared)
+        book.resume()  # shared: once it holds the lease
         batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock), book, door)
     routes = build_model_routes(config, rng)
     director = Director(
@@ -686,7 +688,7 @@ async def start_gateway(
     shared = store if isinstance(store, RedisStore) else None
     state = RoutingState(config.state, clock, random.Random(rng.getrandbits(64)))
     kv_events = _kv_event_feeds(config)
-    runner = None
+    batches: BatchRunner | SharedBatches | None = None
     try:
         if shared is not None:
             shared.start()
@@ -723,7 +725,12 @@ async def start_gateway(
             runner = BatchRunner(
                 book, gateway.inference.serve_as, config.batches.concurrency, batch_rng, clock
             )
-            runner.start()
+            batches = runner
+            if book.shared and batch_store is not None:
+                directory = batch_store.directory_id()
+                lease = state.lease("batches", directory, config.batches.lease_s)
+                batches = SharedBatches(book, runner, lease, clock)
+            batches.start()
     except BaseException:
         checker.stop()
         scraper.stop()
@@ -752,7 +759,7 @@ async def start_gateway(
         limit_store=shared,
         request_log=request_log,
         tracing=tracing,
-        batches=runner,
+        batches=batches,
         state=state,
         kv_events=kv_events,
     )

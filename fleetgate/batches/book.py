@@ -8,6 +8,12 @@ given). `take` goes round robin across tenants, then across each tenant's batche
 tenant with many batches nor one whose requests wait can hold every worker. `resume` picks up,
 after a restart, every batch still running: requests with a line in either file are not run
 again.
+
+A book `shared` with other gateways (one directory, `state.url` set) runs batches only while
+`running_here` (sharing.py: while it holds the lease): `refresh` reads what the others wrote
+before each look, a batch created while another gateway runs them is written `in_progress`
+for that one to take up (`resume` again), a cancel is asked of it by a marker, and
+`save_progress` writes the counts of the batches running here for the others to show.
 """
 
 from __future__ import annotations
@@ -19,12 +25,13 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
+from fleetgate.batches.ids import valid_id
 from fleetgate.batches.objects import ACTIVE, Batch, BatchError, StoredBatch
 from fleetgate.batches.pages import page
 from fleetgate.batches.results import answer_line, read_back, tokens
 from fleetgate.batches.running import Run, RunningBatches
 from fleetgate.batches.settings import BatchesSettings
-from fleetgate.batches.store import BatchStore, valid_id
+from fleetgate.batches.store import BatchStore
 from fleetgate.batches.validation import (
     ENDPOINTS,
     BatchRequest,
@@ -50,8 +57,12 @@ class BatchBook:
         tenants: Mapping[str, Tenant],
         wall_clock: Callable[[], float],
         keys: frozenset[tuple[str, str]] | None = None,
+        *,
+        shared: bool = False,
     ) -> None:
         self._store = store
+        self.shared = shared
+        self.running_here = not shared  # shared: until it takes the batches over
         self._settings = settings
         self._tenants = tenants  # the config's: a batch runs as its tenant as configured now
         self._keys = keys  # (tenant, key id) of the keys configured now; None: auth off
@@ -61,9 +72,32 @@ class BatchBook:
         self._last_run: dict[str, int] = {}  # ...and, for each tenant, its batch's seq
         self.on_work: Callable[[], None] = lambda: None  # requests to take: the runner's wake
 
+    async def refresh(self) -> None:
+        """Shared: read what the other gateways wrote (the batches running here excepted)."""
+        if self.shared:
+            await self._store.refresh(self._running.batches.keys())
+
+    def take_over(self) -> None:
+        """Run the batches from now on: every one still running, wherever it started."""
+        self.running_here = True
+        self.resume()
+
+    def hand_over(self) -> None:
+        """Run nothing from now on (the runner has stopped): another gateway resumes them."""
+        self.running_here = False
+        self._running.batches.clear()
+
     def resume(self) -> None:
-        """Pick up the batches a previous run of the gateway left running."""
-        active = [s for s in self._store.batches.values() if s.batch.status in ACTIVE]
+        """Pick up the batches still running that this book does not run yet: after a
+        restart, those a previous run of the gateway left; shared, those made elsewhere.
+        Shared and not running them here: none."""
+        if not self.running_here:
+            return
+        running = self._running.batches
+        active = [
+            s for s in self._store.batches.values()
+            if s.batch.status in ACTIVE and s.batch.id not in running
+        ]  # fmt: skip
         for stored in sorted(active, key=lambda s: s.batch.created_at):
             try:
                 self._reopen(stored)
@@ -190,7 +224,8 @@ class BatchBook:
         batch.request_counts.total = len(checked.requests)
         batch.model = checked.model
         self._store.keep_input(batch.id, batch.input_file_id)
-        self._running.add(run)
+        if self.running_here:  # else the gateway running the batches takes it up
+            self._running.add(run)
         self._running.change(run, "in_progress")
         self.on_work()
         return self.view(stored)
@@ -209,14 +244,15 @@ class BatchBook:
     def _check_running(self, owner: str) -> None:
         """`Refused` (429) over the caps on batches running, which bound their memory."""
         settings = self._settings
-        mine = sum(1 for r in self._running.batches.values() if r.stored.owner == owner)
+        active = [s for s in self._store.batches.values() if s.batch.status in ACTIVE]
+        mine = sum(1 for s in active if s.owner == owner)
         if mine >= settings.max_running_batches_per_tenant:
             raise Refused(
                 429, f"You have {mine} batches running, the most allowed here "
                 "(`batches.max_running_batches_per_tenant`); create this one once one of them "
                 "has ended, or put more requests in one batch.", "too_many_running_batches",
             )  # fmt: skip
-        if len(self._running.batches) >= settings.max_running_batches:
+        if len(active) >= settings.max_running_batches:
             raise Refused(
                 429, "The gateway runs as many batches as it may "
                 "(`batches.max_running_batches`); create this one later.",
@@ -235,11 +271,41 @@ class BatchBook:
                 409, f"The batch is {status}: only one in progress can be cancelled.",
                 "batch_not_cancellable",
             )  # fmt: skip
+        if status != "in_progress":
+            return self.view(stored)
         run = self._running.batches.get(batch_id)
-        if status == "in_progress" and run is not None:
-            self._running.change(run, "cancelling")
-            self._running.settle(run)
-        return self.view(stored)
+        if run is not None:
+            self._cancel(run)
+            return self.view(stored)
+        # Shared: run by another gateway (or not taken up yet): it is asked, and cancels it at
+        # its next look, unless it ends first.
+        self._store.ask_cancel(batch_id)
+        return msgspec.structs.replace(stored.batch, status="cancelling")
+
+    def _cancel(self, run: Run) -> None:
+        self._running.change(run, "cancelling")
+        self._running.settle(run)
+
+    def apply_cancels(self) -> None:
+        """Cancel the batches running here that another gateway was asked to cancel."""
+        for batch_id in self._store.cancels:
+            run = self._running.batches.get(batch_id)
+            if run is not None and run.stored.batch.status == "in_progress":
+                self._cancel(run)
+
+    def save_progress(self) -> None:
+        """Write the counts of each batch running here that changed since last written (for
+        the other gateways' clients). One the store cannot write now is tried again next."""
+        for run in list(self._running.batches.values()):
+            batch = run.stored.batch
+            counts = run.counts()
+            if counts == batch.request_counts:
+                continue
+            batch.request_counts, batch.usage = counts, run.usage()
+            try:
+                self._store.save_batch(run.stored)
+            except OSError:
+                log.exception("batches: cannot write the counts of batch %s now", batch.id)
 
     def listing(self, owner: str, limit: int, after: str | None) -> tuple[list[Batch], bool]:
         """The owner's batches, newest first, from the one after `after`; and whether more

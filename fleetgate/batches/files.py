@@ -7,10 +7,11 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+from fleetgate.batches.ids import valid_id
 from fleetgate.batches.objects import FileObject
 from fleetgate.batches.pages import page
 from fleetgate.batches.settings import BatchesSettings
-from fleetgate.batches.store import BatchStore, valid_id
+from fleetgate.batches.store import BatchStore
 from fleetgate.traffic.door import Refused
 
 MAX_FILENAME = 255  # characters kept of an upload's name

@@ -27,6 +27,9 @@ class BatchesSettings(Settings, frozen=True):
     max_running_batches: int = 256  # all tenants together
     # Finished batches, and every file, are deleted this long after they end or were made.
     retention_s: float = 30 * 86400.0
+    # Gateways sharing the directory (`state.url`): one runs the batches while it holds a
+    # lease of this long, renewed every second; if it dies, another takes them over after it.
+    lease_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.dir is not None and not self.dir:
@@ -39,6 +42,8 @@ class BatchesSettings(Settings, frozen=True):
         at_least("max_running_batches_per_tenant", self.max_running_batches_per_tenant, 1)
         at_least("max_running_batches", self.max_running_batches, 1)
         positive_seconds("retention_s", self.retention_s)
+        if self.lease_s < 2.0:  # renewed within half a second, four times a lease at least
+            raise ValueError(f"`lease_s` must be at least 2 seconds, not {self.lease_s:g}")
 
     def directory(self, environ: Mapping[str, str] = os.environ) -> Path:
         """Where the state lives: `dir`, else under the XDG data directory."""

@@ -11,66 +11,126 @@ Objects are written whole (a temp file, fsync, then rename), result lines append
 each (fsynced once, when their batch ends), so a crash leaves at most a half-written last line
 (`lines` drops it). Ids are drawn here from the injected random source, and a path is only
 ever built from an id that `valid_id` passed. The directory is made at the first write, not
-before. One gateway per directory: two would run the same batches.
+before.
+
+Several gateways may share one directory (a shared volume; `state.url` set): each keeps the
+objects in memory and `refresh` reads what the others wrote since (scan.py); one of them at a
+time runs the batches (sharing.py), and the others ask it to cancel one by a marker file,
+`batches/<id>.cancel`. Each gateway writes its temp files under names of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import random
 import shutil
-import string
+import time
+from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TypeVar
 
 import msgspec
 
+from fleetgate.batches.ids import draw_id, valid_id
 from fleetgate.batches.objects import FileObject, StoredBatch, StoredFile
+from fleetgate.batches.scan import Scan, Signature, scan, signature
 
 log = logging.getLogger(__name__)
 
-_ID_CHARS = frozenset(string.ascii_letters + string.digits + "_-")
-_ALPHABET = string.ascii_letters + string.digits
-_RANDOM_CHARS = 24  # 62**24: about 143 bits
-_T = TypeVar("_T")
-
-
-def draw_id(rng: random.Random, prefix: str) -> str:
-    """`prefix` and 24 random letters and digits."""
-    return prefix + "".join(rng.choices(_ALPHABET, k=_RANDOM_CHARS))
-
-
-def valid_id(text: str) -> bool:
-    """Whether `text` may name a file or batch: 1 to 64 of [A-Za-z0-9_-]."""
-    return 0 < len(text) <= 64 and _ID_CHARS.issuperset(text)
+LEFTOVER_S = 600.0  # a temp file this old is a write a crash cut short (a live one lasts ms)
 
 
 class BatchStore:
     """Files and batches kept under `root`, with the objects of all of them in memory."""
 
-    def __init__(self, root: Path, rng: random.Random) -> None:
+    def __init__(
+        self, root: Path, rng: random.Random, wall_clock: Callable[[], float] = time.time
+    ) -> None:
         self.root = root
         self._rng = rng
+        self._clock = wall_clock
+        self._tag = draw_id(rng, "")[:12]  # in this store's temp files' names
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, StoredBatch] = {}
         # Of the files kept, result files counted as their lines are written (before they are
         # published): what bounds the disk (`max_files_bytes`).
         self.stored_bytes = 0
         self._growing: dict[str, int] = {}  # bytes of the result files not yet published
+        self._seen: dict[Path, Signature] = {}  # each object's file as last read or written
+        self.cancels: frozenset[str] = frozenset()  # batches another gateway asked to cancel
 
     def load(self) -> None:
         """Read every object under `root` (none when it does not exist yet); one that cannot be
         read is logged and left out, never fatal."""
-        for path in self._objects("files"):
-            stored = _read(path, StoredFile)
-            if stored is not None and stored.file.id == path.stem:
-                self.files[stored.file.id] = stored
-                self.stored_bytes += stored.file.bytes
-        for path in self._objects("batches"):
-            batch = _read(path, StoredBatch)
-            if batch is not None and batch.batch.id == path.stem:
-                self.batches[batch.batch.id] = batch
+        for kind in ("files", "batches"):
+            _clean(self.root / kind, self._clock() - LEFTOVER_S)
+        self._apply(scan(self.root, {}), {}, ())
+
+    async def refresh(self, keep: Collection[str]) -> None:
+        """Read what other gateways sharing the directory wrote, or deleted, since the last
+        look: read in a thread, then applied here, except the batches in `keep` (those this
+        gateway runs: it alone writes them)."""
+        seen = dict(self._seen)
+        found = await asyncio.to_thread(scan, self.root, seen)
+        self._apply(found, seen, keep)
+
+    def _apply(self, found: Scan, seen: dict[Path, Signature], keep: Collection[str]) -> None:
+        """What the scan found, where this store has not itself written it since `seen`."""
+        self.cancels = found.cancels
+        for path, stored_file in found.files.items():
+            if self._seen.get(path) == seen.get(path):
+                self._seen[path] = found.present[path]
+                if stored_file is not None and stored_file.file.id == path.stem:
+                    self._put_file(stored_file)
+        for path, stored in found.batches.items():
+            if self._seen.get(path) == seen.get(path) and path.stem not in keep:
+                self._seen[path] = found.present[path]
+                if stored is not None and stored.batch.id == path.stem:
+                    self.batches[path.stem] = stored
+        for path, sig in seen.items():
+            if path not in found.present and self._seen.get(path) == sig:  # deleted by another
+                del self._seen[path]
+                if path.parent.name == "files":
+                    self._drop_file(path.stem)
+                elif path.stem not in keep:
+                    self.batches.pop(path.stem, None)
+
+    def _put_file(self, stored: StoredFile) -> None:
+        old = self.files.get(stored.file.id)
+        counted = old.file.bytes if old is not None else self._growing.pop(stored.file.id, 0)
+        self.stored_bytes += stored.file.bytes - counted
+        self.files[stored.file.id] = stored
+
+    def _drop_file(self, file_id: str) -> None:
+        stored = self.files.pop(file_id, None)
+        if stored is not None:
+            self.stored_bytes -= stored.file.bytes
+        self.stored_bytes -= self._growing.pop(file_id, 0)
+
+    def _write_object(self, path: Path, data: bytes) -> None:
+        """An object written whole, and known as this store's own write (not read back)."""
+        _write_whole(path, data, self._tag)
+        self._seen[path] = signature(path.stat())
+
+    def directory_id(self) -> str:
+        """The directory's own id, the same for every gateway that shares it: made by the
+        first to ask (a link, which never replaces one another made meanwhile)."""
+        path = self.root / ".id"
+        try:
+            return path.read_text().strip()
+        except FileNotFoundError:
+            pass
+        self.root.mkdir(parents=True, exist_ok=True)
+        temp = self.root / f".id.{self._tag}.tmp"
+        temp.write_text(draw_id(self._rng, "dir_"))
+        try:
+            os.link(temp, path)
+        except FileExistsError:
+            pass
+        finally:
+            temp.unlink(missing_ok=True)
+        return path.read_text().strip()
 
     def random_id(self, prefix: str) -> str:
         """An id for what is never looked up by it (a result line's)."""
@@ -94,23 +154,19 @@ class BatchStore:
     def write_file(self, file: FileObject, owner: str, data: bytes) -> StoredFile:
         """Write an upload to disk, its content first, then its object; touches nothing in
         memory, so it may run in a thread (it fsyncs). `add` then makes it seen."""
-        _write_whole(self._path("files", file.id, ".jsonl"), data)
+        _write_whole(self._path("files", file.id, ".jsonl"), data, self._tag)
         stored = StoredFile(file=file, owner=owner)
-        _write_whole(self._path("files", file.id, ".json"), msgspec.json.encode(stored))
+        _write_whole(self._path("files", file.id, ".json"), msgspec.json.encode(stored), self._tag)
         return stored
 
     def add(self, stored: StoredFile) -> None:
-        self.stored_bytes += stored.file.bytes
-        self.files[stored.file.id] = stored
+        self._put_file(stored)
 
     def publish(self, file: FileObject, owner: str) -> StoredFile:
         """Write a file's object (for an output file: its content is already appended)."""
         stored = StoredFile(file=file, owner=owner)
-        _write_whole(self._path("files", file.id, ".json"), msgspec.json.encode(stored))
-        old = self.files.get(file.id)
-        counted = old.file.bytes if old is not None else self._growing.pop(file.id, 0)
-        self.stored_bytes += file.bytes - counted
-        self.files[file.id] = stored
+        self._write_object(self._path("files", file.id, ".json"), msgspec.json.encode(stored))
+        self._put_file(stored)
         return stored
 
     def content(self, file_id: str) -> bytes:
@@ -120,10 +176,8 @@ class BatchStore:
         return self._path("files", file_id, ".jsonl")
 
     def delete_file(self, file_id: str) -> None:
-        stored = self.files.pop(file_id, None)
-        if stored is not None:
-            self.stored_bytes -= stored.file.bytes
-        self.stored_bytes -= self._growing.pop(file_id, 0)
+        self._drop_file(file_id)
+        self._seen.pop(self._path("files", file_id, ".json"), None)
         for suffix in (".json", ".jsonl"):  # the object first: a file half gone is not seen
             self._path("files", file_id, suffix).unlink(missing_ok=True)
 
@@ -181,7 +235,8 @@ class BatchStore:
     # Batches.
 
     def save_batch(self, stored: StoredBatch) -> None:
-        _write_whole(self._path("batches", stored.batch.id, ".json"), msgspec.json.encode(stored))
+        path = self._path("batches", stored.batch.id, ".json")
+        self._write_object(path, msgspec.json.encode(stored))
         self.batches[stored.batch.id] = stored
 
     def keep_input(self, batch_id: str, file_id: str) -> None:
@@ -199,42 +254,49 @@ class BatchStore:
         return self._path("batches", batch_id, ".input.jsonl").read_bytes()
 
     def delete_input(self, batch_id: str) -> None:
-        """A batch that has ended needs its requests no more."""
-        self._path("batches", batch_id, ".input.jsonl").unlink(missing_ok=True)
+        """A batch that has ended needs its requests (and a cancel asked) no more."""
+        for suffix in (".input.jsonl", ".cancel"):
+            self._path("batches", batch_id, suffix).unlink(missing_ok=True)
 
     def delete_batch(self, batch_id: str) -> None:
         self.batches.pop(batch_id, None)
-        for suffix in (".json", ".input.jsonl"):
+        self._seen.pop(self._path("batches", batch_id, ".json"), None)
+        for suffix in (".json", ".input.jsonl", ".cancel"):
             self._path("batches", batch_id, suffix).unlink(missing_ok=True)
+
+    def ask_cancel(self, batch_id: str) -> None:
+        """Ask the gateway that runs the batch to cancel it (the marker goes with the batch)."""
+        path = self._path("batches", batch_id, ".cancel")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
 
     def _path(self, kind: str, item_id: str, suffix: str) -> Path:
         if not valid_id(item_id):  # never reached with a client's string: callers check first
             raise ValueError(f"not an id: {item_id[:80]!r}")
         return self.root / kind / (item_id + suffix)
 
-    def _objects(self, kind: str) -> list[Path]:
-        folder = self.root / kind
-        if not folder.is_dir():
-            return []
-        for leftover in folder.glob(".*.tmp"):  # a write that a crash cut short
-            leftover.unlink(missing_ok=True)
-        return sorted(p for p in folder.glob("*.json") if valid_id(p.stem))
+
+def _clean(folder: Path, before: float) -> None:
+    """Delete the temp files in `folder` last written before `before` (wall time): writes a
+    crash cut short, never another gateway's write under way."""
+    if not folder.is_dir():
+        return
+    for leftover in folder.glob(".*.tmp"):
+        try:
+            if leftover.stat().st_mtime < before:
+                leftover.unlink(missing_ok=True)
+        except FileNotFoundError:
+            pass
 
 
-def _write_whole(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` at once: readers (and a restart) see the old or the new."""
+def _write_whole(path: Path, data: bytes, tag: str) -> None:
+    """Replace `path` with `data` at once: readers (and a restart) see the old or the new.
+    Its temp file is named by the writer's `tag`: two gateways writing one name at once
+    never write into each other's."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp")
+    temp = path.with_name(f".{path.name}.{tag}.tmp")
     with temp.open("wb") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
     os.replace(temp, path)
-
-
-def _read(path: Path, kind: type[_T]) -> _T | None:
-    try:
-        return msgspec.json.decode(path.read_bytes(), type=kind)
-    except (OSError, msgspec.DecodeError) as exc:
-        log.warning("batches: cannot read %s, left out: %s", path, exc)
-        return None

@@ -25,7 +25,7 @@ import msgspec
 
 from fleetgate.batches.book import BatchBook
 from fleetgate.batches.files import FileShelf
-from fleetgate.batches.store import valid_id
+from fleetgate.batches.ids import valid_id
 from fleetgate.gateway.requests import is_form, multipart_field, multipart_file
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
@@ -132,6 +132,7 @@ class BatchApi:
         item: str,
     ) -> None:  # fmt: skip
         try:
+            await self.book.refresh()  # shared: what the other gateways wrote
             content_type, body = await action(request, self._caller(request), item)
         except Refused as exc:
             _send_error(writer, request_id, exc)
@@ -187,6 +188,7 @@ class BatchApi:
         """A file's content, read in a thread and sent a chunk at a time: a large output file
         neither blocks the loop nor sits whole in memory."""
         try:
+            await self.book.refresh()
             path = self._shelf.content_path(self._caller(request).tenant.name, item)
             source = await asyncio.to_thread(path.open, "rb")
         except Refused as exc:

@@ -17,7 +17,7 @@ from fleetgate.fleet.health import HealthFlag, Verdict
 from fleetgate.fleet.load_board import BackendLoad
 from fleetgate.kv_events.status import FeedStatus
 from fleetgate.observe.slo import ObjectiveStatus
-from fleetgate.shared.state import SharedStatus
+from fleetgate.shared.state import LeaseStatus, SharedStatus
 from fleetgate.traffic.admission import Admission
 
 # The per-backend load gauges: name, help, and how each is read from its load board record.
@@ -169,6 +169,28 @@ def shared_state_families(statuses: Iterable[SharedStatus]) -> Iterator[Metric]:
         for status in statuses:
             counter.add_metric([status.part, status.pool], read(status))
         yield counter
+
+
+def lease_families(leases: Iterable[LeaseStatus]) -> Iterator[Metric]:
+    """The leases among the gateways sharing Redis, by kind (batches: which gateway runs a
+    shared batch directory's batches); no samples when none is taken."""
+    leases = list(leases)
+    held = GaugeMetricFamily(
+        "fleetgate_shared_lease_held",
+        "1 while this gateway holds the lease (for batches: it runs the batch directory's "
+        "batches), else 0.",
+        labels=["lease"],
+    )
+    failures = CounterMetricFamily(
+        "fleetgate_shared_lease_failures",
+        "Renewals of the lease that Redis did not answer in time.",
+        labels=["lease"],
+    )
+    for lease in leases:
+        held.add_metric([lease.kind], 1.0 if lease.held else 0.0)
+        failures.add_metric([lease.kind], lease.failures)
+    yield held
+    yield failures
 
 
 # Each engine's KV-event feed (kv_events/feeds.py): name, help, and how each is read.

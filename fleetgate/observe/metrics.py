@@ -42,6 +42,7 @@ from fleetgate.observe.fleet_metrics import (
     gpu_expiry_family,
     gpu_families,
     kv_event_families,
+    lease_families,
     load_families,
     shared_state_families,
     slo_families,
@@ -49,7 +50,7 @@ from fleetgate.observe.fleet_metrics import (
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.resilience.retry import RETRYABLE_STATUSES
-from fleetgate.shared.state import SharedStatus
+from fleetgate.shared.state import LeaseStatus, SharedStatus
 from fleetgate.traffic.admission import Admission
 from fleetgate.traffic.priority import PRIORITY_NAMES
 
@@ -98,9 +99,11 @@ class GatewayMetrics(Collector):
         gpu_expiries: Callable[[], Iterable[tuple[str, BackendState, int]]] = lambda: (),
         loads: Callable[[], Iterable[tuple[str, str, BackendLoad]]] = lambda: (),
         shared: Callable[[], Iterable[SharedStatus]] = lambda: (),
+        leases: Callable[[], Iterable[LeaseStatus]] = lambda: (),
         kv_events: Callable[[], Iterable[FeedStatus]] = lambda: (),
     ) -> None:
         self._shared = shared  # the state shared with other gateways (shared/state.py)
+        self._leases = leases  # ... and the leases among them
         self._kv_events = kv_events  # the engines' KV-event feeds (kv_events/feeds.py)
         self._states = states  # read when scraped (observe/fleet_metrics.py)
         self._loads = loads  # (model, backend id, its load board record), when scraped
@@ -347,6 +350,7 @@ class GatewayMetrics(Collector):
         now = self._clock()
         yield from load_families(self._loads())
         yield from shared_state_families(self._shared())
+        yield from lease_families(self._leases())
         yield from kv_event_families(self._kv_events())
         yield from backend_families(states, now)
         yield from gpu_families(states, now)

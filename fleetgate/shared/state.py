@@ -37,9 +37,11 @@ from fleetgate.routing.stored_responses import StoredResponses
 from fleetgate.routing.stores import PrefixIndex, PrefixIndexFactory, ResponsePins, SessionTable
 from fleetgate.settings import Settings, positive_seconds
 from fleetgate.shared.answers import SharedAnswers
+from fleetgate.shared.lease import Lease
 from fleetgate.shared.load_board import SharedLoadBoard
 from fleetgate.shared.prefix_index import SharedPrefixIndex
 from fleetgate.shared.tables import SharedPins, SharedSessionTable
+from fleetgate.traffic.redis_cancel import cancellable
 from fleetgate.traffic.redis_store import redis_client
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,15 @@ class SharedStatus:
     undecodable: int  # other gateways' entries skipped
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseStatus:
+    """Whether this gateway holds one lease, for metrics."""
+
+    kind: str  # what it is on: batches (the runner of a batch directory)
+    held: bool
+    failures: int  # renewals Redis did not answer
+
+
 class RoutingState:
     """Where this gateway keeps each pool's routing state: its memory, or (with a URL) a
     Redis it shares with the other gateways, synced from `start()` until `close()`."""
@@ -87,14 +98,34 @@ class RoutingState:
         self._settings = settings
         self._clock = clock
         self._client = None if settings.url is None else redis_client(settings.url)
+        if self._client is not None:
+            self._execute = cancellable(self._client.execute_command)
         # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
         self.gateway_id = secrets.token_hex(8)
         self._boards: list[tuple[str, SharedLoadBoard]] = []  # by pool
         self._synced: list[
             tuple[str, str, SharedPrefixIndex | SharedSessionTable | SharedPins]
         ] = []
+        self._leases: list[tuple[str, Lease]] = []
         self._tasks = PeriodicTasks(rng, clock)
         self._broken: set[tuple[str, int]] = set()  # parts whose last sync raised (logged once)
+
+    @property
+    def shared(self) -> bool:
+        return self._client is not None
+
+    def lease(self, kind: str, name: str, ttl_s: float) -> Lease:
+        """A lease among the gateways (`shared` only) on `name`, one of `kind` (its label in
+        the metrics)."""
+        assert self._client is not None
+        key = f"{self._settings.key_prefix}:lease:{kind}:{name}"
+        lease = Lease(self._execute, key, self.gateway_id, self._clock, ttl_s=ttl_s)
+        self._leases.append((kind, lease))
+        return lease
+
+    def leases(self) -> list[LeaseStatus]:
+        """Each lease's, when scraped."""
+        return [LeaseStatus(kind, lease.held(), lease.failures) for kind, lease in self._leases]
 
     def load_board(self, name: str) -> LoadBoard:
         """A new pool's board; `name` tells the pools apart on a shared Redis."""
@@ -102,7 +133,7 @@ class RoutingState:
             return MemoryLoadBoard()
         s = self._settings
         board = SharedLoadBoard(
-            self._client.execute_command, f"{s.key_prefix}:board:{name}", self.gateway_id,
+            self._execute, f"{s.key_prefix}:board:{name}", self.gateway_id,
             self._clock.now, ttl_s=s.ttl_s,
         )  # fmt: skip
         self._boards.append((name, board))
@@ -116,7 +147,7 @@ class RoutingState:
 
         def make(max_entries: int) -> PrefixIndex:
             index = SharedPrefixIndex(
-                MemoryPrefixIndex(max_entries), client.execute_command,
+                MemoryPrefixIndex(max_entries), self._execute,
                 f"{self._settings.key_prefix}:prefix:{name}", self.gateway_id,
             )  # fmt: skip
             self._synced.append(("prefix_index", name, index))
@@ -129,7 +160,7 @@ class RoutingState:
         if self._client is None:
             return MemorySessionTable()
         table = SharedSessionTable(
-            MemorySessionTable(), self._client.execute_command,
+            MemorySessionTable(), self._execute,
             f"{self._settings.key_prefix}:sessions:{name}", self.gateway_id,
         )  # fmt: skip
         self._synced.append(("sessions", name, table))
@@ -140,7 +171,7 @@ class RoutingState:
         if self._client is None:
             return StoredResponses()
         pins = SharedPins(
-            StoredResponses(), self._client.execute_command,
+            StoredResponses(), self._execute,
             f"{self._settings.key_prefix}:responses", self.gateway_id,
         )  # fmt: skip
         self._synced.append(("responses", "", pins))
@@ -151,7 +182,7 @@ class RoutingState:
         check makes sure there is a Redis)."""
         assert self._client is not None
         return SharedAnswers(
-            self._client.execute_command, f"{self._settings.key_prefix}:cache", self.gateway_id,
+            self._execute, f"{self._settings.key_prefix}:cache", self.gateway_id,
             self._clock, ttl_s=ttl_s, hold_s=hold_s,
         )  # fmt: skip
 

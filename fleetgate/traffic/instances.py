@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from fleetgate.clock import Clock
 from fleetgate.fleet.periodic import PeriodicTasks
+from fleetgate.traffic.redis_cancel import cancellable
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,7 @@ class InstanceCount:
     ) -> None:
         self._client = client
         # redis-py's typed commands do not say they are coroutines in its asyncio client.
-        self._execute: Callable[..., Awaitable[Any]] = client.execute_command
+        self._execute = cancellable(client.execute_command)
         self.key = f"{prefix}:instances"
         self.instance_id = instance_id
         self._interval_s = interval_s

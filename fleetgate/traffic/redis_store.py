@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -29,6 +29,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
 from fleetgate.traffic.instances import InstanceCount
+from fleetgate.traffic.redis_cancel import cancellable
 from fleetgate.traffic.store import Bucket, BucketsAccount, MemoryStore, Taken, wait_for
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class RedisStore:
     ) -> None:
         self._client = client
         # redis-py's typed commands do not say they are coroutines in its asyncio client.
-        self._execute: Callable[..., Awaitable[Any]] = client.execute_command
+        self._execute = cancellable(client.execute_command)
         self._instances = instances
         self._clock = clock
         self._backoff_s = backoff_s

@@ -3,13 +3,15 @@ lines appended with a crash's half line dropped, ids checked before any path is 
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 
 import pytest
 
+from fleetgate.batches.ids import valid_id
 from fleetgate.batches.objects import FileObject
-from fleetgate.batches.store import BatchStore, valid_id
+from fleetgate.batches.store import LEFTOVER_S, BatchStore
 
 SEED = 7
 
@@ -75,11 +77,17 @@ def test_an_unreadable_object_is_left_out_not_fatal(tmp_path: Path) -> None:
     store = BatchStore(tmp_path, random.Random(SEED))
     good = _file(store)
     (tmp_path / "files" / "file-broken.json").write_bytes(b"{not json")
-    (tmp_path / "files" / ".file-x.json.tmp").write_bytes(b"half")
-    again = BatchStore(tmp_path, random.Random(SEED))
+    cut_short = tmp_path / "files" / ".file-x.json.a1.tmp"
+    cut_short.write_bytes(b"half")
+    under_way = tmp_path / "files" / ".file-y.json.b2.tmp"  # another gateway's, being written
+    under_way.write_bytes(b"half")
+    now = cut_short.stat().st_mtime
+    os.utime(cut_short, (now - LEFTOVER_S - 1, now - LEFTOVER_S - 1))
+    again = BatchStore(tmp_path, random.Random(SEED), Clock(now))
     again.load()
     assert list(again.files) == [good.id]
-    assert not (tmp_path / "files" / ".file-x.json.tmp").exists()
+    assert not cut_short.exists()
+    assert under_way.exists()
 
 
 def test_a_batch_keeps_its_input_when_the_file_is_deleted(tmp_path: Path) -> None:

@@ -15,10 +15,12 @@ import openai
 import pytest
 from openai.types import Batch
 
-from tests.e2e.procs import fleetgate, gateway
+from tests.e2e.procs import fleetgate, gateway, metric
+from tests.redis_server import RedisServer
 
 MODEL = "sim-8b"
 CHAT = "/v1/chat/completions"
+LEASE = "fleetgate_shared_lease_held"
 KEYS = {"alice": "sk-alice-e2e-batches", "bob": "sk-bob-e2e-batches"}
 
 
@@ -151,6 +153,32 @@ def test_a_gateway_killed_mid_batch_is_finished_by_the_next(
     with gateway(["--config", str(config)]) as (base, _):
         sdk = client(base)
         batch = wait(sdk, batch.id, done)
+        assert batch.status == "completed" and batch.error_file_id is None
+        ids = [str(line["custom_id"]) for line in answers(sdk, batch)]
+    assert sorted(ids) == sorted(f"q{i}" for i in range(20))  # each exactly once
+
+
+def test_two_gateways_on_one_directory_run_a_batch_once_through_the_runners_death(
+    tmp_path: Path, workers: list[str], own_redis: RedisServer
+) -> None:
+    """Made at the gateway that does not run the batches, shown there as it runs at the other,
+    and finished by it once the other is killed and its lease (2 s) has lapsed."""
+    config = write_config(tmp_path / "gw.json", workers, tmp_path / "state", 1)
+    settings = json.loads(config.read_text())
+    settings["state"] = {"url": own_redis.url}
+    settings["batches"]["lease_s"] = 2.0
+    config.write_text(json.dumps(settings))
+    with gateway(["--config", str(config)]) as first, gateway(["--config", str(config)]) as second:
+        held = {url: metric(url, LEASE, lease="batches") for url, _ in (first, second)}
+        assert sorted(held.values()) == [0.0, 1.0]  # the first to start took the lease
+        (_, runner), (other_url, _) = sorted((first, second), key=lambda g: -held[g[0]])
+        sdk = client(other_url)
+        batch = start(sdk, requests(20))
+        counts = wait(sdk, batch.id, lambda b: completed(b) >= 3).request_counts
+        runner.stop(signal.SIGKILL)
+        assert counts is not None and counts.completed < 20
+        batch = wait(sdk, batch.id, done)
+        assert metric(other_url, LEASE, lease="batches") == 1.0
         assert batch.status == "completed" and batch.error_file_id is None
         ids = [str(line["custom_id"]) for line in answers(sdk, batch)]
     assert sorted(ids) == sorted(f"q{i}" for i in range(20))  # each exactly once

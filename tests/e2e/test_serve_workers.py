@@ -8,16 +8,19 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import openai
 import pytest
 
 from fleetgate.config import ConfigError, parse_config
 from fleetgate.processes import check_workers, unshared
 from tests.e2e.procs import Proc, gateway, metric, sim_workers
+from tests.redis_server import RedisServer
 
 MODEL = "workers-8b"
 REQUESTS = 41  # odd: two workers cannot have served equal shares
@@ -130,3 +133,41 @@ def test_workers_that_cannot_start_stop_the_supervisor(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "keeps exiting at start" in done.stderr
     assert "request_log.path: cannot append to it" in done.stderr
+
+
+def test_with_shared_state_the_workers_share_the_batches(
+    tmp_path: Path, own_redis: RedisServer
+) -> None:
+    """Each upload, create and poll may reach either worker; the batch runs once."""
+    with sim_workers(MODEL, 1) as urls:
+        config = tmp_path / "gw.yaml"
+        config.write_text(json.dumps({
+            "pools": [{"model": MODEL, "backends": [{"url": urls[0]}]}],
+            "state": {"url": own_redis.url}, "batches": {"dir": str(tmp_path / "batches")},
+        }))  # fmt: skip
+        with gateway(["--config", str(config), "--workers", "2"]) as (url, proc):
+            proc.wait_for(r"worker (1) listening on port")
+            assert not [line for line in proc.lines if "Batch API is off" in line]
+            sdk = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+            lines = [
+                {"custom_id": f"q{i}", "method": "POST", "url": "/v1/chat/completions",
+                 "body": {"model": MODEL, "max_tokens": 4,
+                          "messages": [{"role": "user", "content": f"Question {i}?"}]}}
+                for i in range(10)
+            ]  # fmt: skip
+            data = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+            for _ in range(3):  # new connections: each may reach either worker
+                file = sdk.files.create(file=("in.jsonl", data), purpose="batch")
+                batch = sdk.batches.create(
+                    input_file_id=file.id, endpoint="/v1/chat/completions",
+                    completion_window="24h",
+                )  # fmt: skip
+                for _ in range(300):
+                    batch = sdk.batches.retrieve(batch.id)
+                    if batch.status == "completed":
+                        break
+                    time.sleep(0.1)
+                assert batch.status == "completed" and batch.output_file_id is not None
+                answers = sdk.files.content(batch.output_file_id).text.splitlines()
+                ids = sorted(json.loads(line)["custom_id"] for line in answers)
+                assert ids == sorted(f"q{i}" for i in range(10))  # each once

@@ -1,0 +1,179 @@
+"""Two gateways' batch books on one directory and one real Redis (batches/sharing.py): one at a
+time runs the batches, whichever gateway they were made at; the other shows their counts and
+passes a cancel on; and when the one running them dies, the other takes them over once its
+lease lapses, every request answered exactly once. The requests are answered by a stand-in for
+the gateway's request path (what the runner calls), which is not what is tested here."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fleetgate.batches.book import BatchBook
+from fleetgate.batches.files import FileShelf
+from fleetgate.batches.runner import BatchRunner
+from fleetgate.batches.settings import BatchesSettings
+from fleetgate.batches.sharing import SharedBatches
+from fleetgate.batches.store import BatchStore
+from fleetgate.clock import LoopClock
+from fleetgate.lifecycle.downstream import Downstream
+from fleetgate.shared.lease import Lease
+from fleetgate.traffic.door import Caller
+from fleetgate.traffic.redis_cancel import cancellable
+from fleetgate.traffic.redis_store import redis_client
+from tests.batches.test_batch_book import ALICE, ANSWER, CHAT, _input
+from tests.redis_server import RedisServer
+
+LEASE_S = 2.0
+
+
+class Gateway:
+    """One gateway's batch book, runner and turns on the shared `root`."""
+
+    def __init__(self, root: Path, client: Any, name: str, served: Counter[bytes]) -> None:
+        self.name = name
+        self.served = served
+        self.store = BatchStore(root, random.Random(name))
+        self.store.load()
+        tenants = {"alice": ALICE}
+        self.book = BatchBook(self.store, BatchesSettings(), tenants, time.time, shared=True)
+        self.shelf = FileShelf(self.store, BatchesSettings(), time.time)
+        self.runner = BatchRunner(self.book, self.serve, 2, random.Random(0), LoopClock())
+        execute = cancellable(client.execute_command)  # as the gateway's shared state has it
+        self.lease = Lease(execute, "test:batches", name, LoopClock(), ttl_s=LEASE_S)
+        self.sharing = SharedBatches(self.book, self.runner, self.lease, LoopClock(), 0.05)
+
+    async def serve(self, caller: Caller, path: bytes, body: bytes, answer: Downstream) -> None:
+        await asyncio.sleep(0.02)
+        self.served[body] += 1
+        answer.send(200, [(b"content-type", b"application/json")], ANSWER)
+
+    async def create(self, n: int) -> str:
+        file = await self.shelf.upload("alice", "in.jsonl", "batch", _input(n))
+        await self.book.refresh()
+        return (await self.book.create(Caller(ALICE, ""), file.id, CHAT, "24h", None)).id
+
+    async def status(self, batch_id: str) -> str:
+        await self.book.refresh()
+        return self.book.get("alice", batch_id).status
+
+    def die(self) -> None:
+        """Stop at once, as a killed process: nothing handed on, its lease left to lapse."""
+        assert self.sharing._task is not None
+        self.sharing._task.cancel()
+        for task in self.runner._tasks:
+            task.cancel()
+
+
+@pytest.fixture
+async def client(redis: RedisServer) -> AsyncIterator[Any]:
+    c = redis_client(redis.url)
+    await c.flushdb()
+    yield c
+    await c.aclose()
+
+
+async def until(check: Callable[[], Any], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def markers(root: Path) -> list[Path]:
+    return list(root.glob("batches/*.cancel"))
+
+
+def custom_ids(gateway: Gateway, file_id: str | None) -> Counter[str]:
+    assert file_id is not None
+    lines = gateway.store.content(file_id).splitlines()
+    return Counter(json.loads(line)["custom_id"] for line in lines)
+
+
+async def test_one_gateway_runs_the_batches_made_at_either(tmp_path: Path, client: Any) -> None:
+    served: Counter[bytes] = Counter()
+    a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
+    await a.sharing.turn()
+    await b.sharing.turn()
+    assert a.sharing.running_here and not b.sharing.running_here
+    a.sharing.start()
+    b.sharing.start()
+    try:
+        made = [await b.create(5), await a.create(5)]
+        for batch_id in made:
+            await until(lambda batch_id=batch_id: _ended(b, batch_id))
+        for batch_id in made:
+            batch = b.book.get("alice", batch_id)
+            assert batch.request_counts.completed == 5
+            assert custom_ids(b, batch.output_file_id) == {f"r{i}": 1 for i in range(5)}
+        assert sum(served.values()) == 10 and set(served.values()) == {2}  # the same 5 twice
+        assert not b.runner._tasks  # b never ran anything
+    finally:
+        await a.sharing.stop()
+        await b.sharing.stop()
+
+
+async def _ended(gateway: Gateway, batch_id: str) -> bool:
+    return await gateway.status(batch_id) in ("completed", "cancelled")
+
+
+async def test_the_other_gateway_shows_the_counts_and_passes_a_cancel_on(
+    tmp_path: Path, client: Any
+) -> None:
+    served: Counter[bytes] = Counter()
+    a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
+    await a.sharing.turn()
+    a.sharing.start()
+    b.sharing.start()
+    try:
+        batch_id = await b.create(200)  # 2 at a time, 20 ms each: 2 s to run whole
+
+        async def counted() -> bool:
+            await b.book.refresh()
+            return b.book.get("alice", batch_id).request_counts.completed > 0
+
+        await until(counted)
+        asked = b.book.cancel("alice", batch_id)
+        assert asked.status == "cancelling"
+        await until(lambda: _ended(b, batch_id))
+        batch = b.book.get("alice", batch_id)
+        assert batch.status == "cancelled" and 0 < batch.request_counts.completed < 200
+        assert not markers(tmp_path)  # gone with the batch's end
+    finally:
+        await a.sharing.stop()
+        await b.sharing.stop()
+
+
+async def test_when_the_runner_dies_the_other_takes_its_batches_over(
+    tmp_path: Path, client: Any
+) -> None:
+    served: Counter[bytes] = Counter()
+    a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
+    await a.sharing.turn()
+    a.sharing.start()
+    b.sharing.start()
+    try:
+        batch_id = await a.create(100)
+
+        async def begun() -> bool:
+            return sum(served.values()) >= 10
+
+        await until(begun)
+        a.die()
+        died = time.monotonic()
+        await until(lambda: _ended(b, batch_id))
+        assert b.sharing.running_here
+        assert time.monotonic() - died < LEASE_S + 2.0
+        batch = b.book.get("alice", batch_id)
+        assert custom_ids(b, batch.output_file_id) == {f"r{i}": 1 for i in range(100)}
+        assert len(served) == 100  # every request ran; those cut off by the death ran again
+    finally:
+        await b.sharing.stop()
