@@ -81,6 +81,7 @@ from fleetgate.routing.registry import (
     default_registry,
 )
 from fleetgate.routing.router import Router
+from fleetgate.routing.stores import EngineBlocks
 from fleetgate.runtime import settle_heap
 from fleetgate.shared.state import RoutingState, StateSettings
 from fleetgate.traffic.admission import Admission, AdmissionSettings
@@ -197,7 +198,7 @@ def build_clusters(
         ctx = PluginContext(
             random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s,
             prefix_index=state.prefix_index(c.model), sessions=state.sessions(c.model),
-            engine_blocks=None if kv_events is None else kv_events.index(c.model),
+            engine_blocks=_engine_blocks(c.model, kv_events, state),
         )  # fmt: skip
         timeouts = c.timeouts()
         hedge = c.hedge
@@ -763,6 +764,15 @@ async def start_gateway(
         state=state,
         kv_events=kv_events,
     )
+
+
+def _engine_blocks(
+    model: str, kv_events: KvEventFeeds | None, state: RoutingState
+) -> EngineBlocks | None:
+    """What the pool's engines report holding (None: none publishes), with what the other
+    gateways sent them, when shared."""
+    index = None if kv_events is None else kv_events.index(model)
+    return None if index is None else state.engine_blocks(model, index)
 
 
 def _kv_event_feeds(config: Config) -> KvEventFeeds | None:

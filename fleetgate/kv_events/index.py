@@ -13,6 +13,7 @@ An engine reports a prompt's blocks once it has computed them, a step or a queue
 gateway sent it; a second request with the same prefix sent meanwhile would find nothing. So
 the scorer also tells the index where it sends each prompt (`expect`): those blocks count as
 held by that backend until its engine reports them or `PENDING_S` passes, whichever is first.
+Gateways sharing Redis tell each other what they sent (shared/engine_blocks.py: `hold`).
 
 Blocks stored for a LoRA adapter or in an offload tier (medium other than GPU) are not
 indexed: a base-model prompt cannot use the first, and the second is slower than the load
@@ -25,9 +26,10 @@ more than it could hold, or never reports evicting, costs no more.
 
 from __future__ import annotations
 
+import heapq
 from array import array
-from collections import deque
 from collections.abc import Iterable, Sequence
+from itertools import count
 
 from xxhash import xxh3_64_intdigest
 
@@ -55,7 +57,9 @@ class EngineBlockIndex:
         self._max_entries = max_entries
         self._held = MemoryPrefixIndex(max_entries)
         self._pending = MemoryPrefixIndex(PENDING_ENTRIES)  # sent, not reported yet
-        self._expiring: deque[tuple[float, str, list[int]]] = deque()  # when each lapses
+        # When each expectation lapses (a heap: another gateway's may lapse before this one's).
+        self._expiring: list[tuple[float, int, str, list[int]]] = []
+        self._order = count()  # ties in `_expiring` broken by arrival, never by the keys
         self._keys: dict[str, dict[BlockHash, int]] = {}  # backend -> engine hash -> key
         self._block_size: dict[str, int] = {}  # the backends heard from: their block size
         self._sizes: set[int] = set()  # every block size heard (engines share one, or a few)
@@ -122,17 +126,25 @@ class EngineBlockIndex:
     def expect(self, backend_id: str, ids: Sequence[int], now: float) -> None:
         """A prompt was sent to the backend: its blocks count as held until its engine
         reports them, or for PENDING_S (module docstring)."""
+        self.hold(backend_id, self.keys_for(backend_id, ids), now + PENDING_S)
+
+    def keys_for(self, backend_id: str, ids: Sequence[int]) -> list[int]:
+        """The keys of `ids` at the backend's block size (none when it is not followed)."""
         bs = self._block_size.get(backend_id)
-        if not bs:
+        return token_keys(ids, bs) if bs else []
+
+    def hold(self, backend_id: str, keys: list[int], until: float) -> None:
+        """Count the blocks of `keys` held by the backend until `until` (unless its engine
+        says first); nothing when it is not followed."""
+        if not keys or backend_id not in self._block_size:
             return
-        keys = token_keys(ids, bs)
         self._pending.record(backend_id, keys)
-        self._expiring.append((now + PENDING_S, backend_id, keys))
+        heapq.heappush(self._expiring, (until, next(self._order), backend_id, keys))
 
     def _expire(self, now: float) -> None:
         expiring = self._expiring
         while expiring and expiring[0][0] <= now:
-            _, backend_id, keys = expiring.popleft()
+            _, _, backend_id, keys = heapq.heappop(expiring)
             self._pending.drop(backend_id, keys)
 
     def deepest(self, ids: Sequence[int], limit: int, now: float) -> list[str]:

@@ -151,8 +151,8 @@ _SHARED_COUNTERS: tuple[tuple[str, str, Callable[[SharedStatus], float]], ...] =
 
 def shared_state_families(statuses: Iterable[SharedStatus]) -> Iterator[Metric]:
     """How the state shared with other gateways through Redis is doing (state.url), by part
-    (load_board, prefix_index, sessions, responses) and pool (no samples when nothing is
-    shared)."""
+    (load_board, prefix_index, sessions, responses, engine_blocks) and pool (no samples when
+    nothing is shared)."""
     statuses = list(statuses)
     labels = ["part", "model"]
     up = GaugeMetricFamily(

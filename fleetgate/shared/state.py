@@ -24,9 +24,10 @@ import asyncio
 import logging
 import random
 import secrets
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fleetgate.clock import Clock
 from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
@@ -34,9 +35,16 @@ from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.routing.prefix_index import MemoryPrefixIndex
 from fleetgate.routing.session_table import MemorySessionTable
 from fleetgate.routing.stored_responses import StoredResponses
-from fleetgate.routing.stores import PrefixIndex, PrefixIndexFactory, ResponsePins, SessionTable
+from fleetgate.routing.stores import (
+    EngineBlocks,
+    PrefixIndex,
+    PrefixIndexFactory,
+    ResponsePins,
+    SessionTable,
+)
 from fleetgate.settings import Settings, positive_seconds
 from fleetgate.shared.answers import SharedAnswers
+from fleetgate.shared.engine_blocks import SharedEngineBlocks
 from fleetgate.shared.lease import Lease
 from fleetgate.shared.load_board import SharedLoadBoard
 from fleetgate.shared.prefix_index import SharedPrefixIndex
@@ -44,7 +52,13 @@ from fleetgate.shared.tables import SharedPins, SharedSessionTable
 from fleetgate.traffic.redis_cancel import cancellable
 from fleetgate.traffic.redis_store import redis_client
 
+if TYPE_CHECKING:
+    from fleetgate.kv_events.index import EngineBlockIndex
+
 log = logging.getLogger(__name__)
+
+# The parts synced every `sync_s`: each publishes its decisions and hears the others'.
+Synced = SharedPrefixIndex | SharedSessionTable | SharedPins | SharedEngineBlocks
 
 
 class StateSettings(Settings, frozen=True):
@@ -72,7 +86,7 @@ class StateSettings(Settings, frozen=True):
 class SharedStatus:
     """How one shared part of one pool is doing, for metrics."""
 
-    part: str  # load_board, prefix_index, sessions, responses
+    part: str  # load_board, prefix_index, sessions, responses, engine_blocks
     pool: str  # its pool's name ("" for the gateway's Responses pins)
     up: bool  # its last sync reached Redis
     failures: int  # syncs Redis did not answer
@@ -94,9 +108,13 @@ class RoutingState:
     """Where this gateway keeps each pool's routing state: its memory, or (with a URL) a
     Redis it shares with the other gateways, synced from `start()` until `close()`."""
 
-    def __init__(self, settings: StateSettings, clock: Clock, rng: random.Random) -> None:
+    def __init__(
+        self, settings: StateSettings, clock: Clock, rng: random.Random,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
         self._settings = settings
         self._clock = clock
+        self._wall = wall_clock
         self._client = None if settings.url is None else redis_client(settings.url)
         if self._client is not None:
             self._execute = cancellable(self._client.execute_command)
@@ -104,7 +122,9 @@ class RoutingState:
         self.gateway_id = secrets.token_hex(8)
         self._boards: list[tuple[str, SharedLoadBoard]] = []  # by pool
         self._synced: list[
-            tuple[str, str, SharedPrefixIndex | SharedSessionTable | SharedPins]
+            tuple[
+                str, str, SharedPrefixIndex | SharedSessionTable | SharedPins | SharedEngineBlocks
+            ]
         ] = []
         self._leases: list[tuple[str, Lease]] = []
         self._tasks = PeriodicTasks(rng, clock)
@@ -154,6 +174,18 @@ class RoutingState:
             return index
 
         return make
+
+    def engine_blocks(self, name: str, local: EngineBlockIndex) -> EngineBlocks:
+        """A new pool's view of what its engines hold (their KV-cache events): the prompts
+        each gateway sent and the engines have not reported yet, shared."""
+        if self._client is None:
+            return local
+        blocks = SharedEngineBlocks(
+            local, self._execute, f"{self._settings.key_prefix}:expected:{name}",
+            self.gateway_id, self._clock.now, self._wall,
+        )  # fmt: skip
+        self._synced.append(("engine_blocks", name, blocks))
+        return blocks
 
     def sessions(self, name: str) -> SessionTable:
         """A new pool's session table."""
