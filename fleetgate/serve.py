@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
@@ -397,6 +397,14 @@ def build_model_routes(config: Config, rng: random.Random) -> dict[str, ModelRou
     return routes
 
 
+class Background(Protocol):
+    """Work a gateway runs beside its requests until it stops (the batches)."""
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class RunningGateway:
     """A started gateway: where it listens and how to stop it."""
 
@@ -405,7 +413,7 @@ class RunningGateway:
         gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
         limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
-        tracing: Tracing | None = None, batches: BatchRunner | SharedBatches | None = None,
+        tracing: Tracing | None = None, batches: Background | None = None,
         state: RoutingState | None = None, kv_events: KvEventFeeds | None = None,
     ) -> None:  # fmt: skip
         self.server = server
@@ -689,7 +697,7 @@ async def start_gateway(
     shared = store if isinstance(store, RedisStore) else None
     state = RoutingState(config.state, clock, random.Random(rng.getrandbits(64)))
     kv_events = _kv_event_feeds(config)
-    batches: BatchRunner | SharedBatches | None = None
+    batches: Background | None = None
     try:
         if shared is not None:
             shared.start()

@@ -303,7 +303,7 @@ class BatchBook:
                 continue
             batch.request_counts, batch.usage = counts, run.usage()
             try:
-                self._store.save_batch(run.stored)
+                self._store.save_batch(run.stored, durable=False)
             except OSError:
                 log.exception("batches: cannot write the counts of batch %s now", batch.id)
 
@@ -316,11 +316,15 @@ class BatchBook:
         return [self.view(s) for s in shown], more
 
     def view(self, stored: StoredBatch) -> Batch:
-        """The batch as a client sees it: with a running batch's counts of the moment."""
-        run = self._running.batches.get(stored.batch.id)
+        """The batch as a client sees it: with a running batch's counts of the moment; shared,
+        `cancelling` once asked, before the gateway running it has acted."""
+        batch = stored.batch
+        run = self._running.batches.get(batch.id)
         if run is None:
-            return stored.batch
-        return msgspec.structs.replace(stored.batch, request_counts=run.counts(), usage=run.usage())
+            if batch.status == "in_progress" and batch.id in self._store.cancels:
+                return msgspec.structs.replace(batch, status="cancelling")
+            return batch
+        return msgspec.structs.replace(batch, request_counts=run.counts(), usage=run.usage())
 
     def _owned(self, owner: str, batch_id: str) -> StoredBatch:
         stored = self._store.batches.get(batch_id) if valid_id(batch_id) else None

@@ -78,16 +78,18 @@ class BatchStore:
     def _apply(self, found: Scan, seen: dict[Path, Signature], keep: Collection[str]) -> None:
         """What the scan found, where this store has not itself written it since `seen`."""
         self.cancels = found.cancels
+        # One unreadable (being replaced on a volume without atomic renames) is read again next.
         for path, stored_file in found.files.items():
-            if self._seen.get(path) == seen.get(path):
+            if self._seen.get(path) == seen.get(path) and stored_file is not None:
                 self._seen[path] = found.present[path]
-                if stored_file is not None and stored_file.file.id == path.stem:
+                if stored_file.file.id == path.stem:
                     self._put_file(stored_file)
         for path, stored in found.batches.items():
-            if self._seen.get(path) == seen.get(path) and path.stem not in keep:
-                self._seen[path] = found.present[path]
-                if stored is not None and stored.batch.id == path.stem:
-                    self.batches[path.stem] = stored
+            if path.stem in keep or stored is None or self._seen.get(path) != seen.get(path):
+                continue
+            self._seen[path] = found.present[path]
+            if stored.batch.id == path.stem:
+                self.batches[path.stem] = stored
         for path, sig in seen.items():
             if path not in found.present and self._seen.get(path) == sig:  # deleted by another
                 del self._seen[path]
@@ -108,9 +110,9 @@ class BatchStore:
             self.stored_bytes -= stored.file.bytes
         self.stored_bytes -= self._growing.pop(file_id, 0)
 
-    def _write_object(self, path: Path, data: bytes) -> None:
+    def _write_object(self, path: Path, data: bytes, durable: bool = True) -> None:
         """An object written whole, and known as this store's own write (not read back)."""
-        _write_whole(path, data, self._tag)
+        _write_whole(path, data, self._tag, durable)
         self._seen[path] = signature(path.stat())
 
     def directory_id(self) -> str:
@@ -160,6 +162,13 @@ class BatchStore:
         return stored
 
     def add(self, stored: StoredFile) -> None:
+        """An upload `write_file` wrote, seen from now on (unless deleted meanwhile: shared,
+        another gateway may have)."""
+        path = self._path("files", stored.file.id, ".json")
+        try:
+            self._seen[path] = signature(path.stat())
+        except FileNotFoundError:
+            return
         self._put_file(stored)
 
     def publish(self, file: FileObject, owner: str) -> StoredFile:
@@ -234,9 +243,11 @@ class BatchStore:
 
     # Batches.
 
-    def save_batch(self, stored: StoredBatch) -> None:
+    def save_batch(self, stored: StoredBatch, durable: bool = True) -> None:
+        """Write a batch's object; not `durable`: not fsynced (its counts while it runs, which
+        a restart reads back from its results files anyway)."""
         path = self._path("batches", stored.batch.id, ".json")
-        self._write_object(path, msgspec.json.encode(stored))
+        self._write_object(path, msgspec.json.encode(stored), durable)
         self.batches[stored.batch.id] = stored
 
     def keep_input(self, batch_id: str, file_id: str) -> None:
@@ -269,6 +280,7 @@ class BatchStore:
         path = self._path("batches", batch_id, ".cancel")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
+        self.cancels |= {batch_id}
 
     def _path(self, kind: str, item_id: str, suffix: str) -> Path:
         if not valid_id(item_id):  # never reached with a client's string: callers check first
@@ -289,14 +301,15 @@ def _clean(folder: Path, before: float) -> None:
             pass
 
 
-def _write_whole(path: Path, data: bytes, tag: str) -> None:
-    """Replace `path` with `data` at once: readers (and a restart) see the old or the new.
-    Its temp file is named by the writer's `tag`: two gateways writing one name at once
-    never write into each other's."""
+def _write_whole(path: Path, data: bytes, tag: str, durable: bool = True) -> None:
+    """Replace `path` with `data` at once: readers (and a restart) see the old or the new
+    (after a power cut too, when `durable`). Its temp file is named by the writer's `tag`:
+    two gateways writing one name at once never write into each other's."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_name(f".{path.name}.{tag}.tmp")
     with temp.open("wb") as out:
         out.write(data)
         out.flush()
-        os.fsync(out.fileno())
+        if durable:
+            os.fsync(out.fileno())
     os.replace(temp, path)

@@ -5,23 +5,24 @@
 `renew` takes the lease when it is free and extends it when this holder has it, in one Lua
 call. The holder counts its hold from the moment it *sent* the renewal, less a margin, so it
 gives the lease up by its own clock before Redis can hand it to another: Redis counts the same
-`ttl_s` from when it received the call, which is later. Redis slow or away is no renewal: the
+`ttl_s` from when it received the call, which is later. A renewal that fails when the next
+one could not be answered before the hold runs out gives the hold up at once: whoever acts on
+the lease checks it once per renewal, and must not act past the lease's end. (A Redis that
+loses the key, in a failover, may hand the lease to another while this holder still counts on
+it: a lease is as good as the Redis that keeps it.) Redis slow or away is no renewal: the
 hold runs out by itself, and nobody holds the lease until Redis is back.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from redis.exceptions import RedisError
 
 from fleetgate.clock import Clock
+from fleetgate.traffic.redis_cancel import Execute
 
 log = logging.getLogger(__name__)
-
-Execute = Callable[..., Awaitable[Any]]
 
 _RENEW = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -38,6 +39,8 @@ return 0
 
 
 class Lease:
+    """One holder's side of a lease (module docstring)."""
+
     def __init__(
         self,
         execute: Execute,
@@ -73,6 +76,8 @@ class Lease:
         except (RedisError, OSError, TimeoutError) as exc:
             self.failures += 1
             log.debug("lease %s not renewed: %s", self.key, exc)
+            if self._clock.now() + self.budget_s >= self.until:  # the next could land too late
+                self.until = float("-inf")
             return self.held()
         # The margin: a holder acts on its hold until it looks again, a budget later at most.
         self.until = sent + self._ttl_s - self.budget_s if got == 1 else float("-inf")

@@ -49,7 +49,7 @@ from fleetgate.shared.lease import Lease
 from fleetgate.shared.load_board import SharedLoadBoard
 from fleetgate.shared.prefix_index import SharedPrefixIndex
 from fleetgate.shared.tables import SharedPins, SharedSessionTable
-from fleetgate.traffic.redis_cancel import cancellable
+from fleetgate.traffic.redis_cancel import Execute, cancellable
 from fleetgate.traffic.redis_store import redis_client
 
 if TYPE_CHECKING:
@@ -115,9 +115,11 @@ class RoutingState:
         self._settings = settings
         self._clock = clock
         self._wall = wall_clock
-        self._client = None if settings.url is None else redis_client(settings.url)
-        if self._client is not None:
-            self._execute = cancellable(self._client.execute_command)
+        client = None if settings.url is None else redis_client(settings.url)
+        self._client = client
+        self._execute: Execute = (
+            _nothing_shared if client is None else cancellable(client.execute_command)
+        )
         # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
         self.gateway_id = secrets.token_hex(8)
         self._boards: list[tuple[str, SharedLoadBoard]] = []  # by pool
@@ -271,3 +273,8 @@ class RoutingState:
             return
         await asyncio.gather(*(board.leave() for _, board in self._boards))
         await self._client.aclose()
+
+
+async def _nothing_shared(*command: Any) -> Any:
+    """The Redis calls of a gateway without `state.url`: none is ever made."""
+    raise RuntimeError("nothing is shared: no state.url")

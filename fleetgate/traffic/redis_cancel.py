@@ -16,11 +16,12 @@ def cancellable(execute: Execute) -> Execute:
     five here), so a sync loop would outlive its gateway's close."""
 
     async def call(*command: Any) -> Any:
+        task = asyncio.current_task()
+        before = 0 if task is None else task.cancelling()
         try:
             return await execute(*command)
-        finally:  # its reply, or the error it made of the cancel, is the cancel's
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
+        finally:  # a cancel came during the call: its reply, or the error it made of it, goes
+            if task is not None and task.cancelling() > before:
                 raise asyncio.CancelledError
 
     return call

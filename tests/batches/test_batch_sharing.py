@@ -27,7 +27,7 @@ from fleetgate.clock import LoopClock
 from fleetgate.lifecycle.downstream import Downstream
 from fleetgate.shared.lease import Lease
 from fleetgate.traffic.door import Caller
-from fleetgate.traffic.redis_cancel import cancellable
+from fleetgate.traffic.redis_cancel import Execute, cancellable
 from fleetgate.traffic.redis_store import redis_client
 from tests.batches.test_batch_book import ALICE, ANSWER, CHAT, _input
 from tests.redis_server import RedisServer
@@ -38,7 +38,10 @@ LEASE_S = 2.0
 class Gateway:
     """One gateway's batch book, runner and turns on the shared `root`."""
 
-    def __init__(self, root: Path, client: Any, name: str, served: Counter[bytes]) -> None:
+    def __init__(
+        self, root: Path, client: Any, name: str, served: Counter[bytes],
+        execute: Execute | None = None,
+    ) -> None:  # fmt: skip
         self.name = name
         self.served = served
         self.store = BatchStore(root, random.Random(name))
@@ -47,7 +50,8 @@ class Gateway:
         self.book = BatchBook(self.store, BatchesSettings(), tenants, time.time, shared=True)
         self.shelf = FileShelf(self.store, BatchesSettings(), time.time)
         self.runner = BatchRunner(self.book, self.serve, 2, random.Random(0), LoopClock())
-        execute = cancellable(client.execute_command)  # as the gateway's shared state has it
+        # As the gateway's shared state calls Redis.
+        execute = execute or cancellable(client.execute_command)
         self.lease = Lease(execute, "test:batches", name, LoopClock(), ttl_s=LEASE_S)
         self.sharing = SharedBatches(self.book, self.runner, self.lease, LoopClock(), 0.05)
 
@@ -67,9 +71,7 @@ class Gateway:
 
     def die(self) -> None:
         """Stop at once, as a killed process: nothing handed on, its lease left to lapse."""
-        assert self.sharing._task is not None
-        self.sharing._task.cancel()
-        for task in self.runner._tasks:
+        for task in [*self.sharing._tasks, *self.runner._tasks]:
             task.cancel()
 
 
@@ -101,8 +103,8 @@ def custom_ids(gateway: Gateway, file_id: str | None) -> Counter[str]:
 async def test_one_gateway_runs_the_batches_made_at_either(tmp_path: Path, client: Any) -> None:
     served: Counter[bytes] = Counter()
     a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
-    await a.sharing.turn()
-    await b.sharing.turn()
+    await a.sharing.renew()
+    await b.sharing.renew()
     assert a.sharing.running_here and not b.sharing.running_here
     a.sharing.start()
     b.sharing.start()
@@ -130,7 +132,7 @@ async def test_the_other_gateway_shows_the_counts_and_passes_a_cancel_on(
 ) -> None:
     served: Counter[bytes] = Counter()
     a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
-    await a.sharing.turn()
+    await a.sharing.renew()
     a.sharing.start()
     b.sharing.start()
     try:
@@ -143,6 +145,7 @@ async def test_the_other_gateway_shows_the_counts_and_passes_a_cancel_on(
         await until(counted)
         asked = b.book.cancel("alice", batch_id)
         assert asked.status == "cancelling"
+        assert await b.status(batch_id) in ("cancelling", "cancelled")  # never in_progress
         await until(lambda: _ended(b, batch_id))
         batch = b.book.get("alice", batch_id)
         assert batch.status == "cancelled" and 0 < batch.request_counts.completed < 200
@@ -157,7 +160,7 @@ async def test_when_the_runner_dies_the_other_takes_its_batches_over(
 ) -> None:
     served: Counter[bytes] = Counter()
     a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
-    await a.sharing.turn()
+    await a.sharing.renew()
     a.sharing.start()
     b.sharing.start()
     try:
@@ -177,3 +180,44 @@ async def test_when_the_runner_dies_the_other_takes_its_batches_over(
         assert len(served) == 100  # every request ran; those cut off by the death ran again
     finally:
         await b.sharing.stop()
+
+
+async def test_a_runner_whose_redis_stops_answering_stops_before_its_lease_lapses(
+    tmp_path: Path, client: Any
+) -> None:
+    """Redis slow, not down: each renewal times out after its whole budget. The runner stops
+    while Redis still holds the lease for it, so no other gateway can have begun."""
+    answering = True
+    guarded = cancellable(client.execute_command)
+
+    async def execute(*command: Any) -> Any:
+        if not answering:
+            await asyncio.sleep(60)
+        return await guarded(*command)
+
+    served: Counter[bytes] = Counter()
+    a = Gateway(tmp_path, client, "a", served, execute)
+    a.sharing.start()
+    try:
+        await until(lambda: _true(a.book.running_here))
+        batch_id = await a.create(500)
+        await until(lambda: _true(sum(served.values()) >= 5))
+        answering = False
+        stopped_at = None
+        for _ in range(400):
+            if not a.book.running_here:
+                stopped_at = await client.pttl("test:batches")
+                break
+            await asyncio.sleep(0.01)
+        assert stopped_at is not None and stopped_at > 0  # Redis still had it as a's
+        count = sum(served.values())
+        await asyncio.sleep(0.2)
+        assert sum(served.values()) == count  # nothing ran after
+        assert a.store.batches[batch_id].batch.status == "in_progress"
+    finally:
+        answering = True
+        await a.sharing.stop()
+
+
+async def _true(value: bool) -> bool:
+    return value

@@ -103,3 +103,25 @@ async def test_the_directory_has_one_id_for_every_store(tmp_path: Path) -> None:
     assert first.startswith("dir_") and b.directory_id() == first
     assert _store(tmp_path / "other", 3).directory_id() != first
     assert not list((tmp_path / "d").glob(".id.*"))  # no temp left behind
+
+
+async def test_an_upload_deleted_at_another_gateway_goes_at_the_next_look(tmp_path: Path) -> None:
+    a, b = _store(tmp_path, 1), _store(tmp_path, 2)
+    file = _file(a, b"12345678\n")  # before a has looked again
+    await b.refresh(())
+    b.delete_file(file.id)
+    await a.refresh(())
+    assert file.id not in a.files and a.stored_bytes == 0
+
+
+async def test_an_unreadable_object_is_read_again_at_the_next_look(tmp_path: Path) -> None:
+    a, b = _store(tmp_path, 1), _store(tmp_path, 2)
+    stored = _batch(a)
+    path = tmp_path / "batches" / f"{stored.batch.id}.json"
+    good = path.read_bytes()
+    path.write_bytes(b"{half")  # as a volume without atomic renames may show it
+    await b.refresh(())
+    assert stored.batch.id not in b.batches
+    path.write_bytes(good)
+    await b.refresh(())
+    assert b.batches[stored.batch.id] == stored

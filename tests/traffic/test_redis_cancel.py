@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from fleetgate.traffic.redis_cancel import cancellable
 from fleetgate.traffic.redis_store import redis_client
@@ -35,6 +36,29 @@ async def test_a_cancel_the_client_swallowed_still_ends_the_task() -> None:
     await asyncio.sleep(0)
     bare.cancel()
     assert await bare == b"OK"  # what the guard is for
+
+
+async def test_an_error_is_its_own_when_no_cancel_came_during_the_call() -> None:
+    """A task still counting an earlier cancel (one it caught, as cleanup code does) keeps
+    its Redis errors: they are not taken for a cancel."""
+
+    async def failing(*command: Any) -> Any:
+        raise RedisConnectionError("Redis restarted")
+
+    async def cleanup() -> str:
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:  # cancelled once; goes on to clean up
+            try:
+                await cancellable(failing)("EVALSHA", "x")
+            except RedisConnectionError:
+                return "its own error"
+        return "never cancelled"
+
+    task = asyncio.create_task(cleanup())
+    await asyncio.sleep(0)
+    task.cancel()
+    assert await task == "its own error"
 
 
 async def test_a_timeout_around_a_guarded_command_times_out() -> None:
