@@ -616,7 +616,10 @@ def compose(
     if batch_store is not None:
         settings = config.batches
         keys = None if door is None else door.callers()
-        book = BatchBook(batch_store, settings, tenants, wall_clock, keys, shared=state.shared)
+        changes = None
+        if state.shared:  # several gateways may share the directory
+            changes = state.change_mark("batches", batch_store.directory_id())
+        book = BatchBook(batch_store, settings, tenants, wall_clock, keys, changes=changes)
         book.resume()  # shared: once it holds the lease
         batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock), book, door)
     routes = build_model_routes(config, rng)

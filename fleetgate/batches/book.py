@@ -13,7 +13,8 @@ A book `shared` with other gateways (one directory, `state.url` set) runs batche
 `running_here` (sharing.py: while it holds the lease): `refresh` reads what the others wrote
 before each look, a batch created while another gateway runs them is written `in_progress`
 for that one to take up (`resume` again), a cancel is asked of it by a marker, and
-`save_progress` writes the counts of the batches running here for the others to show.
+`save_progress` writes the counts of the batches running here for the others to show; `tell`
+marks each change for the others, and `refresh` reads the directory only when the mark moved.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from fleetgate.batches.validation import (
     check_input,
     check_metadata,
 )
+from fleetgate.shared.changes import ChangeMark
 from fleetgate.traffic.door import Caller, Refused
 from fleetgate.traffic.tenants import Tenant
 
@@ -58,11 +60,15 @@ class BatchBook:
         wall_clock: Callable[[], float],
         keys: frozenset[tuple[str, str]] | None = None,
         *,
-        shared: bool = False,
+        changes: ChangeMark | None = None,
     ) -> None:
         self._store = store
-        self.shared = shared
-        self.running_here = not shared  # shared: until it takes the batches over
+        # Shared with other gateways: the mark of the directory's last change (shared/changes.py)
+        self._changes = changes
+        self.shared = changes is not None
+        self.running_here = not self.shared  # shared: until it takes the batches over
+        self._looked: bytes | None = None  # the mark at the last look (None: look)
+        self._told = 0  # the store's writes when the others were last told of them
         self._settings = settings
         self._tenants = tenants  # the config's: a batch runs as its tenant as configured now
         self._keys = keys  # (tenant, key id) of the keys configured now; None: auth off
@@ -73,9 +79,21 @@ class BatchBook:
         self.on_work: Callable[[], None] = lambda: None  # requests to take: the runner's wake
 
     async def refresh(self) -> None:
-        """Shared: read what the other gateways wrote (the batches running here excepted)."""
-        if self.shared:
-            await self._store.refresh(self._running.batches.keys())
+        """Shared: read what the other gateways wrote (the batches running here excepted),
+        unless the directory's mark says nothing changed since the last look."""
+        if self._changes is None:
+            return
+        mark = await self._changes.read()
+        if mark is not None and mark == self._looked:
+            return
+        await self._store.refresh(self._running.batches.keys())
+        self._looked = mark
+
+    async def tell(self) -> None:
+        """Shared: tell the other gateways this one changed the directory, if it did."""
+        writes = self._store.writes
+        if self._changes is not None and writes != self._told and await self._changes.changed():
+            self._told = writes
 
     def take_over(self) -> None:
         """Run the batches from now on: every one still running, wherever it started."""

@@ -22,6 +22,7 @@ from fleetgate.batches.objects import StoredBatch, StoredFile
 log = logging.getLogger(__name__)
 
 Signature = tuple[int, int, int]  # inode, mtime in ns, size
+Key = tuple[str, str]  # ("files" or "batches", the object's id)
 _T = TypeVar("_T")
 
 
@@ -31,16 +32,16 @@ def signature(stat: os.stat_result) -> Signature:
 
 @dataclass(slots=True)
 class Scan:
-    present: dict[Path, Signature] = field(default_factory=dict)  # every object's file
-    # Those new or changed since the last look, read (None: unreadable, left out).
-    files: dict[Path, StoredFile | None] = field(default_factory=dict)
-    batches: dict[Path, StoredBatch | None] = field(default_factory=dict)
+    present: dict[Key, Signature] = field(default_factory=dict)  # every object's file
+    # Those new or changed since the last look, by id, read (None: unreadable, left out).
+    files: dict[str, StoredFile | None] = field(default_factory=dict)
+    batches: dict[str, StoredBatch | None] = field(default_factory=dict)
     cancels: frozenset[str] = frozenset()  # batches a gateway asked to cancel
 
 
-def scan(root: Path, seen: Mapping[Path, Signature]) -> Scan:
+def scan(root: Path, seen: Mapping[Key, Signature]) -> Scan:
     """Every object under `root`; those whose signature is not the one in `seen`, read. It
-    reads only: it may run in a thread."""
+    reads only: it may run in a thread. A stat per object, and no more for one unchanged."""
     found = Scan()
     cancels: set[str] = set()
     for kind in ("files", "batches"):
@@ -50,24 +51,22 @@ def scan(root: Path, seen: Mapping[Path, Signature]) -> Scan:
             continue
         for entry in entries:
             stem, _, suffix = entry.name.partition(".")
-            if not valid_id(stem):
-                continue
-            if suffix == "cancel":
+            if suffix == "cancel" and valid_id(stem):
                 cancels.add(stem)
-            if suffix != "json":
+            if suffix != "json" or not valid_id(stem):
                 continue
-            path = Path(entry.path)
             try:
                 sig = signature(entry.stat())
             except FileNotFoundError:  # deleted meanwhile
                 continue
-            found.present[path] = sig
-            if seen.get(path) == sig:
+            key = (kind, stem)
+            found.present[key] = sig
+            if seen.get(key) == sig:
                 continue
             if kind == "files":
-                found.files[path] = _read(path, StoredFile)
+                found.files[stem] = _read(Path(entry.path), StoredFile)
             else:
-                found.batches[path] = _read(path, StoredBatch)
+                found.batches[stem] = _read(Path(entry.path), StoredBatch)
     found.cancels = frozenset(cancels)
     return found
 

@@ -94,10 +94,12 @@ class SharedBatches:
             await self._give_up()
 
     async def look(self) -> None:
-        """What the other gateways wrote, read; and, while running here, acted on."""
+        """What the other gateways wrote, read; and, while running here, acted on and what
+        the runner wrote since the last look told."""
         await self._book.refresh()
         if self._book.running_here:
             self._apply()
+        await self._book.tell()
 
     def _apply(self) -> None:
         book = self._book

@@ -34,7 +34,7 @@ import msgspec
 
 from fleetgate.batches.ids import draw_id, valid_id
 from fleetgate.batches.objects import FileObject, StoredBatch, StoredFile
-from fleetgate.batches.scan import Scan, Signature, scan, signature
+from fleetgate.batches.scan import Key, Scan, Signature, scan, signature
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,9 @@ class BatchStore:
         # published): what bounds the disk (`max_files_bytes`).
         self.stored_bytes = 0
         self._growing: dict[str, int] = {}  # bytes of the result files not yet published
-        self._seen: dict[Path, Signature] = {}  # each object's file as last read or written
+        self._seen: dict[Key, Signature] = {}  # each object's file as last read or written
         self.cancels: frozenset[str] = frozenset()  # batches another gateway asked to cancel
+        self.writes = 0  # changes this store made to the directory (shared: told the others)
 
     def load(self) -> None:
         """Read every object under `root` (none when it does not exist yet); one that cannot be
@@ -75,28 +76,31 @@ class BatchStore:
         found = await asyncio.to_thread(scan, self.root, seen)
         self._apply(found, seen, keep)
 
-    def _apply(self, found: Scan, seen: dict[Path, Signature], keep: Collection[str]) -> None:
+    def _apply(self, found: Scan, seen: dict[Key, Signature], keep: Collection[str]) -> None:
         """What the scan found, where this store has not itself written it since `seen`."""
         self.cancels = found.cancels
         # One unreadable (being replaced on a volume without atomic renames) is read again next.
-        for path, stored_file in found.files.items():
-            if self._seen.get(path) == seen.get(path) and stored_file is not None:
-                self._seen[path] = found.present[path]
-                if stored_file.file.id == path.stem:
+        for file_id, stored_file in found.files.items():
+            key = ("files", file_id)
+            if self._seen.get(key) == seen.get(key) and stored_file is not None:
+                self._seen[key] = found.present[key]
+                if stored_file.file.id == file_id:
                     self._put_file(stored_file)
-        for path, stored in found.batches.items():
-            if path.stem in keep or stored is None or self._seen.get(path) != seen.get(path):
+        for batch_id, stored in found.batches.items():
+            key = ("batches", batch_id)
+            if batch_id in keep or stored is None or self._seen.get(key) != seen.get(key):
                 continue
-            self._seen[path] = found.present[path]
-            if stored.batch.id == path.stem:
-                self.batches[path.stem] = stored
-        for path, sig in seen.items():
-            if path not in found.present and self._seen.get(path) == sig:  # deleted by another
-                del self._seen[path]
-                if path.parent.name == "files":
-                    self._drop_file(path.stem)
-                elif path.stem not in keep:
-                    self.batches.pop(path.stem, None)
+            self._seen[key] = found.present[key]
+            if stored.batch.id == batch_id:
+                self.batches[batch_id] = stored
+        for key, sig in seen.items():
+            if key not in found.present and self._seen.get(key) == sig:  # deleted by another
+                del self._seen[key]
+                kind, item_id = key
+                if kind == "files":
+                    self._drop_file(item_id)
+                elif item_id not in keep:
+                    self.batches.pop(item_id, None)
 
     def _put_file(self, stored: StoredFile) -> None:
         old = self.files.get(stored.file.id)
@@ -110,10 +114,12 @@ class BatchStore:
             self.stored_bytes -= stored.file.bytes
         self.stored_bytes -= self._growing.pop(file_id, 0)
 
-    def _write_object(self, path: Path, data: bytes, durable: bool = True) -> None:
+    def _write_object(self, key: Key, data: bytes, durable: bool = True) -> None:
         """An object written whole, and known as this store's own write (not read back)."""
+        path = self._path(*key, ".json")
         _write_whole(path, data, self._tag, durable)
-        self._seen[path] = signature(path.stat())
+        self._seen[key] = signature(path.stat())
+        self.writes += 1
 
     def directory_id(self) -> str:
         """The directory's own id, the same for every gateway that shares it: made by the
@@ -164,9 +170,10 @@ class BatchStore:
     def add(self, stored: StoredFile) -> None:
         """An upload `write_file` wrote, seen from now on (unless deleted meanwhile: shared,
         another gateway may have)."""
-        path = self._path("files", stored.file.id, ".json")
+        key = ("files", stored.file.id)
+        self.writes += 1
         try:
-            self._seen[path] = signature(path.stat())
+            self._seen[key] = signature(self._path(*key, ".json").stat())
         except FileNotFoundError:
             return
         self._put_file(stored)
@@ -174,7 +181,7 @@ class BatchStore:
     def publish(self, file: FileObject, owner: str) -> StoredFile:
         """Write a file's object (for an output file: its content is already appended)."""
         stored = StoredFile(file=file, owner=owner)
-        self._write_object(self._path("files", file.id, ".json"), msgspec.json.encode(stored))
+        self._write_object(("files", file.id), msgspec.json.encode(stored))
         self._put_file(stored)
         return stored
 
@@ -185,8 +192,9 @@ class BatchStore:
         return self._path("files", file_id, ".jsonl")
 
     def delete_file(self, file_id: str) -> None:
+        self.writes += 1
         self._drop_file(file_id)
-        self._seen.pop(self._path("files", file_id, ".json"), None)
+        self._seen.pop(("files", file_id), None)
         for suffix in (".json", ".jsonl"):  # the object first: a file half gone is not seen
             self._path("files", file_id, suffix).unlink(missing_ok=True)
 
@@ -246,8 +254,7 @@ class BatchStore:
     def save_batch(self, stored: StoredBatch, durable: bool = True) -> None:
         """Write a batch's object; not `durable`: not fsynced (its counts while it runs, which
         a restart reads back from its results files anyway)."""
-        path = self._path("batches", stored.batch.id, ".json")
-        self._write_object(path, msgspec.json.encode(stored), durable)
+        self._write_object(("batches", stored.batch.id), msgspec.json.encode(stored), durable)
         self.batches[stored.batch.id] = stored
 
     def keep_input(self, batch_id: str, file_id: str) -> None:
@@ -266,12 +273,14 @@ class BatchStore:
 
     def delete_input(self, batch_id: str) -> None:
         """A batch that has ended needs its requests (and a cancel asked) no more."""
+        self.writes += 1
         for suffix in (".input.jsonl", ".cancel"):
             self._path("batches", batch_id, suffix).unlink(missing_ok=True)
 
     def delete_batch(self, batch_id: str) -> None:
+        self.writes += 1
         self.batches.pop(batch_id, None)
-        self._seen.pop(self._path("batches", batch_id, ".json"), None)
+        self._seen.pop(("batches", batch_id), None)
         for suffix in (".json", ".input.jsonl", ".cancel"):
             self._path("batches", batch_id, suffix).unlink(missing_ok=True)
 
@@ -280,6 +289,7 @@ class BatchStore:
         path = self._path("batches", batch_id, ".cancel")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
+        self.writes += 1
         self.cancels |= {batch_id}
 
     def _path(self, kind: str, item_id: str, suffix: str) -> Path:

@@ -133,7 +133,10 @@ class BatchApi:
     ) -> None:  # fmt: skip
         try:
             await self.book.refresh()  # shared: what the other gateways wrote
-            content_type, body = await action(request, self._caller(request), item)
+            try:
+                content_type, body = await action(request, self._caller(request), item)
+            finally:
+                await self.book.tell()  # shared: what this one wrote, before it answers
         except Refused as exc:
             _send_error(writer, request_id, exc)
             return

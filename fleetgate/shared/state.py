@@ -44,6 +44,7 @@ from fleetgate.routing.stores import (
 )
 from fleetgate.settings import Settings, positive_seconds
 from fleetgate.shared.answers import SharedAnswers
+from fleetgate.shared.changes import ChangeMark
 from fleetgate.shared.engine_blocks import SharedEngineBlocks
 from fleetgate.shared.lease import Lease
 from fleetgate.shared.load_board import SharedLoadBoard
@@ -144,6 +145,12 @@ class RoutingState:
         lease = Lease(self._execute, key, self.gateway_id, self._clock, ttl_s=ttl_s)
         self._leases.append((kind, lease))
         return lease
+
+    def change_mark(self, kind: str, name: str) -> ChangeMark:
+        """The mark of the last change to `name`, one of `kind` (`shared` only)."""
+        assert self._client is not None
+        key = f"{self._settings.key_prefix}:changes:{kind}:{name}"
+        return ChangeMark(self._execute, key, self._clock, self.gateway_id)
 
     def leases(self) -> list[LeaseStatus]:
         """Each lease's, when scraped."""

@@ -25,6 +25,7 @@ from fleetgate.batches.sharing import SharedBatches
 from fleetgate.batches.store import BatchStore
 from fleetgate.clock import LoopClock
 from fleetgate.lifecycle.downstream import Downstream
+from fleetgate.shared.changes import ChangeMark
 from fleetgate.shared.lease import Lease
 from fleetgate.traffic.door import Caller
 from fleetgate.traffic.redis_cancel import Execute, cancellable
@@ -47,11 +48,12 @@ class Gateway:
         self.store = BatchStore(root, random.Random(name))
         self.store.load()
         tenants = {"alice": ALICE}
-        self.book = BatchBook(self.store, BatchesSettings(), tenants, time.time, shared=True)
-        self.shelf = FileShelf(self.store, BatchesSettings(), time.time)
-        self.runner = BatchRunner(self.book, self.serve, 2, random.Random(0), LoopClock())
         # As the gateway's shared state calls Redis.
         execute = execute or cancellable(client.execute_command)
+        changes = ChangeMark(execute, "test:changes", LoopClock(), name)
+        self.book = BatchBook(self.store, BatchesSettings(), tenants, time.time, changes=changes)
+        self.shelf = FileShelf(self.store, BatchesSettings(), time.time)
+        self.runner = BatchRunner(self.book, self.serve, 2, random.Random(0), LoopClock())
         self.lease = Lease(execute, "test:batches", name, LoopClock(), ttl_s=LEASE_S)
         self.sharing = SharedBatches(self.book, self.runner, self.lease, LoopClock(), 0.05)
 
@@ -62,8 +64,11 @@ class Gateway:
 
     async def create(self, n: int) -> str:
         file = await self.shelf.upload("alice", "in.jsonl", "batch", _input(n))
+        await self.book.tell()  # as the Batch API does after each request
         await self.book.refresh()
-        return (await self.book.create(Caller(ALICE, ""), file.id, CHAT, "24h", None)).id
+        batch = await self.book.create(Caller(ALICE, ""), file.id, CHAT, "24h", None)
+        await self.book.tell()
+        return batch.id
 
     async def status(self, batch_id: str) -> str:
         await self.book.refresh()
@@ -144,6 +149,7 @@ async def test_the_other_gateway_shows_the_counts_and_passes_a_cancel_on(
 
         await until(counted)
         asked = b.book.cancel("alice", batch_id)
+        await b.book.tell()
         assert asked.status == "cancelling"
         assert await b.status(batch_id) in ("cancelling", "cancelled")  # never in_progress
         await until(lambda: _ended(b, batch_id))
@@ -221,3 +227,30 @@ async def test_a_runner_whose_redis_stops_answering_stops_before_its_lease_lapse
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_gateway_looks_at_the_directory_only_when_another_changed_it(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: Counter[bytes] = Counter()
+    a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
+    looks = 0
+    refresh = b.store.refresh
+
+    async def counted(keep: Any) -> None:
+        nonlocal looks
+        looks += 1
+        await refresh(keep)
+
+    monkeypatch.setattr(b.store, "refresh", counted)
+    await b.book.refresh()
+    await b.book.refresh()
+    assert looks == 1  # nothing changed since the first
+    file = await a.shelf.upload("alice", "in.jsonl", "batch", _input(1))
+    await a.book.tell()
+    await b.book.refresh()
+    await b.book.refresh()
+    assert looks == 2 and file.id in b.store.files
+    await client.flushdb()  # Redis restarted empty: no mark it saw before
+    await b.book.refresh()
+    assert looks == 3

@@ -13,7 +13,7 @@ import pytest
 
 import fleetgate.batches.store as store_module
 from fleetgate.batches.objects import Batch, StoredBatch
-from fleetgate.batches.scan import Scan, Signature, scan
+from fleetgate.batches.scan import Key, Scan, Signature, scan
 from fleetgate.batches.store import BatchStore
 from tests.batches.test_batch_store import _file
 
@@ -75,7 +75,7 @@ async def test_its_own_write_made_while_it_read_is_kept(
     theirs = b.batches[stored.batch.id]
     mine = msgspec.structs.replace(theirs, batch=msgspec.structs.replace(theirs.batch))
 
-    def scan_then_write(root: Path, seen: dict[Path, Signature]) -> Scan:
+    def scan_then_write(root: Path, seen: dict[Key, Signature]) -> Scan:
         found = scan(root, dict.fromkeys(seen, (0, 0, 0)))  # reads every object again
         mine.batch.status = "cancelling"
         b.save_batch(mine)  # written by b while its scan was under way (the old one read)
