@@ -66,9 +66,10 @@ class SharedBatches:
         lease = self._lease
         while True:
             await self.renew()
-            # Renew again before the hold runs out: a renewal takes a budget at most.
-            pause = lease.until - lease.budget_s - self._clock.now()
-            await self._clock.sleep(max(0.0, min(self._every_s, pause)))
+            pause = self._every_s
+            if lease.held():  # renewed again before the hold runs out (a budget at most)
+                pause = min(pause, lease.until - lease.budget_s - self._clock.now())
+            await self._clock.sleep(max(0.0, pause))
 
     async def _looks(self) -> None:
         while True:

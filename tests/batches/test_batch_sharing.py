@@ -254,3 +254,27 @@ async def test_a_gateway_looks_at_the_directory_only_when_another_changed_it(
     await client.flushdb()  # Redis restarted empty: no mark it saw before
     await b.book.refresh()
     assert looks == 3
+
+
+async def test_a_gateway_not_holding_the_lease_tries_once_a_look(
+    tmp_path: Path, client: Any
+) -> None:
+    calls = 0
+    guarded = cancellable(client.execute_command)
+
+    async def execute(*command: Any) -> Any:
+        nonlocal calls
+        calls += command[0] == "EVAL"
+        return await guarded(*command)
+
+    served: Counter[bytes] = Counter()
+    a = Gateway(tmp_path, client, "a", served)
+    b = Gateway(tmp_path, client, "b", served, execute)
+    await a.sharing.renew()
+    b.sharing.start()
+    try:
+        await asyncio.sleep(0.5)  # every 0.05 s: about 10 tries, not a spin
+        assert not b.book.running_here and 5 <= calls <= 15
+    finally:
+        await b.sharing.stop()
+        await a.sharing.stop()
