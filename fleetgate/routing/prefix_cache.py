@@ -13,7 +13,9 @@ replicas as its load needs instead of piling onto one.
 With engines that publish KV-cache events (kv_events/), m_i for a backend whose engine has
 reported is what it says it holds instead: the leading prompt tokens in its blocks
 (kv_events/index.py) / the prompt's tokens (routing/prompt_tokens.py). The decision-based
-index stays the answer for the others, and for prompts the gateway cannot tokenize.
+index stays the answer for the others, for prompts the gateway cannot tokenize, and for a
+prompt no engine holds any of (evicted everywhere, under cache pressure): sending it where it
+went before keeps each prefix one home, which is what keeps it cached.
 
 Every pick is recorded in the index (`chosen`), and each backend's share of the index follows
 its engine's reported KV capacity. O(prompt blocks + candidates) per pick. The index knows
@@ -121,6 +123,8 @@ class PrefixCacheScorer:
         if tokens is None:
             followed = set()
         held = engine.matches(tokens, list(followed), now) if tokens else {}
+        if not held:  # no engine holds any of it: where it was sent before keeps it one home
+            followed = set()
         if not matches and not held:
             return None
         n = len(tokens) if tokens else 1

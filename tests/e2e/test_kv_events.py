@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from tests.e2e.procs import fleetgate, free_port, gateway, metric
+from tests.redis_server import RedisServer
 
 MODEL = "kv-8b"
 BLOCKS = "fleetgate_kv_events_blocks"
@@ -131,3 +132,36 @@ def test_built_in_sim_backends_publish_when_asked(tmp_path: Path) -> None:
         assert until(lambda: metric(url, BLOCKS) >= 2 * 37)
         assert metric(url, "fleetgate_kv_events_batches_total") >= 2
         assert metric(url, "fleetgate_kv_events_undecodable_total") == 0
+
+
+def test_gateways_on_one_redis_tell_each_other_the_prompts_they_sent(
+    tmp_path: Path, own_redis: RedisServer
+) -> None:
+    """What a gateway sent to an engine that has not reported it yet reaches the other
+    gateway through Redis (the engine's events reach both by themselves)."""
+    http, pub, replay = free_port(), free_port(), free_port()
+    worker = f"http://127.0.0.1:{http}"
+    config = tmp_path / "gw.yaml"
+    config.write_text(json.dumps({
+        "pools": [{"model": MODEL, "policy": "prefix_cache", "backends": [{
+            "url": worker, "kv_events": {"endpoint": f"tcp://127.0.0.1:{pub}",
+                                         "replay_endpoint": f"tcp://127.0.0.1:{replay}"},
+        }]}],
+        "state": {"url": own_redis.url},
+    }))  # fmt: skip
+    heard = "fleetgate_shared_state_heard_total"
+    with ExitStack() as stack:
+        stack.enter_context(fleetgate([
+            "worker", "sim", "--port", str(http), "--model", MODEL, "--kv-events-port", str(pub),
+        ])).wait_for(r"KV events on (tcp:\S+)")  # fmt: skip
+        a, _ = stack.enter_context(gateway(["--config", str(config)]))
+        b, _ = stack.enter_context(gateway(["--config", str(config)]))
+        backend = worker.removeprefix("http://")
+        assert until(lambda: metric(a, BLOCKS, backend=backend) >= 0 and
+                     metric(b, BLOCKS, backend=backend) >= 0)  # fmt: skip
+        ask_directly(worker, prompt(99))  # each gateway follows the engine from here
+        assert until(lambda: metric(b, BLOCKS, backend=backend) > 0)
+        client = openai.OpenAI(base_url=a + "/v1", api_key="none", max_retries=0)
+        client.chat.completions.create(model=MODEL, messages=prompt(1), max_tokens=1)
+        assert until(lambda: metric(b, heard, part="engine_blocks") >= 1)
+        assert metric(a, heard, part="engine_blocks") == 0  # never its own back

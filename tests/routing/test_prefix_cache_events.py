@@ -1,6 +1,6 @@
 """The prefix_cache scorer with engines that report what they hold: a followed backend scores
-by its engine's blocks, the others by the decision-based index, and a prompt the gateway
-cannot tokenize by the index alone."""
+by its engine's blocks, the others by the decision-based index; a prompt the gateway cannot
+tokenize, or that no engine holds any of, by the index alone."""
 
 from __future__ import annotations
 
@@ -75,6 +75,19 @@ def test_a_followed_backend_scores_by_its_engines_blocks_the_others_by_the_index
     full = (len(ids) // BS) * BS / len(ids)
     assert scorer.score(request, states, 10.0)[0] == full
     assert scorer.score(request, states, 10.0 + PENDING_S)[0] == 0.0  # never reported
+
+
+def test_a_prompt_no_engine_holds_goes_where_it_went_before() -> None:
+    """Evicted everywhere: the engines' word ties every backend at 0, and the decision-based
+    index keeps the prefix one home (the backend most likely to get it cached again)."""
+    engine = EngineBlockIndex(10_000)
+    scorer, states = scorer_over(3, engine)
+    request = chat(MESSAGES)
+    for i, state in enumerate(states):  # every engine followed, holding something else
+        engine.apply(state.backend.id, [Stored((i,), None, tuple(range(i, i + BS)), BS)])
+    scorer.chosen(request, states[1], 0.0)
+    shares = scorer.score(request, states, PENDING_S + 1.0)  # its expectation has lapsed
+    assert shares[0] == shares[2] == 0.0 and shares[1] > 0.9
 
 
 def test_a_prompt_it_cannot_tokenize_falls_back_to_the_index() -> None:
