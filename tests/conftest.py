@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.routing.registry import PluginContext, default_registry
 from fleetgate.routing.router import Router
+from fleetgate.traffic.redis_store import redis_client
 from tests.redis_server import RedisServer, redis_server
 
 
@@ -50,6 +52,15 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A redis-server of the test's own, to kill and bring back."""
     with redis_server(tmp_path / "redis") as server:
         yield server
+
+
+@pytest.fixture
+async def client(redis: RedisServer) -> AsyncIterator[Any]:
+    """A client of the session's redis-server, on an empty database."""
+    c = redis_client(redis.url)
+    await c.flushdb()
+    yield c
+    await c.aclose()
 
 
 MakeRouter = Callable[[str, Sequence[float]], Router]

@@ -12,6 +12,7 @@ import random
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +30,7 @@ from fleetgate.shared.changes import ChangeMark
 from fleetgate.shared.lease import Lease
 from fleetgate.traffic.door import Caller
 from fleetgate.traffic.redis_cancel import Execute, cancellable
-from fleetgate.traffic.redis_store import redis_client
 from tests.batches.test_batch_book import ALICE, ANSWER, CHAT, _input
-from tests.redis_server import RedisServer
 
 LEASE_S = 2.0
 
@@ -80,14 +79,6 @@ class Gateway:
             task.cancel()
 
 
-@pytest.fixture
-async def client(redis: RedisServer) -> AsyncIterator[Any]:
-    c = redis_client(redis.url)
-    await c.flushdb()
-    yield c
-    await c.aclose()
-
-
 async def until(check: Callable[[], Any], timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not await check():
@@ -128,6 +119,21 @@ async def test_one_gateway_runs_the_batches_made_at_either(tmp_path: Path, clien
         await b.sharing.stop()
 
 
+@asynccontextmanager
+async def two_gateways(root: Path, client: Any) -> AsyncIterator[tuple[Gateway, Gateway]]:
+    """Gateways a and b on `root`, both running, a holding the lease (it started first)."""
+    served: Counter[bytes] = Counter()
+    a, b = Gateway(root, client, "a", served), Gateway(root, client, "b", served)
+    await a.sharing.renew()
+    a.sharing.start()
+    b.sharing.start()
+    try:
+        yield a, b
+    finally:
+        await a.sharing.stop()
+        await b.sharing.stop()
+
+
 async def _ended(gateway: Gateway, batch_id: str) -> bool:
     return await gateway.status(batch_id) in ("completed", "cancelled")
 
@@ -135,12 +141,7 @@ async def _ended(gateway: Gateway, batch_id: str) -> bool:
 async def test_the_other_gateway_shows_the_counts_and_passes_a_cancel_on(
     tmp_path: Path, client: Any
 ) -> None:
-    served: Counter[bytes] = Counter()
-    a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
-    await a.sharing.renew()
-    a.sharing.start()
-    b.sharing.start()
-    try:
+    async with two_gateways(tmp_path, client) as (_, b):
         batch_id = await b.create(200)  # 2 at a time, 20 ms each: 2 s to run whole
 
         async def counted() -> bool:
@@ -156,20 +157,13 @@ async def test_the_other_gateway_shows_the_counts_and_passes_a_cancel_on(
         batch = b.book.get("alice", batch_id)
         assert batch.status == "cancelled" and 0 < batch.request_counts.completed < 200
         assert not markers(tmp_path)  # gone with the batch's end
-    finally:
-        await a.sharing.stop()
-        await b.sharing.stop()
 
 
 async def test_when_the_runner_dies_the_other_takes_its_batches_over(
     tmp_path: Path, client: Any
 ) -> None:
-    served: Counter[bytes] = Counter()
-    a, b = Gateway(tmp_path, client, "a", served), Gateway(tmp_path, client, "b", served)
-    await a.sharing.renew()
-    a.sharing.start()
-    b.sharing.start()
-    try:
+    async with two_gateways(tmp_path, client) as (a, b):
+        served = a.served
         batch_id = await a.create(100)
 
         async def begun() -> bool:
@@ -184,8 +178,6 @@ async def test_when_the_runner_dies_the_other_takes_its_batches_over(
         batch = b.book.get("alice", batch_id)
         assert custom_ids(b, batch.output_file_id) == {f"r{i}": 1 for i in range(100)}
         assert len(served) == 100  # every request ran; those cut off by the death ran again
-    finally:
-        await b.sharing.stop()
 
 
 async def test_a_runner_whose_redis_stops_answering_stops_before_its_lease_lapses(
