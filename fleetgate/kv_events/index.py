@@ -12,7 +12,9 @@ its chain's seed. A prompt's keys are the same chain over its own token ids
 An engine reports a prompt's blocks once it has computed them, a step or a queue after the
 gateway sent it; a second request with the same prefix sent meanwhile would find nothing. So
 the scorer also tells the index where it sends each prompt (`expect`): those blocks count as
-held by that backend until its engine reports them or `PENDING_S` passes, whichever is first.
+held by that backend until its engine reports them or `PENDING_S` passes, whichever is first
+(once reported, they are the engine's word alone: under cache pressure it may evict them
+within the second).
 Gateways sharing Redis tell each other what they sent (shared/engine_blocks.py: `hold`).
 
 Blocks stored for a LoRA adapter or in an offload tier (medium other than GPU) are not
@@ -107,6 +109,7 @@ class EngineBlockIndex:
         while len(keys_of) > self._max_entries:
             del keys_of[next(iter(keys_of))]
         self._held.record(backend_id, keys)
+        self._pending.drop(backend_id, keys)  # reported: its removal now counts at once
 
     def _removed(self, backend_id: str, event: Removed) -> None:
         keys_of = self._keys.get(backend_id)

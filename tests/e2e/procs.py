@@ -138,6 +138,19 @@ def free_port() -> int:
         return port
 
 
+def free_port_pair() -> int:
+    """A free port whose next is free too (a sim worker's KV-event PUB and replay sockets)."""
+    for _ in range(100):
+        port = free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two free ports in a row")
+
+
 @contextmanager
 def gateway(args: Sequence[str]) -> Iterator[tuple[str, Proc]]:
     """A gateway on a free port; yields its base URL once it is ready."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.e2e.procs import fleetgate, free_port, gateway, metric
+from tests.e2e.procs import fleetgate, free_port, free_port_pair, gateway, metric
 from tests.redis_server import RedisServer
 
 MODEL = "kv-8b"
@@ -51,7 +51,8 @@ def hits(url: str) -> float:
 
 @pytest.mark.parametrize("encoding", ["map", "array"])
 def test_a_prompt_goes_to_the_engine_that_holds_it(encoding: str, tmp_path: Path) -> None:
-    ports = [(free_port(), free_port(), free_port()) for _ in range(3)]
+    # Each worker's replay socket is its PUB port + 1.
+    ports = [(free_port(), pub, pub + 1) for pub in (free_port_pair() for _ in range(3))]
     workers = []
     backends = []
     for http, pub, replay in ports:
@@ -88,8 +89,8 @@ def test_a_prompt_goes_to_the_engine_that_holds_it(encoding: str, tmp_path: Path
 
 
 def test_an_engine_that_restarts_is_forgotten_at_its_first_batch(tmp_path: Path) -> None:
-    http, pub = free_port(), free_port()
-    replay = pub + 1  # the worker's replay socket (possibly taken: then the worker says so)
+    http, pub = free_port(), free_port_pair()
+    replay = pub + 1  # the worker's replay socket
     worker = f"http://127.0.0.1:{http}"
     args = ["worker", "sim", "--port", str(http), "--model", MODEL, "--kv-events-port", str(pub)]
     config = tmp_path / "gw.yaml"
@@ -139,7 +140,8 @@ def test_gateways_on_one_redis_tell_each_other_the_prompts_they_sent(
 ) -> None:
     """What a gateway sent to an engine that has not reported it yet reaches the other
     gateway through Redis (the engine's events reach both by themselves)."""
-    http, pub, replay = free_port(), free_port(), free_port()
+    http, pub = free_port(), free_port_pair()
+    replay = pub + 1  # the worker's replay socket
     worker = f"http://127.0.0.1:{http}"
     config = tmp_path / "gw.yaml"
     config.write_text(json.dumps({

@@ -85,3 +85,14 @@ def test_a_prompt_sent_counts_as_held_until_its_engine_reports_it_or_time_passes
     assert index.matches(PROMPT, ["a"], 10.0 + PENDING_S) == {"a": 12}
     index.expect("b", PROMPT, now=10.0)  # a backend not followed: nothing expected
     assert index.matches(PROMPT, ["b"], 10.0) == {}
+
+
+def test_a_block_expected_then_reported_then_evicted_is_gone_at_once() -> None:
+    index = EngineBlockIndex(1000)
+    index.apply("a", [stored((9,), None, 0)])  # followed
+    index.apply("a", [Removed((9,))])
+    index.expect("a", PROMPT, 0.0)
+    assert index.matches(PROMPT, ["a"], 0.1) == {"a": 3 * BS}  # expected
+    index.apply("a", [stored((11, 12, 13), None, 0)])  # reported
+    index.apply("a", [Removed((11, 12, 13))])  # and evicted, well within PENDING_S
+    assert index.matches(PROMPT, ["a"], 0.2) == {}
