@@ -59,9 +59,12 @@ class EngineBlockIndex:
         self._max_entries = max_entries
         self._held = MemoryPrefixIndex(max_entries)
         self._pending = MemoryPrefixIndex(PENDING_ENTRIES)  # sent, not reported yet
-        # When each expectation lapses (a heap: another gateway's may lapse before this one's).
+        # When each expectation lapses (a heap: another gateway's may lapse before this one's),
+        # and each expected block's latest end: a block two prompts share stays expected
+        # until the later one's lapses.
         self._expiring: list[tuple[float, int, str, list[int]]] = []
         self._order = count()  # ties in `_expiring` broken by arrival, never by the keys
+        self._until: dict[tuple[str, int], float] = {}
         self._keys: dict[str, dict[BlockHash, int]] = {}  # backend -> engine hash -> key
         self._block_size: dict[str, int] = {}  # the backends heard from: their block size
         self._sizes: set[int] = set()  # every block size heard (engines share one, or a few)
@@ -117,6 +120,7 @@ class EngineBlockIndex:
             return
         gone = [k for k in (keys_of.pop(h, None) for h in event.hashes) if k is not None]
         self._held.drop(backend_id, gone)
+        self._pending.drop(backend_id, gone)  # sent again since: evicted all the same
 
     def forget(self, backend_id: str) -> None:
         """Drop all the backend holds (its engine restarted, or its stream cannot be trusted);
@@ -129,26 +133,34 @@ class EngineBlockIndex:
     def expect(self, backend_id: str, ids: Sequence[int], now: float) -> None:
         """A prompt was sent to the backend: its blocks count as held until its engine
         reports them, or for PENDING_S (module docstring)."""
-        self.hold(backend_id, self.keys_for(backend_id, ids), now + PENDING_S)
+        self.hold(backend_id, self.keys_for(backend_id, ids), now + PENDING_S, now)
 
     def keys_for(self, backend_id: str, ids: Sequence[int]) -> list[int]:
         """The keys of `ids` at the backend's block size (none when it is not followed)."""
         bs = self._block_size.get(backend_id)
         return token_keys(ids, bs) if bs else []
 
-    def hold(self, backend_id: str, keys: list[int], until: float) -> None:
+    def hold(self, backend_id: str, keys: list[int], until: float, now: float) -> None:
         """Count the blocks of `keys` held by the backend until `until` (unless its engine
-        says first); nothing when it is not followed."""
+        says first); nothing when it is not followed. What lapsed by `now` goes first: a
+        gateway that hears others' expectations but routes nothing keeps none past theirs."""
+        self._expire(now)
         if not keys or backend_id not in self._block_size:
             return
         self._pending.record(backend_id, keys)
+        ends = self._until
+        for k in keys:
+            ends[backend_id, k] = max(until, ends.get((backend_id, k), until))
         heapq.heappush(self._expiring, (until, next(self._order), backend_id, keys))
 
     def _expire(self, now: float) -> None:
-        expiring = self._expiring
+        expiring, ends = self._expiring, self._until
         while expiring and expiring[0][0] <= now:
             _, _, backend_id, keys = heapq.heappop(expiring)
-            self._pending.drop(backend_id, keys)
+            lapsed = [k for k in keys if ends.get((backend_id, k), now + 1) <= now]
+            for k in lapsed:
+                del ends[backend_id, k]
+            self._pending.drop(backend_id, lapsed)
 
     def deepest(self, ids: Sequence[int], limit: int, now: float) -> list[str]:
         """Up to `limit` of the backends holding the longest prefix of `ids` (those holding it

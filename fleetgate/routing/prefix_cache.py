@@ -13,9 +13,10 @@ replicas as its load needs instead of piling onto one.
 With engines that publish KV-cache events (kv_events/), m_i for a backend whose engine has
 reported is what it says it holds instead: the leading prompt tokens in its blocks
 (kv_events/index.py) / the prompt's tokens (routing/prompt_tokens.py). The decision-based
-index stays the answer for the others, for prompts the gateway cannot tokenize, and for a
-prompt no engine holds any of (evicted everywhere, under cache pressure): sending it where it
-went before keeps each prefix one home, which is what keeps it cached.
+index stays the answer for the others, for prompts the gateway cannot tokenize, and when the
+engines' word tells no candidate apart (none holds any of the prompt, evicted everywhere under
+cache pressure, or each holds the same preamble): sending it where it went before keeps each
+prefix one home, which is what keeps it cached.
 
 Every pick is recorded in the index (`chosen`), and each backend's share of the index follows
 its engine's reported KV capacity. O(prompt blocks + candidates) per pick. The index knows
@@ -123,7 +124,10 @@ class PrefixCacheScorer:
         if tokens is None:
             followed = set()
         held = engine.matches(tokens, list(followed), now) if tokens else {}
-        if not held:  # no engine holds any of it: where it was sent before keeps it one home
+        depths = {held.get(backend, 0) for backend in followed}
+        if not held or (len(followed) > 1 and len(depths) == 1):
+            # The engines' word tells none of them apart (none holds any of it, or each the
+            # same preamble): where it was sent before keeps it one home.
             followed = set()
         if not matches and not held:
             return None

@@ -17,6 +17,9 @@ from collections.abc import Callable, Sequence
 from fleetgate.kv_events.index import PENDING_S, EngineBlockIndex
 from fleetgate.shared.stream import DecisionStream, Execute
 
+KEEP = 200  # stream entries (one a sync a gateway): several seconds' worth
+MAX_QUEUED = 2_000  # expectations queued at most while Redis is away (the newest kept)
+
 
 class SharedEngineBlocks:
     """An EngineBlocks (routing/stores.py) whose expectations every gateway shares."""
@@ -33,16 +36,19 @@ class SharedEngineBlocks:
         self._local = local
         self._now = now
         self._wall = wall_clock
+        # Only the last PENDING_S of them matter: a short queue while Redis is away, and a
+        # short stream for a gateway that starts.
         self.stream = DecisionStream(
             execute, key, gateway_id, tuple[str, list[int], float], self._heard,
-            what="expected blocks",
+            what="expected blocks", keep=KEEP, max_queued=MAX_QUEUED,
         )  # fmt: skip
 
     def _heard(self, expected: tuple[str, list[int], float]) -> None:
         backend_id, keys, sent = expected
         left = sent + PENDING_S - self._wall()
         if left > 0:
-            self._local.hold(backend_id, keys, self._now() + min(left, PENDING_S))
+            now = self._now()
+            self._local.hold(backend_id, keys, now + min(left, PENDING_S), now)
 
     def follows(self, backend_id: str) -> bool:
         return self._local.follows(backend_id)
@@ -56,7 +62,7 @@ class SharedEngineBlocks:
     def expect(self, backend_id: str, ids: Sequence[int], now: float) -> None:
         keys = self._local.keys_for(backend_id, ids)
         if keys:
-            self._local.hold(backend_id, keys, now + PENDING_S)
+            self._local.hold(backend_id, keys, now + PENDING_S, now)
             self.stream.add((backend_id, keys, self._wall()))
 
     async def sync(self) -> bool:

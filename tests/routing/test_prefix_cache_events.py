@@ -90,6 +90,21 @@ def test_a_prompt_no_engine_holds_goes_where_it_went_before() -> None:
     assert shares[0] == shares[2] == 0.0 and shares[1] > 0.9
 
 
+def test_a_preamble_every_engine_holds_leaves_the_choice_to_the_index() -> None:
+    """Each engine holds the same first block (a common system prompt): their word tells
+    none apart, so the prompt goes where the rest of it was sent before."""
+    engine = EngineBlockIndex(10_000)
+    scorer, states = scorer_over(3, engine)
+    request = chat(MESSAGES)
+    ids = prompt_token_ids(request)
+    assert ids is not None
+    for i, state in enumerate(states):
+        engine.apply(state.backend.id, [Stored((i,), None, tuple(ids[:BS]), BS)])
+    scorer.chosen(request, states[2], 0.0)
+    shares = scorer.score(request, states, PENDING_S + 1.0)
+    assert shares[2] > 0.9 and shares[0] == shares[1] == 0.0
+
+
 def test_a_prompt_it_cannot_tokenize_falls_back_to_the_index() -> None:
     engine = EngineBlockIndex(10_000)
     scorer, states = scorer_over(2, engine)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fleetgate.kv_events.index import PENDING_S, EngineBlockIndex
+from fleetgate.kv_events.wire import Removed
 from fleetgate.shared.engine_blocks import SharedEngineBlocks
 from tests.kv_events.test_engine_index import BS, PROMPT, stored
 
@@ -85,6 +86,32 @@ def test_an_expectation_that_lapses_first_lapses_first_whatever_the_order() -> N
     index.apply("a", [stored((1,), None, 0)])
     index.apply("b", [stored((2,), None, 0)])
     index.expect("a", PROMPT, 0.0)  # until PENDING_S
-    index.hold("b", index.keys_for("b", PROMPT), 0.5)  # heard late: lapses sooner
+    index.hold("b", index.keys_for("b", PROMPT), 0.5, 0.0)  # heard late: lapses sooner
     assert index.matches(PROMPT, ["a", "b"], 0.4) == {"a": 3 * BS, "b": 3 * BS}
     assert index.matches(PROMPT, ["a", "b"], 0.6) == {"a": 3 * BS, "b": BS}
+
+
+def test_a_block_two_prompts_share_stays_expected_until_the_later_lapses() -> None:
+    index = EngineBlockIndex(1000)
+    index.apply("a", [stored((1,), None, 0)])
+    index.expect("a", PROMPT, 0.0)
+    index.expect("a", PROMPT[: 2 * BS], 1.0)  # its first two blocks sent again
+    assert index.matches(PROMPT, ["a"], PENDING_S + 0.5) == {"a": 2 * BS}
+    assert index.matches(PROMPT, ["a"], PENDING_S + 1.5) == {"a": BS}  # the engine's own
+
+
+def test_expectations_heard_lapse_even_at_a_gateway_that_routes_nothing() -> None:
+    index = EngineBlockIndex(1000)
+    index.apply("a", [stored((1,), None, 0)])
+    keys = index.keys_for("a", PROMPT)
+    for n in range(100):  # heard from the others, never looked up here
+        index.hold("a", keys, n * 0.1 + PENDING_S, n * 0.1)
+    assert len(index._expiring) <= PENDING_S / 0.1 + 1
+
+
+def test_an_expected_block_the_engine_evicts_is_gone_at_once() -> None:
+    index = EngineBlockIndex(1000)
+    index.apply("a", [stored((11, 12, 13), None, 0)])  # held, then sent again
+    index.expect("a", PROMPT, 0.0)
+    index.apply("a", [Removed((12, 13))])
+    assert index.matches(PROMPT, ["a"], 0.1) == {"a": BS}
