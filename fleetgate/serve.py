@@ -618,7 +618,7 @@ def compose(
         keys = None if door is None else door.callers()
         changes = None
         if state.shared:  # several gateways may share the directory
-            changes = state.change_mark("batches", batch_store.directory_id())
+            changes = state.change_mark("batches", batch_store.directory_id)
         book = BatchBook(batch_store, settings, tenants, wall_clock, keys, changes=changes)
         book.resume()  # shared: once it holds the lease
         batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock), book, door)
@@ -739,7 +739,7 @@ async def start_gateway(
             )
             batches = runner
             if book.shared and batch_store is not None:
-                directory = batch_store.directory_id()
+                directory = batch_store.directory_id
                 lease = state.lease("batches", directory, config.batches.lease_s)
                 batches = SharedBatches(book, runner, lease, clock)
             batches.start()

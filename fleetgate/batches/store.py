@@ -22,6 +22,7 @@ time runs the batches (sharing.py), and the others ask it to cancel one by a mar
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import random
@@ -121,9 +122,10 @@ class BatchStore:
         self._seen[key] = signature(path.stat())
         self.writes += 1
 
+    @functools.cached_property
     def directory_id(self) -> str:
-        """The directory's own id, the same for every gateway that shares it: made by the
-        first to ask (a link, which never replaces one another made meanwhile)."""
+        """The directory's own id, the same for every gateway that shares it (read once): made
+        by the first to ask (a link, which never replaces one another made meanwhile)."""
         path = self.root / ".id"
         try:
             return path.read_text().strip()

@@ -99,9 +99,9 @@ async def test_cancels_asked_are_seen_until_the_batch_ends(tmp_path: Path) -> No
 
 async def test_the_directory_has_one_id_for_every_store(tmp_path: Path) -> None:
     a, b = _store(tmp_path / "d", 1), _store(tmp_path / "d", 2)
-    first = a.directory_id()
-    assert first.startswith("dir_") and b.directory_id() == first
-    assert _store(tmp_path / "other", 3).directory_id() != first
+    first = a.directory_id
+    assert first.startswith("dir_") and b.directory_id == first
+    assert _store(tmp_path / "other", 3).directory_id != first
     assert not list((tmp_path / "d").glob(".id.*"))  # no temp left behind
 
 

@@ -55,9 +55,14 @@ def scorer_over(n: int, engine: EngineBlockIndex) -> tuple[PrefixCacheScorer, li
     return PrefixCacheScorer(ctx.loads, engine_blocks=engine), states
 
 
-def test_a_followed_backend_scores_by_its_engines_blocks_the_others_by_the_index() -> None:
+def three_backends() -> tuple[EngineBlockIndex, PrefixCacheScorer, list[BackendState]]:
+    """A scorer over b0, b1 and b2, with an engine index none of them has reported to yet."""
     engine = EngineBlockIndex(10_000)
-    scorer, states = scorer_over(3, engine)
+    return engine, *scorer_over(3, engine)
+
+
+def test_a_followed_backend_scores_by_its_engines_blocks_the_others_by_the_index() -> None:
+    engine, scorer, states = three_backends()
     request = chat(MESSAGES)
     ids = prompt_token_ids(request)
     assert ids is not None
@@ -80,8 +85,7 @@ def test_a_followed_backend_scores_by_its_engines_blocks_the_others_by_the_index
 def test_a_prompt_no_engine_holds_goes_where_it_went_before() -> None:
     """Evicted everywhere: the engines' word ties every backend at 0, and the decision-based
     index keeps the prefix one home (the backend most likely to get it cached again)."""
-    engine = EngineBlockIndex(10_000)
-    scorer, states = scorer_over(3, engine)
+    engine, scorer, states = three_backends()
     request = chat(MESSAGES)
     for i, state in enumerate(states):  # every engine followed, holding something else
         engine.apply(state.backend.id, [Stored((i,), None, tuple(range(i, i + BS)), BS)])
@@ -93,8 +97,7 @@ def test_a_prompt_no_engine_holds_goes_where_it_went_before() -> None:
 def test_a_preamble_every_engine_holds_leaves_the_choice_to_the_index() -> None:
     """Each engine holds the same first block (a common system prompt): their word tells
     none apart, so the prompt goes where the rest of it was sent before."""
-    engine = EngineBlockIndex(10_000)
-    scorer, states = scorer_over(3, engine)
+    engine, scorer, states = three_backends()
     request = chat(MESSAGES)
     ids = prompt_token_ids(request)
     assert ids is not None
@@ -115,8 +118,7 @@ def test_a_prompt_it_cannot_tokenize_falls_back_to_the_index() -> None:
 
 
 def test_a_large_pools_shortlist_names_the_engines_that_hold_the_prompt_first() -> None:
-    engine = EngineBlockIndex(10_000)
-    scorer, states = scorer_over(3, engine)
+    engine, scorer, states = three_backends()
     request = chat(MESSAGES)
     ids = prompt_token_ids(request)
     assert ids is not None
