@@ -146,6 +146,10 @@ _SHARED_COUNTERS: tuple[tuple[str, str, Callable[[SharedStatus], float]], ...] =
     ("fleetgate_shared_state_undecodable",
      "Other gateways' entries a shared part skipped: they did not decode.",
      lambda status: status.undecodable),
+    ("fleetgate_shared_state_stale",
+     "Other gateways' entries heard too late to apply (KV-event expectations older than 2 s "
+     "when heard): the gateways' clocks disagree, or their syncs lag.",
+     lambda status: status.stale),
 )  # fmt: skip
 
 

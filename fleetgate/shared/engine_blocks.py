@@ -7,7 +7,9 @@ first finds nothing, and under cache pressure the engines' word routes worse tha
 decision index. So each gateway publishes the block keys it expects, with the wall time it
 sent them, through a stream (shared/stream.py), and the others hold them until the same
 moment: an expectation heard late lapses as early as at its sender, one older than
-`PENDING_S` (a gateway starting, reading the stream's past) is not held at all.
+`PENDING_S` is not held at all. Those sent after this gateway started are counted (`stale`):
+many of them say the gateways' clocks disagree by seconds, or their syncs lag; a gateway
+starting reads the stream's past, which it does not count.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class SharedEngineBlocks:
         self._local = local
         self._now = now
         self._wall = wall_clock
+        self._started = wall_clock()
         # Only the last PENDING_S of them matter: a short queue while Redis is away, and a
         # short stream for a gateway that starts.
         self.stream = DecisionStream(
@@ -49,6 +52,8 @@ class SharedEngineBlocks:
         if left > 0:
             now = self._now()
             self._local.hold(backend_id, keys, now + min(left, PENDING_S), now)
+        elif sent >= self._started:
+            self.stream.stale += 1
 
     def follows(self, backend_id: str) -> bool:
         return self._local.follows(backend_id)

@@ -94,6 +94,7 @@ class SharedStatus:
     heard: int  # other gateways' decisions applied (0 for the load board: it sums leases)
     dropped: int  # decisions never published (Redis away too long)
     undecodable: int  # other gateways' entries skipped
+    stale: int  # other gateways' entries heard too late to apply
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,14 +263,15 @@ class RoutingState:
         """Each shared part's, when scraped (none: nothing is shared)."""
         found = [
             SharedStatus(part="load_board", pool=pool, up=board.shared, failures=board.failures,
-                         heard=0, dropped=0, undecodable=0)
+                         heard=0, dropped=0, undecodable=0, stale=0)
             for pool, board in self._boards
         ]  # fmt: skip
         for part, pool, shared in self._synced:
             s = shared.stream
             found.append(
                 SharedStatus(part=part, pool=pool, up=s.shared, failures=s.failures,
-                             heard=s.heard, dropped=s.dropped, undecodable=s.undecodable)
+                             heard=s.heard, dropped=s.dropped, undecodable=s.undecodable,
+                             stale=s.stale)
             )  # fmt: skip
         return found
 

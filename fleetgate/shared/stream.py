@@ -64,6 +64,7 @@ class DecisionStream(Generic[T]):
         self.dropped = 0  # items never published (Redis away too long)
         self.undecodable = 0  # entries skipped
         self.heard = 0  # other gateways' items applied
+        self.stale = 0  # ... heard too late to apply (counted by the part that applies them)
         self._down = False
         self._answered = False  # some sync reached Redis
 

@@ -1,8 +1,8 @@
 """What a gateway sent its engines and they have not reported yet, shared through a real Redis
 (shared/engine_blocks.py): another gateway counts those blocks held as the sender does, until
 the same moment; an expectation older than PENDING_S when heard (a gateway starting, reading
-the stream's past) is not held; nothing is published for a backend whose engine is not
-followed."""
+the stream's past, or a clock that disagrees: counted) is not held; nothing is published
+for a backend whose engine is not followed."""
 
 from __future__ import annotations
 
@@ -70,7 +70,24 @@ async def test_an_expectation_already_past_is_not_held(client: Any) -> None:
     _, late = gateway(client, "gw-late", two)
     assert await late.sync()
     assert late.stream.heard == 1
+    assert late.stream.stale == 0  # sent before it started: the stream's past, not a fault
     assert late.matches(PROMPT, ["a"], two.now()) == {"a": BS}
+
+
+async def test_an_expectation_heard_late_from_a_skewed_clock_is_counted(client: Any) -> None:
+    """A gateway whose wall clock runs more than PENDING_S ahead of its peer's finds every
+    expectation it hears already past: none is held, and each one is counted (once it has
+    been up longer than the skew), so the skew shows."""
+    one, two = Clocks(0.0, 9000.0), Clocks(0.0, 9000.0 + PENDING_S + 1.0)
+    _, a = gateway(client, "gw-1", one)
+    _, ahead = gateway(client, "gw-ahead", two)
+    assert await ahead.sync()  # started, and has read the stream's (empty) past
+    one.move(2 * PENDING_S)  # both up for longer than their clocks disagree
+    two.move(2 * PENDING_S)
+    a.expect("a", PROMPT, one.now())
+    assert await a.sync() and await ahead.sync()
+    assert ahead.stream.heard == 1 and ahead.stream.stale == 1
+    assert ahead.matches(PROMPT, ["a"], two.now()) == {"a": BS}
 
 
 async def test_nothing_is_told_of_a_backend_not_followed(client: Any) -> None:
