@@ -10,13 +10,21 @@ not worth waiting behind that queue. The request then goes where the other score
 that backend is recorded as holding the prefix too, and a hot prefix spreads over as many
 replicas as its load needs instead of piling onto one.
 
-With engines that publish KV-cache events (kv_events/), m_i for a backend whose engine has
-reported is what it says it holds instead: the leading prompt tokens in its blocks
-(kv_events/index.py) / the prompt's tokens (routing/prompt_tokens.py). The decision-based
-index stays the answer for the others, for prompts the gateway cannot tokenize, and when the
-engines' word tells no candidate apart (none holds any of the prompt, evicted everywhere under
-cache pressure, or each holds the same preamble): sending it where it went before keeps each
-prefix one home, which is what keeps it cached.
+With engines that publish KV-cache events (kv_events/), a backend whose engine has reported
+scores by what it says it holds instead, relative to the deepest holder:
+    t_i     = leading prompt tokens in its engine's blocks (kv_events/index.py)
+    score_i = t_i / max_j t_j        over the reporting candidates
+The deepest holder scores 1 however little of the prompt it still holds: under cache pressure
+an engine evicts a prefix tail first, and the prompt is best sent back to what is left of it,
+where the tail is computed again, not spread by load to a backend that holds none (scored by
+the share of the whole prompt instead, a holder of half of it lost that pull, and the fleet's
+hit rate fell 5-13% below the decision-based index's; benchmarks/kv_routing.py). The others
+keep their depth's proportion to it, so a conversation's follow-up still goes where its
+whole history is rather than where only its system prompt is. The decision-based index stays
+the answer for backends that do not report, for prompts the gateway cannot tokenize, and when
+the engines' word tells no candidate apart (none holds any of the prompt, evicted everywhere
+under cache pressure, or each holds the same preamble): sending it where it went before keeps
+each prefix one home, which is what keeps it cached.
 
 Every pick is recorded in the index (`chosen`), and each backend's share of the index follows
 its engine's reported KV capacity. O(prompt blocks + candidates) per pick. The index knows
@@ -110,7 +118,8 @@ class PrefixCacheScorer:
         return [share if q <= limit else 0.0 for share, q in zip(shares, queues, strict=True)]
 
     def _shares(self, request: RoutingRequest, ids: list[str], now: float) -> list[float] | None:
-        """m_i / the prompt, per candidate (module docstring); None when no candidate has any."""
+        """Each candidate's score before the load guard (module docstring); None when no
+        candidate holds any of the prompt."""
         hashes = self._hashes_of(request)
         matches = self.index.matches(hashes, ids)
         blocks = len(hashes) or 1
@@ -131,9 +140,11 @@ class PrefixCacheScorer:
             followed = set()
         if not matches and not held:
             return None
-        n = len(tokens) if tokens else 1
+        deepest = max((held.get(backend, 0) for backend in followed), default=0) or 1
         return [
-            held.get(backend, 0) / n if backend in followed else matches.get(backend, 0) / blocks
+            held.get(backend, 0) / deepest
+            if backend in followed
+            else matches.get(backend, 0) / blocks
             for backend in ids
         ]
 

@@ -72,14 +72,41 @@ def test_a_followed_backend_scores_by_its_engines_blocks_the_others_by_the_index
     scorer.chosen(request, states[2], 0.0)  # b2 (no events) was sent this prompt
     shares = scorer.score(request, states, 0.0)
     assert shares[0] == 0.0  # its engine says it holds none of it, whatever was sent there
-    assert shares[1] == held / len(ids)
+    assert shares[1] == 1.0  # the deepest holder, however little of the prompt it holds
     assert shares[2] > 0.9  # by the decision-based index: the whole prompt, less a block
     # Sent to b0: held as expected until its engine reports (or PENDING_S passes), so a
     # second request with this prefix, meanwhile, follows the first.
     scorer.chosen(request, states[0], 10.0)
-    full = (len(ids) // BS) * BS / len(ids)
-    assert scorer.score(request, states, 10.0)[0] == full
-    assert scorer.score(request, states, 10.0 + PENDING_S)[0] == 0.0  # never reported
+    full = (len(ids) // BS) * BS
+    assert scorer.score(request, states, 10.0)[:2] == [1.0, held / full]
+    assert scorer.score(request, states, 10.0 + PENDING_S)[:2] == [0.0, 1.0]  # never reported
+
+
+def test_what_is_left_of_an_evicted_prefix_pulls_its_prompt_back_home() -> None:
+    """Under cache pressure b0's engine kept only the head of the prompt: it still scores
+    as much as a whole prefix would, so the prompt goes back there (its tail computed again)
+    rather than to a backend the decision-based index once spilled it to, that holds none."""
+    engine, scorer, states = three_backends()
+    request = chat(MESSAGES)
+    ids = prompt_token_ids(request)
+    assert ids is not None
+    engine.apply("b0", [Stored((1, 2), None, tuple(ids[: 2 * BS]), BS)])
+    engine.apply("b1", [Stored((3,), None, tuple(range(BS)), BS)])  # something else
+    scorer.chosen(request, states[1], 0.0)  # a load spill, long evicted
+    assert scorer.score(request, states, PENDING_S + 1.0)[:2] == [1.0, 0.0]
+
+
+def test_a_follow_up_prefers_its_whole_history_to_its_system_prompt() -> None:
+    """b0 holds a conversation's earlier turns, b1 only the system prompt they share: depth
+    still orders the holders."""
+    engine, scorer, states = three_backends()
+    request = chat([*MESSAGES, {"role": "assistant", "content": "hello"},
+                    {"role": "user", "content": "more " * 40}])  # fmt: skip
+    ids = prompt_token_ids(request)
+    assert ids is not None
+    engine.apply("b0", [Stored((1, 2, 3, 4), None, tuple(ids[: 4 * BS]), BS)])
+    engine.apply("b1", [Stored((5,), None, tuple(ids[:BS]), BS)])
+    assert scorer.score(request, states, 0.0) == [1.0, 0.25, 0.0]
 
 
 def test_a_prompt_no_engine_holds_goes_where_it_went_before() -> None:
