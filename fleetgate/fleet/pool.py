@@ -25,6 +25,10 @@ def _ignore(state: BackendState) -> None:
     """The `left` listener while none is set."""
 
 
+def _ignore_count(members: int) -> None:
+    """The `resized` listener while none is set."""
+
+
 class Pool:
     """Backends of one model: who is routable now, and the board of their in-flight counts
     that policies read (fleet/load_board.py; its own in this process unless given one).
@@ -38,7 +42,7 @@ class Pool:
     __slots__ = (
         "_ejected", "_full", "_health", "_limits", "_next_calibration", "_retiring", "_weights",
         "board", "candidates", "in_flight", "left", "load_changed", "members", "model",
-        "next_check", "states",
+        "next_check", "resized", "states",
     )  # fmt: skip
 
     def __init__(
@@ -66,6 +70,9 @@ class Pool:
         self.load_changed: Callable[[BackendState], None] | None = None
         # Told when a retired backend has left the pool (its probes stop: fleet/membership.py).
         self.left: Callable[[BackendState], None] = _ignore
+        # Told how many members it has after one joined or left (its concurrency limit
+        # scales with them: traffic/concurrency.py).
+        self.resized: Callable[[int], None] = _ignore_count
         self._retiring: set[BackendState] = set()  # GONE, waiting for their last requests
         self._health = health or HealthSettings()
         self._weights = weights or WeightSettings()
@@ -180,13 +187,17 @@ class Pool:
     # -- who is in the pool (fleet/membership.py) -----------------------------------------------
 
     def add(self, state: BackendState, now: float) -> None:
-        """A new backend, routable at once (its checks may take it out later, as at start).
+        """A new backend, routable at once unless flagged (its checks may take it out later, as
+        at start), at a slow start when its `ramp_from` is set.
         A backend that left comes back as a new state (fleet/membership.py): its record on
         the board went with the old one."""
         self.states = (*self.states, state)
         self.members[state.backend.id] = state
         self._limits = self._limits or state.backend.max_in_flight is not None
+        if state.ramp_from is not None:  # joining at a slow start: from its first share
+            self._reweigh(state, now)
         self.refresh(now)
+        self.resized(len(self.states))
 
     def loads(self) -> list[tuple[BackendState, BackendLoad]]:
         """Each member and its record on the board (for metrics, the dashboard, the admin API)."""
@@ -218,6 +229,7 @@ class Pool:
         self.board.forget(state.backend.id)
         self.refresh(now)
         self.left(state)
+        self.resized(len(self.states))
 
     def set_weight(self, state: BackendState, weight: float, now: float) -> None:
         """The operator's new configured weight for `state` (> 0): its effective weight keeps

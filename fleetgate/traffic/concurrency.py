@@ -87,15 +87,16 @@ class ConcurrencyLimit:
         self._skip_critical = engine_priority
         self._pool = pool
         self._clock = clock
-        n = len(pool.states)
+        n = self._backends = len(pool.states)
         self.fixed = settings.max_in_flight is not None
         start = settings.max_in_flight or settings.initial_per_backend * n
         self._value = float(start)
         self._gateways = 1  # admitting to this pool, as its board last said
-        self.value = start  # this gateway's share, read on every admission
+        self.value = max(1, start)  # this gateway's share, read on every admission
         pool.board.watch_gateways(self._gateways_changed)
         self._min = settings.min_per_backend * n
         self._max = settings.max_per_backend * n
+        pool.resized = self._resized
         self._ttfts: list[float] = []
         self._reached = False
         self._slow_start = True  # until the first congestion: double while reached
@@ -146,6 +147,18 @@ class ConcurrencyLimit:
     def _share(self) -> None:
         """This gateway's share of the limit, as `value`."""
         self.value = max(1, max(self._min, math.floor(self._value)) // self._gateways)
+
+    def _resized(self, backends: int) -> None:
+        """Backends joined or left: the bounds follow their count, and the limit keeps its
+        share per backend (a pool that had none starts where one configured so would)."""
+        s, old = self._settings, self._backends
+        self._backends = backends
+        self._min = s.min_per_backend * backends
+        self._max = s.max_per_backend * backends
+        if not self.fixed:
+            grown = self._value * backends / old if old else s.initial_per_backend * backends
+            self._value = min(float(self._max), max(float(self._min), grown))
+            self._share()
 
     def _gateways_changed(self, gateways: int) -> None:
         self._gateways = gateways

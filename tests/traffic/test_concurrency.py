@@ -163,3 +163,23 @@ def test_gateways_sharing_a_pool_each_admit_their_share_of_its_limit() -> None:
     board.now_shared_by(2)
     assert adaptive.value == 10  # its 20, halved
     assert tick(adaptive, clock, reached=True) == 20  # it doubled to 40: this one's half
+
+
+def test_the_limit_follows_backends_that_join_and_leave() -> None:
+    """A pool that starts empty (its backends all to be discovered) admits one request, not
+    none, and grows as backends join; one that leaves takes its share of the limit with it."""
+    clock = Clock()
+    pool = Pool("m", [])
+    limit = ConcurrencyLimit(LimitSettings(initial_per_backend=10), pool, clock)
+    assert limit.value == 1
+    states = [BackendState(Backend(f"b{i}", f"http://b{i}", ("m",))) for i in range(2)]
+    for state in states:
+        pool.add(state, 0.0)
+    assert limit.value == 20  # where a pool configured with two starts
+    tick(limit, clock, reached=True)  # doubles: 40, 20 a backend
+    assert limit.value == 40
+    pool.retire(states[1], 1.0)  # nothing in flight: it leaves at once
+    assert limit.value == 20
+    fixed = ConcurrencyLimit(LimitSettings(max_in_flight=7), pool, clock)
+    pool.add(states[1], 2.0)
+    assert fixed.value == 7
