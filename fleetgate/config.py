@@ -22,6 +22,7 @@ import yaml
 
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.director.cache import CacheSettings
+from fleetgate.discovery.settings import SourceConfig
 from fleetgate.fleet.calibration import WeightSettings
 from fleetgate.fleet.engines import KINDS
 from fleetgate.fleet.health import HealthSettings
@@ -232,8 +233,6 @@ class PoolConfig(Settings, frozen=True):
     slow_start_s: float = _HEALTH.slow_start_s  # a returning backend ramps up over this
 
     def __post_init__(self) -> None:
-        if not self.backends:
-            raise ValueError("`backends` is empty: give the pool at least one backend")
         if self.routing is not None and (self.policy != DEFAULT_POLICY or self.policy_params):
             raise ValueError("give `policy` or `routing`, not both")
         for name in ("first_byte_timeout_s", "total_timeout_s", "idle_timeout_s",
@@ -316,6 +315,8 @@ class Config(Settings, frozen=True):
     batches: BatchesSettings = BatchesSettings()  # the Batch API: files, batches, their runner
     state: StateSettings = StateSettings()  # routing state shared with other gateways (Redis)
     cache: CacheSettings = CacheSettings()  # answers served again, identical requests coalesced
+    # Sources of backends found while running (discovery/), besides each pool's `backends`.
+    discovery: list[SourceConfig] = []
 
     @property
     def auth_enabled(self) -> bool:
@@ -335,6 +336,11 @@ def check_config(config: Config) -> Config:
         if pool.model in seen:
             raise ConfigError(f"{where}.model: {pool.model!r} has two pools; merge them")
         seen.add(pool.model)
+        if not pool.backends and not config.discovery:
+            raise ConfigError(
+                f"{where}.backends is empty: give the pool at least one backend, or `discovery:`"
+                " sources that find them"
+            )
         if pool.routing is not None:
             pool.routing.profile(f"{where}.routing")
     _check_models(config, seen)

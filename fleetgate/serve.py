@@ -7,6 +7,7 @@ is made here and passed in; nothing is found through globals.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import secrets
 import signal
@@ -35,6 +36,8 @@ from fleetgate.config import (
 )
 from fleetgate.director.cache import ResponseCache
 from fleetgate.director.director import Director
+from fleetgate.discovery.reconcile import Discovery
+from fleetgate.discovery.sources import build_sources
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.load_board import LoadBoard
@@ -101,6 +104,8 @@ from fleetgate.workers.sim.spec import KvEventsSpec, SimSpec
 
 if TYPE_CHECKING:  # loaded only when a backend publishes KV-cache events (ZMQ: ~30 ms)
     from fleetgate.kv_events.feeds import KvEventFeeds
+
+DISCOVERY_JITTER = 0.1  # each source read at its interval +- 10%
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,6 +513,7 @@ def compose(
     slo = SloBook({p.model: p.slo for p in config.pools}, now)
     usage = TenantUsage(t.name for t in config.tenants)  # the metrics', dashboard's, admin's
     gpus = GpuBoard(now)  # the GPU agents' readings, for the pools that take them
+    discovery: Discovery | None = None  # made with the pools' membership, below
     metrics = GatewayMetrics(
         lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
         lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
@@ -528,6 +534,7 @@ def compose(
         shared=state.status,
         leases=state.leases,
         kv_events=(lambda: ()) if kv_events is None else kv_events.status,
+        discovery=lambda: () if discovery is None else discovery.statuses(),
     )  # fmt: skip
     exporters = [slo.subscribe]
     if config.server.metrics:
@@ -579,9 +586,15 @@ def compose(
     for pool_config in config.pools:
         for part in _parts(clusters[pool_config.model]):
             probes.start(part, pool_config.health_check, pool_config.engine_metrics)
+    members = Membership(pools, now, probes)
+    if config.discovery:
+        discovery = Discovery(members, build_sources(config.discovery))
+        if background is not None:
+            for source in discovery.sources:
+                poll = functools.partial(discovery.poll, source)
+                background.every(source.interval_s, DISCOVERY_JITTER, poll, wait_first=False)
     admin = None
     if config.server.admin:
-        members = Membership(pools, now, probes)
         admin = Admin(
             pools=pools,
             clock=now,

@@ -18,6 +18,7 @@ from fleetgate.config import (
     load_config,
     parse_config,
 )
+from fleetgate.discovery.settings import FileDiscovery
 from fleetgate.kv_events.settings import KvEventsConfig
 
 
@@ -134,7 +135,7 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
         (one_pool(sim="b200"), "`sim`: no profile 'b200'; known: "),
         (
             {"pools": [{"model": "m", "backends": []}]},
-            "`backends` is empty: give the pool at least one backend - at `$.pools[0]`",
+            "$.pools[0].backends is empty: give the pool at least one backend, or `discovery:`",
         ),
         (
             {
@@ -364,7 +365,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("request_log.", RequestLogSettings),
                            ("pools[].slo.", SloSettings),
                            ("tracing.", TracingSettings),
-                           ("batches.", BatchesSettings)):  # fmt: skip
+                           ("batches.", BatchesSettings),
+                           ("discovery[].", FileDiscovery)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

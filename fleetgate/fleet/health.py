@@ -20,10 +20,12 @@ class HealthFlag(enum.IntFlag):
     DRAINING = 4  # finishing what it has; takes nothing new
     GONE = 8  # no longer a member: leaves its pool when its last request ends
     GPU_FAULT = 16  # its GPU agent reported an XID error, uncorrected ECC, a GPU too hot or lost
+    UNPROBED = 32  # found by discovery, waiting for its first good health probe
 
 
-# A pool in panic still never routes to these: they are leaving on purpose.
-NEVER_ROUTE = HealthFlag.DRAINING | HealthFlag.GONE
+# A pool in panic still never routes to these: they are leaving on purpose, or nothing has
+# shown yet that they answer.
+NEVER_ROUTE = HealthFlag.DRAINING | HealthFlag.GONE | HealthFlag.UNPROBED
 
 
 class Verdict(enum.Enum):

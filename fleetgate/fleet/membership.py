@@ -1,10 +1,12 @@
 """Who is in each pool while the gateway runs: the operator's changes (gateway/admin.py).
 
-    add       a backend joins a pool, routable at once, probed and scraped on the pool's
-              `health_check` and `engine_metrics` like the backends configured at start
-              (health/probes.py)
+    add       a backend joins a pool, probed and scraped on the pool's `health_check` and
+              `engine_metrics` like the backends configured at start (health/probes.py):
+              routable at once (the operator's), or (`probe_first`, discovery's) only once
+              a probe has passed, ramping up over the pool's slow start from its joining
     remove    it is GONE at once (nothing new is routed to it, panic or not); it leaves the
               pool when its last request in flight ends, and its probes stop then
+    drain     it finishes what it has and takes nothing new, until undrained
     weight    its configured weight is replaced; its effective weight follows (fleet/pool.py)
 
 A backend is found by its id (host:port and base path, fleet/backend.py `backend_id`), in every
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from fleetgate.fleet.backend import Backend, BackendState, backend_id
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 
 
@@ -35,6 +38,10 @@ class AlreadyMember(ValueError):
 
 class Watcher(Protocol):
     """What watches backends from outside (health/probes.py: health checks, scrapes)."""
+
+    def probes(self, pool: Pool) -> bool:
+        """Whether a backend joining `pool` is probed (only then may it wait for a probe)."""
+        ...
 
     def watch(self, pool: Pool, state: BackendState) -> None: ...
 
@@ -73,18 +80,22 @@ class Membership:
             for pool in pools.values():
                 pool.left = watcher.forget
 
-    def find(self, backend: str) -> list[tuple[Pool, BackendState]]:
-        """Every pool's member of id `backend` (empty when none has one)."""
+    def find(self, backend: str, model: str | None = None) -> list[tuple[Pool, BackendState]]:
+        """Every pool's member of id `backend` (empty when none has one); only the pool of
+        `model`'s, when given."""
         return [
             (pool, state)
             for pool in self._pools.values()
+            if model is None or pool.model == model
             for state in pool.states
             if state.backend.id == backend
         ]
 
-    def add(self, model: str, joining: Joining) -> BackendState:
+    def add(self, model: str, joining: Joining, *, probe_first: bool = False) -> BackendState:
         """`joining` as a new member of the pool of `model`; NotMember when there is no such
-        pool, AlreadyMember when it has a backend of that id (ValueError for a bad URL)."""
+        pool, AlreadyMember when it has a backend of that id (ValueError for a bad URL).
+        `probe_first`: nothing is routed to it until a health probe has passed (at once
+        when the pool probes none), and it ramps up over the pool's slow start."""
         pool = self._pools.get(model)
         if pool is None:
             known = ", ".join(sorted(self._pools))
@@ -112,16 +123,21 @@ class Membership:
                 engine=joining.engine,
             )
         )
-        pool.add(state, self._clock())
+        now = self._clock()
+        if probe_first:
+            state.ramp_from = now
+            if self._watcher is not None and self._watcher.probes(pool):
+                state.flags |= HealthFlag.UNPROBED
+        pool.add(state, now)
         if self._watcher is not None:
             self._watcher.watch(pool, state)
         return state
 
-    def remove(self, backend: str) -> list[tuple[Pool, BackendState]]:
-        """Retire every member of id `backend` (fleet/pool.py `retire`); those that still
-        have requests in flight stay in their pool until the last ends. NotMember when none
-        is a member."""
-        found = self.find(backend)
+    def remove(self, backend: str, model: str | None = None) -> list[tuple[Pool, BackendState]]:
+        """Retire every member of id `backend` (of the pool of `model`'s alone, when given:
+        fleet/pool.py `retire`); those that still have requests in flight stay in their pool
+        until the last ends. NotMember when none is a member."""
+        found = self.find(backend, model)
         if not found:
             raise NotMember(f"no backend {backend!r}")
         now = self._clock()
@@ -129,10 +145,29 @@ class Membership:
             pool.retire(state, now)
         return found
 
-    def set_weight(self, backend: str, weight: float) -> list[tuple[Pool, BackendState]]:
-        """Give every member of id `backend` this configured weight (> 0); NotMember when none
-        is a member."""
-        found = self.find(backend)
+    def drain(
+        self, backend: str, draining: bool, model: str | None = None
+    ) -> list[tuple[Pool, BackendState]]:
+        """Drain every member of id `backend` (of the pool of `model`'s alone, when given), or
+        end its draining; NotMember when none is a member."""
+        found = self.find(backend, model)
+        if not found:
+            raise NotMember(f"no backend {backend!r}")
+        now = self._clock()
+        for pool, state in found:
+            if draining:
+                state.flags |= HealthFlag.DRAINING
+            else:
+                state.flags &= ~HealthFlag.DRAINING
+            pool.refresh(now)
+        return found
+
+    def set_weight(
+        self, backend: str, weight: float, model: str | None = None
+    ) -> list[tuple[Pool, BackendState]]:
+        """Give every member of id `backend` (of the pool of `model`'s alone, when given) this
+        configured weight (> 0); NotMember when none is a member."""
+        found = self.find(backend, model)
         if not found:
             raise NotMember(f"no backend {backend!r}")
         now = self._clock()

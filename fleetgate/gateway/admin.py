@@ -245,17 +245,11 @@ class Admin:
         except Refused as exc:
             writer.send(exc.status, headers, error_body(exc.status, exc.message, exc.param))
             return
-        found = self._members.find(order.backend)
-        if not found:
+        try:
+            self._members.drain(order.backend, order.draining)
+        except NotMember:
             writer.send(404, headers, _no_backend(order.backend))
             return
-        now = self._clock()
-        for pool, state in found:
-            if order.draining:
-                state.flags |= HealthFlag.DRAINING
-            else:
-                state.flags &= ~HealthFlag.DRAINING
-            pool.refresh(now)
         self._record("admin_drain", request, request_id, backend=order.backend,
                      draining=order.draining)  # fmt: skip
         writer.send(200, headers, self._listing())

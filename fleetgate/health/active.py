@@ -60,6 +60,10 @@ class ProbeTracker:
         """Count a probe; True when the flag changed."""
         state, s = self._state, self._settings
         failing = bool(state.flags & HealthFlag.ACTIVE_CHECK_FAILED)
+        if ok and state.flags & HealthFlag.UNPROBED:  # one good probe lets a new backend in
+            state.flags &= ~HealthFlag.UNPROBED
+            self.successes, self.failures = self.successes + 1, 0
+            return True
         if ok:
             self.successes, self.failures = self.successes + 1, 0
             if failing and self.successes >= s.healthy_threshold:
@@ -94,9 +98,12 @@ class ActiveChecker:
         states: Iterable[BackendState],
         settings: ActiveCheckSettings,
         changed: Callable[[float], None],
+        *,
+        at_once: bool = False,
     ) -> None:
-        """Probe each of `states` (backends of `model`) until `stop()`; `changed(now)` is
-        called whenever a backend's flag flips (its pool recomputes its candidates)."""
+        """Probe each of `states` (backends of `model`) until `stop()`, the first time after
+        an interval (`at_once`: now); `changed(now)` is called whenever a backend's flag
+        flips (its pool recomputes its candidates)."""
         if not settings.enabled:
             return
         for state in states:
@@ -105,7 +112,7 @@ class ActiveChecker:
             tracker = ProbeTracker(settings, state)
             check = self._check(model, state, tracker, settings, changed)
             self._probing[state] = self._tasks.every(
-                settings.interval_s, settings.jitter, check, wait_first=True
+                settings.interval_s, settings.jitter, check, wait_first=not at_once
             )
 
     def forget(self, state: BackendState) -> None:

@@ -5,6 +5,7 @@ those that join later (fleet/membership.py), stopped for those that leave."""
 from __future__ import annotations
 
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.fleet.scraper import MetricsScraper, ScrapeSettings
 from fleetgate.health.active import ActiveChecker, ActiveCheckSettings
@@ -27,11 +28,17 @@ class BackendProbes:
         for state in pool.states:
             self.watch(pool, state)
 
+    def probes(self, pool: Pool) -> bool:
+        """Whether a backend that joins `pool` is probed (so may wait for a good probe)."""
+        return self._checker is not None and self._settings[pool][0].enabled
+
     def watch(self, pool: Pool, state: BackendState) -> None:
-        """Watch `state`, a member of `pool` (started), until `forget` or the end."""
+        """Watch `state`, a member of `pool` (started), until `forget` or the end: one that
+        waits for its first good probe (UNPROBED) is probed at once."""
         health_check, engine_metrics = self._settings[pool]
         if self._checker is not None:
-            self._checker.start(pool.model, [state], health_check, pool.refresh)
+            at_once = bool(state.flags & HealthFlag.UNPROBED)
+            self._checker.start(pool.model, [state], health_check, pool.refresh, at_once=at_once)
         if self._scraper is not None:
             self._scraper.start([state], engine_metrics, pool.board)
 

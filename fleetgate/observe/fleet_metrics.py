@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from fleetgate.discovery.reconcile import SourceStatus
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.gpu import THROTTLE_REASONS, GpuReading
@@ -210,6 +211,33 @@ _FEED_COUNTERS: tuple[tuple[str, str, Callable[[FeedStatus], float]], ...] = (
      "were forgotten.",
      lambda feed: feed.restarts),
 )  # fmt: skip
+
+
+def discovery_families(sources: Iterable[SourceStatus]) -> Iterator[Metric]:
+    """The discovery sources, by name (no samples when none is configured)."""
+    up = GaugeMetricFamily(
+        "fleetgate_discovery_source_up",
+        "1 when a discovery source's last read succeeded; 0 while it fails (its last good set "
+        "of backends is kept).",
+        labels=["source"],
+    )
+    backends = GaugeMetricFamily(
+        "fleetgate_discovery_backends",
+        "Backends in a discovery source's last good set.",
+        labels=["source"],
+    )
+    failures = CounterMetricFamily(
+        "fleetgate_discovery_failures",
+        "Reads of a discovery source that failed (unreachable, or an answer that did not parse).",
+        labels=["source"],
+    )
+    for source in sources:
+        up.add_metric([source.name], 1.0 if source.up else 0.0)
+        backends.add_metric([source.name], source.backends)
+        failures.add_metric([source.name], source.failures)
+    yield up
+    yield backends
+    yield failures
 
 
 def kv_event_families(feeds: Iterable[FeedStatus]) -> Iterator[Metric]:

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fleetgate.discovery.reconcile import SourceStatus
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.load_board import BackendLoad
 from fleetgate.kv_events.status import FeedStatus
@@ -39,6 +40,7 @@ from fleetgate.lifecycle.hooks import Hooks
 from fleetgate.observe.fleet_metrics import (
     admission_families,
     backend_families,
+    discovery_families,
     gpu_expiry_family,
     gpu_families,
     kv_event_families,
@@ -101,7 +103,9 @@ class GatewayMetrics(Collector):
         shared: Callable[[], Iterable[SharedStatus]] = lambda: (),
         leases: Callable[[], Iterable[LeaseStatus]] = lambda: (),
         kv_events: Callable[[], Iterable[FeedStatus]] = lambda: (),
+        discovery: Callable[[], Iterable[SourceStatus]] = lambda: (),
     ) -> None:
+        self._discovery = discovery  # the sources of backends found while running
         self._shared = shared  # the state shared with other gateways (shared/state.py)
         self._leases = leases  # ... and the leases among them
         self._kv_events = kv_events  # the engines' KV-event feeds (kv_events/feeds.py)
@@ -352,6 +356,7 @@ class GatewayMetrics(Collector):
         yield from shared_state_families(self._shared())
         yield from lease_families(self._leases())
         yield from kv_event_families(self._kv_events())
+        yield from discovery_families(self._discovery())
         yield from backend_families(states, now)
         yield from gpu_families(states, now)
         yield gpu_expiry_family(self._gpu_expiries())
