@@ -91,9 +91,21 @@ def _positive_int(text: str) -> int:
 def _worker_sim(args: argparse.Namespace) -> int:
     from fleetgate.workers.sim.faults import faults_from_args
     from fleetgate.workers.sim.fleet_process import serve_specs
-    from fleetgate.workers.sim.spec import KvEventsSpec, SimSpec
+    from fleetgate.workers.sim.spec import KvEventsSpec, RegisterSpec, SimSpec
 
     faults = faults_from_args(args)
+    register = None
+    if args.register is not None:
+        if args.host in ("0.0.0.0", "::", ""):
+            print("fleetgate worker sim: --register tells the gateways this worker's --host: give"
+                  " the address they reach it by, not a wildcard", file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            check_redis_url(args.register, "--register")
+        except ConfigError as exc:
+            print(f"fleetgate worker sim: {exc}", file=sys.stderr)
+            return 2
+        register = RegisterSpec(args.register, args.register_prefix, args.register_interval)
     # Each replica publishes on the given ports + 2 * its index (PUB, then replay), or any.
     kv_port = args.kv_events_port
     specs = [
@@ -104,7 +116,7 @@ def _worker_sim(args: argparse.Namespace) -> int:
                 kv_events=None if kv_port is None else KvEventsSpec(
                     kv_port + 2 * i if kv_port else 0, kv_port + 2 * i + 1 if kv_port else 0,
                     args.kv_events_encoding),
-                num_gpu_blocks=args.num_gpu_blocks_override)
+                num_gpu_blocks=args.num_gpu_blocks_override, register=register)
         for i in range(args.replicas)
     ]  # fmt: skip
     return _run(serve_specs(specs, args.host, announce=True))
@@ -281,6 +293,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="each event a map tagged by `type` (vLLM since June 2026, SGLang) or a positional"
         " array (vLLM before)",
     )  # fmt: skip
+    sim.add_argument(
+        "--register", metavar="REDIS_URL",
+        help="keep an entry in this Redis registry while serving (discovery: `type: redis`), so"
+        " gateways find the worker: a heartbeat every --register-interval, gone 3 after the last",
+    )  # fmt: skip
+    sim.add_argument("--register-prefix", default="fleetgate", help="the registry's key prefix")
+    sim.add_argument("--register-interval", type=_positive, default=1.0, metavar="S")
     from fleetgate.workers.sim.faults import add_fault_arguments
 
     add_fault_arguments(sim)

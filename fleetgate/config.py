@@ -22,7 +22,7 @@ import yaml
 
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.director.cache import CacheSettings
-from fleetgate.discovery.settings import SourceConfig
+from fleetgate.discovery.settings import RedisDiscovery, SourceConfig
 from fleetgate.fleet.calibration import WeightSettings
 from fleetgate.fleet.engines import KINDS
 from fleetgate.fleet.health import HealthSettings
@@ -347,6 +347,9 @@ def check_config(config: Config) -> Config:
     _check_tenants(config)
     check_redis_url(config.limits.redis_url, "$.limits.redis_url")
     check_redis_url(config.state.url, "$.state.url")
+    for i, source in enumerate(config.discovery):
+        if isinstance(source, RedisDiscovery):
+            check_redis_url(source.url, f"$.discovery[{i}].url")
     if config.cache.store == "redis" and config.state.url is None:
         raise ConfigError("$.cache.store: redis keeps answers in the Redis of `state.url`; set it")
     return config

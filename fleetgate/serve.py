@@ -14,7 +14,7 @@ import signal
 import ssl
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
@@ -36,6 +36,7 @@ from fleetgate.config import (
 )
 from fleetgate.director.cache import ResponseCache
 from fleetgate.director.director import Director
+from fleetgate.discovery.found import Source
 from fleetgate.discovery.reconcile import Discovery
 from fleetgate.discovery.sources import build_sources
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
@@ -420,8 +421,10 @@ class RunningGateway:
         limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
         tracing: Tracing | None = None, batches: Background | None = None,
         state: RoutingState | None = None, kv_events: KvEventFeeds | None = None,
+        sources: Sequence[Source] = (),
     ) -> None:  # fmt: skip
         self.server = server
+        self._sources = sources  # of backends found while running: closed last
         self._state = state  # synced with the other gateways until closed
         self._kv_events = kv_events  # subscribed to the engines until closed
         self.tls = tls
@@ -472,6 +475,8 @@ class RunningGateway:
             await self._state.close()
         if self._kv_events is not None:
             await self._kv_events.close()
+        for source in self._sources:
+            await source.close()
         if self._sims is not None:
             self._sims.stop()
 
@@ -494,6 +499,7 @@ def compose(
     background: PeriodicTasks | None = None,
     state: RoutingState | None = None,
     kv_events: KvEventFeeds | None = None,
+    sources: Sequence[Source] = (),
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
     scraper, when given, start probing the backends (a benchmark or a simulator gives none),
@@ -504,7 +510,8 @@ def compose(
     it left running are resumed (their runner is started with the server: `start_gateway`);
     the pools' routing state is kept in `state` (shared with other gateways when it has a
     Redis), in this process's memory when none is given; `kv_events` reads what the engines
-    that publish KV-cache events hold."""
+    that publish KV-cache events hold; the pools' members follow what the discovery `sources`
+    say, each read on its interval by `background`."""
     now = clock.now  # for what only reads the time
     state = state or RoutingState(StateSettings(), clock, rng)  # this process's own
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
@@ -587,8 +594,8 @@ def compose(
         for part in _parts(clusters[pool_config.model]):
             probes.start(part, pool_config.health_check, pool_config.engine_metrics)
     members = Membership(pools, now, probes)
-    if config.discovery:
-        discovery = Discovery(members, build_sources(config.discovery))
+    if sources:
+        discovery = Discovery(members, sources)
         if background is not None:
             for source in discovery.sources:
                 poll = functools.partial(discovery.poll, source)
@@ -713,6 +720,7 @@ async def start_gateway(
     shared = store if isinstance(store, RedisStore) else None
     state = RoutingState(config.state, clock, random.Random(rng.getrandbits(64)))
     kv_events = _kv_event_feeds(config)
+    sources = build_sources(config.discovery)
     batches: Background | None = None
     try:
         if shared is not None:
@@ -722,7 +730,7 @@ async def start_gateway(
             config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
             checker=checker, scraper=scraper, limit_store=store, request_log=request_log,
             tracing=tracing, batch_store=batch_store, background=background, state=state,
-            kv_events=kv_events,
+            kv_events=kv_events, sources=sources,
         )  # fmt: skip
         state.start()
         if kv_events is not None:
@@ -766,6 +774,8 @@ async def start_gateway(
         await state.close()
         if kv_events is not None:
             await kv_events.close()
+        for source in sources:
+            await source.close()
         if sims is not None:
             sims.stop()
         if tracing is not None:
@@ -787,6 +797,7 @@ async def start_gateway(
         batches=batches,
         state=state,
         kv_events=kv_events,
+        sources=sources,
     )
 
 

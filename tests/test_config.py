@@ -18,7 +18,7 @@ from fleetgate.config import (
     load_config,
     parse_config,
 )
-from fleetgate.discovery.settings import FileDiscovery
+from fleetgate.discovery.settings import FileDiscovery, RedisDiscovery
 from fleetgate.kv_events.settings import KvEventsConfig
 
 
@@ -366,7 +366,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].slo.", SloSettings),
                            ("tracing.", TracingSettings),
                            ("batches.", BatchesSettings),
-                           ("discovery[].", FileDiscovery)):  # fmt: skip
+                           ("discovery[].", FileDiscovery),
+                           ("discovery[].", RedisDiscovery)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":
@@ -545,3 +546,26 @@ def test_kv_events_settings_that_are_right() -> None:
     events = config.pools[0].backends[0].kv_events
     assert events is not None
     assert events.replay_endpoint == "tcp://[::1]:5558"
+
+
+@pytest.mark.parametrize(
+    ("discovery", "expected"),
+    [
+        ({"type": "dns", "name": "x"}, "Invalid value 'dns' - at `$.discovery[0].type`"),
+        ({"type": "file"}, "missing required field `path` - at `$.discovery[0]`"),
+        ({"type": "file", "path": "b.yaml", "interval_s": 0}, "`interval_s` must be"),
+        ({"type": "redis", "url": "http://x:1"}, "$.discovery[0].url: give redis://"),
+        ({"type": "redis", "url": "redis://x:1", "key_prefix": ""}, "`key_prefix` must be"),
+    ],
+)
+def test_a_discovery_source_it_cannot_use_is_refused(
+    discovery: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        parse_config({**one_pool(url="http://a"), "discovery": [discovery]})
+
+
+def test_a_pool_may_list_no_backends_when_discovery_finds_them() -> None:
+    config = parse_config({"pools": [{"model": "m", "backends": []}],
+                           "discovery": [{"type": "file", "path": "b.yaml"}]})  # fmt: skip
+    assert config.pools[0].backends == []

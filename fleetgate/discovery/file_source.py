@@ -57,6 +57,9 @@ class FileSource:
             self._seen = seen
         return self._found
 
+    async def close(self) -> None:
+        pass  # holds nothing open between reads
+
     def _parse(self) -> list[Found]:
         path = self._path
         try:

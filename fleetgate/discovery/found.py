@@ -63,3 +63,7 @@ class Source(Protocol):
     async def read(self) -> Sequence[Found]:
         """Every backend it knows now; SourceError when it cannot tell."""
         ...
+
+    async def close(self) -> None:
+        """Let go of what it holds open (a connection)."""
+        ...

@@ -17,5 +17,18 @@ class FileDiscovery(Settings, frozen=True, tag="file", tag_field="type"):
         positive_seconds("interval_s", self.interval_s)
 
 
-SourceConfig = FileDiscovery
-"""Any source's config (a union of them as more kinds come)."""
+class RedisDiscovery(Settings, frozen=True, tag="redis", tag_field="type"):
+    """The workers registered in a Redis (discovery/registry.py), read on an interval."""
+
+    url: str  # redis://[:password@]host[:port][/db]
+    key_prefix: str = "fleetgate"  # as the workers register under (`--register-prefix`)
+    interval_s: float = 0.5  # how often the registry is read
+
+    def __post_init__(self) -> None:
+        positive_seconds("interval_s", self.interval_s)
+        if not self.key_prefix or not self.key_prefix.isprintable():
+            raise ValueError("`key_prefix` must be printable text")
+
+
+SourceConfig = FileDiscovery | RedisDiscovery
+"""Any source's config, told apart by its `type`."""

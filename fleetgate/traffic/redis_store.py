@@ -96,7 +96,7 @@ _SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_TAKE, 
 # what the client's parser lets through from a reply cut off mid-way (an EOFError such as
 # asyncio's IncompleteReadError, a RuntimeError from a reader torn down while read). A
 # request must never fail because Redis did, so each of these falls back to the shares.
-_FAILURES = (RedisError, OSError, EOFError, RuntimeError)
+REDIS_FAILURES = (RedisError, OSError, EOFError, RuntimeError)
 
 
 def redis_client(url: str) -> aioredis.Redis:
@@ -182,7 +182,7 @@ class RedisStore:
                 reply: list[Any] = await self._execute("EVALSHA", _SHA[script], *args)
             except NoScriptError:  # Redis restarted or was flushed: EVAL caches it again
                 reply = await self._execute("EVAL", script, *args)
-        except _FAILURES as exc:
+        except REDIS_FAILURES as exc:
             self._failed(exc)
             return None
         finally:

@@ -21,6 +21,15 @@ class KvEventsSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RegisterSpec:
+    """The Redis registry a sim worker registers in (discovery/registry.py)."""
+
+    url: str  # redis://[:password@]host[:port][/db]
+    prefix: str = "fleetgate"
+    interval_s: float = 1.0  # between two heartbeats; the entry lapses after 3 missed
+
+
+@dataclass(frozen=True, slots=True)
 class SimSpec:
     """One simulated worker: what it serves, on which engine profile, on which port."""
 
@@ -35,3 +44,4 @@ class SimSpec:
     scheduling_policy: str = "fcfs"  # or "priority": requests' `priority` orders the queue
     kv_events: KvEventsSpec | None = None  # publish KV-cache events; None: no publisher
     num_gpu_blocks: int | None = None  # the profile's KV capacity replaced (vLLM's override)
+    register: RegisterSpec | None = None  # keep an entry in a Redis registry while serving

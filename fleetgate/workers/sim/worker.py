@@ -18,11 +18,14 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 
+from fleetgate.discovery.found import Found
+from fleetgate.discovery.registry import Registration
 from fleetgate.http.client import HttpClient, Origin
 from fleetgate.http.errors import UpstreamError
 from fleetgate.http.server import HttpServer, Request, start_server
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.openai_api import error_body, send_error
+from fleetgate.traffic.redis_store import redis_client
 from fleetgate.workers.sim.driver import WallClockDriver
 from fleetgate.workers.sim.embeddings import Embedder
 from fleetgate.workers.sim.engine import Engine
@@ -81,6 +84,7 @@ class SimWorker:
         self._server: HttpServer | None = None
         self._task: asyncio.Task[None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self._registration: tuple[Registration, asyncio.Task[None]] | None = None
         self._ids = itertools.count(1)
         self._routes: dict[tuple[bytes, bytes], _Route] = {
             (b"POST", b"/v1/chat/completions"): self._generate,
@@ -113,6 +117,14 @@ class SimWorker:
         if self.spec.heartbeat_url is not None:
             backend = f"{host}:{self._server.port}"
             self._heartbeat = loop.create_task(self._push_heartbeats(backend))
+        register = self.spec.register
+        if register is not None:
+            url = f"http://{host}:{self._server.port}"
+            entry = Found(model=self.spec.model, url=url, labels={"profile": self.spec.profile})
+            registration = Registration(
+                redis_client(register.url), register.prefix, url[7:], entry, register.interval_s
+            )
+            self._registration = registration, loop.create_task(registration.run())
         return self._server
 
     async def _push_heartbeats(self, backend: str) -> None:
@@ -143,6 +155,11 @@ class SimWorker:
             self._task.cancel()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self._registration is not None:
+            registration, beating = self._registration
+            beating.cancel()
+            await registration.leave()
+            await registration.close()
 
     async def handle(self, request: Request, writer: ResponseWriter) -> None:
         if self.faults.faults.hang and request.path != b"/admin/faults":
