@@ -720,7 +720,7 @@ async def start_gateway(
     shared = store if isinstance(store, RedisStore) else None
     state = RoutingState(config.state, clock, random.Random(rng.getrandbits(64)))
     kv_events = _kv_event_feeds(config)
-    sources = build_sources(config.discovery)
+    sources = build_sources(config.discovery, clock.now)
     batches: Background | None = None
     try:
         if shared is not None:

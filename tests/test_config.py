@@ -18,7 +18,7 @@ from fleetgate.config import (
     load_config,
     parse_config,
 )
-from fleetgate.discovery.settings import FileDiscovery, RedisDiscovery
+from fleetgate.discovery.settings import DnsDiscovery, FileDiscovery, RedisDiscovery
 from fleetgate.kv_events.settings import KvEventsConfig
 
 
@@ -367,7 +367,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("tracing.", TracingSettings),
                            ("batches.", BatchesSettings),
                            ("discovery[].", FileDiscovery),
-                           ("discovery[].", RedisDiscovery)):  # fmt: skip
+                           ("discovery[].", RedisDiscovery),
+                           ("discovery[].", DnsDiscovery)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":
@@ -551,7 +552,8 @@ def test_kv_events_settings_that_are_right() -> None:
 @pytest.mark.parametrize(
     ("discovery", "expected"),
     [
-        ({"type": "dns", "name": "x"}, "Invalid value 'dns' - at `$.discovery[0].type`"),
+        ({"type": "consul", "name": "x"}, "Invalid value 'consul' - at `$.discovery[0].type`"),
+        ({"type": "dns", "name": "x"}, "missing required field `model` - at `$.discovery[0]`"),
         ({"type": "file"}, "missing required field `path` - at `$.discovery[0]`"),
         ({"type": "file", "path": "b.yaml", "interval_s": 0}, "`interval_s` must be"),
         ({"type": "redis", "url": "http://x:1"}, "$.discovery[0].url: give redis://"),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+from typing import Literal
+
 from fleetgate.settings import Settings, positive_seconds
 
 
@@ -30,5 +33,49 @@ class RedisDiscovery(Settings, frozen=True, tag="redis", tag_field="type"):
             raise ValueError("`key_prefix` must be printable text")
 
 
-SourceConfig = FileDiscovery | RedisDiscovery
+class DnsDiscovery(Settings, frozen=True, tag="dns", tag_field="type"):
+    """The addresses a DNS name resolves to (discovery/dns_source.py): A and AAAA records at
+    `port`, or SRV records (their own targets and ports)."""
+
+    name: str  # e.g. vllm.default.svc.cluster.local, or _http._tcp.vllm.example (srv)
+    model: str  # the pool the addresses serve
+    record: Literal["a", "srv"] = "a"  # a: A and AAAA records, at `port`
+    port: int = 8000  # record a: the port the engines listen on
+    scheme: Literal["http", "https"] = "http"
+    interval_s: float = 30.0  # resolved again at least this often, and when the answer's TTL ends
+    nameserver: str | None = None  # HOST[:PORT]; None: the system's (/etc/resolv.conf)
+    labels: dict[str, str] = {}  # given to every backend found
+
+    def __post_init__(self) -> None:
+        positive_seconds("interval_s", self.interval_s)
+        if not self.name or not self.name.isprintable() or " " in self.name:
+            raise ValueError("`name` must be a DNS name")
+        if not self.model or not self.model.isprintable():
+            raise ValueError("`model` must be printable text")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"`port` must be in 1-65535, got {self.port}")
+        if self.nameserver is not None:
+            nameserver_address(self.nameserver)
+
+
+def nameserver_address(text: str) -> tuple[str, int]:
+    """(IP, port) of `IP`, `IP:PORT` or `[IPv6]:PORT` (port 53 unless given); ValueError."""
+    host, port = text, 53
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if rest:
+            port = int(rest.removeprefix(":")) if rest.startswith(":") else -1
+    elif text.count(":") == 1:
+        host, _, number = text.partition(":")
+        port = int(number) if number.isdigit() else -1
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"`nameserver` must be IP[:PORT], got {text!r}") from None
+    if not 0 < port < 65536:
+        raise ValueError(f"`nameserver`: the port must be in 1-65535, got {text!r}")
+    return host, port
+
+
+SourceConfig = FileDiscovery | RedisDiscovery | DnsDiscovery
 """Any source's config, told apart by its `type`."""

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fleetgate.discovery.file_source import FileSource
 from fleetgate.discovery.found import Source
 from fleetgate.discovery.registry import RedisRegistry
-from fleetgate.discovery.settings import FileDiscovery, SourceConfig
+from fleetgate.discovery.settings import FileDiscovery, RedisDiscovery, SourceConfig
 
 
-def build_sources(configs: Sequence[SourceConfig]) -> list[Source]:
+def build_sources(configs: Sequence[SourceConfig], clock: Callable[[], float]) -> list[Source]:
     """The sources of the config's `discovery:` list, in its order (nothing is read or
     connected yet)."""
-    return [_source(c) for c in configs]
+    return [_source(c, clock) for c in configs]
 
 
-def _source(config: SourceConfig) -> Source:
+def _source(config: SourceConfig, clock: Callable[[], float]) -> Source:
     if isinstance(config, FileDiscovery):
         return FileSource(Path(config.path), config.interval_s)
-    return RedisRegistry(config.url, config.key_prefix, config.interval_s)
+    if isinstance(config, RedisDiscovery):
+        return RedisRegistry(config.url, config.key_prefix, config.interval_s)
+    from fleetgate.discovery.dns_source import DnsSource  # dnspython, loaded only when used
+
+    return DnsSource(config, clock)
