@@ -38,7 +38,7 @@ from fleetgate.director.cache import ResponseCache
 from fleetgate.director.director import Director
 from fleetgate.discovery.found import Source
 from fleetgate.discovery.reconcile import Discovery
-from fleetgate.discovery.sources import build_sources
+from fleetgate.discovery.sources import SourceUnavailable, build_sources
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.fleet.load_board import LoadBoard
@@ -720,7 +720,10 @@ async def start_gateway(
     shared = store if isinstance(store, RedisStore) else None
     state = RoutingState(config.state, clock, random.Random(rng.getrandbits(64)))
     kv_events = _kv_event_feeds(config)
-    sources = build_sources(config.discovery, clock.now)
+    try:
+        sources = build_sources(config.discovery, clock.now)
+    except SourceUnavailable as exc:
+        raise ConfigError(f"$.discovery: {exc}") from None
     batches: Background | None = None
     try:
         if shared is not None:

@@ -18,7 +18,12 @@ from fleetgate.config import (
     load_config,
     parse_config,
 )
-from fleetgate.discovery.settings import DnsDiscovery, FileDiscovery, RedisDiscovery
+from fleetgate.discovery.settings import (
+    DnsDiscovery,
+    FileDiscovery,
+    KubernetesDiscovery,
+    RedisDiscovery,
+)
 from fleetgate.kv_events.settings import KvEventsConfig
 
 
@@ -368,7 +373,8 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("batches.", BatchesSettings),
                            ("discovery[].", FileDiscovery),
                            ("discovery[].", RedisDiscovery),
-                           ("discovery[].", DnsDiscovery)):  # fmt: skip
+                           ("discovery[].", DnsDiscovery),
+                           ("discovery[].", KubernetesDiscovery)):  # fmt: skip
         for field in msgspec.structs.fields(struct):
             assert f"`{prefix}{field.name}`" in doc, f"{prefix}{field.name} is not documented"
             if prefix == "server.":

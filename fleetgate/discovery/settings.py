@@ -77,5 +77,36 @@ def nameserver_address(text: str) -> tuple[str, int]:
     return host, port
 
 
-SourceConfig = FileDiscovery | RedisDiscovery | DnsDiscovery
+class KubernetesDiscovery(Settings, frozen=True, tag="kubernetes", tag_field="type"):
+    """The endpoints of a Service's EndpointSlices, or the pods a label selector picks
+    (discovery/kubernetes_source.py; the `kubernetes` extra: pip install fleetgate[kubernetes])."""
+
+    model: str  # the pool they serve
+    service: str | None = None  # a Service's name: its EndpointSlices' endpoints
+    selector: str | None = None  # or pods by labels, `key=value[,key=value]`
+    namespace: str | None = None  # None: the gateway's own in a cluster, else `default`
+    port: int | None = None  # pods: required; a Service: the slices' port named `port_name`,
+    port_name: str | None = None  # ... or their first, unless `port` is given
+    scheme: Literal["http", "https"] = "http"
+    labels: dict[str, str] = {}  # given to every backend found
+    api_server: str | None = None  # the API server's URL; None: in-cluster, else ~/.kube/config
+    interval_s: float = 1.0  # how often what the watch has seen is applied
+
+    def __post_init__(self) -> None:
+        positive_seconds("interval_s", self.interval_s)
+        if not self.model or not self.model.isprintable():
+            raise ValueError("`model` must be printable text")
+        if (self.service is None) == (self.selector is None):
+            raise ValueError("give exactly one of `service` or `selector`")
+        if self.selector is not None:
+            pairs = [p.split("=") for p in self.selector.split(",")]
+            if any(len(p) != 2 or not p[0].strip() for p in pairs):
+                raise ValueError("`selector` must be key=value[,key=value...]")
+            if self.port is None:
+                raise ValueError("`port`: give the port the pods' engines listen on")
+        if self.port is not None and not 0 < self.port < 65536:
+            raise ValueError(f"`port` must be in 1-65535, got {self.port}")
+
+
+SourceConfig = FileDiscovery | RedisDiscovery | DnsDiscovery | KubernetesDiscovery
 """Any source's config, told apart by its `type`."""
