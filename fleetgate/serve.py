@@ -595,7 +595,10 @@ def compose(
             probes.start(part, pool_config.health_check, pool_config.engine_metrics)
     members = Membership(pools, now, probes)
     if sources:
-        discovery = Discovery(members, sources)
+        try:
+            discovery = Discovery(members, sources)
+        except ValueError as exc:
+            raise ConfigError(f"$.discovery: {exc}") from None
         if background is not None:
             for source in discovery.sources:
                 poll = functools.partial(discovery.poll, source)
@@ -616,7 +619,10 @@ def compose(
         if pool_config.gpu.enabled:
             for part in _parts(clusters[pool_config.model]):
                 gpus.watch(GpuWatch(pool_config.gpu, part))
-    if (checker is not None and checker.expects_heartbeats) or gpus.watching:
+    # Heartbeats are taken for a pool checked by them even before it has a backend (those
+    # discovery finds come in waiting for their first).
+    beats = any(p.health_check.enabled and p.health_check.kind == "heartbeat" for p in config.pools)
+    if (checker is not None and (checker.expects_heartbeats or beats)) or gpus.watching:
         heartbeats = HeartbeatEndpoint(checker, gpus if gpus.watching else None)
     edge = Hooks()
     subscribe(edge)

@@ -3,9 +3,9 @@ port), or SRV records (each target's addresses at its own port; only the lowest 
 the others being RFC 2782's fallbacks). Resolved again at `interval_s` at the latest, and
 sooner when the answer's TTL ends (at most once a second), through dnspython.
 
-No answer is an answer only when the name exists and has none: a name that does not exist
-(NXDOMAIN), a server that does not answer, or an answer with no address is a SourceError, and
-the last good set stays (a DNS outage or a typo in a zone must not empty a pool).
+A name that does not exist (NXDOMAIN), a server that does not answer, or a name with no
+address is a SourceError, and the last good set stays (a DNS outage or a mistake in a zone
+must not empty a pool): to empty a pool, remove the source.
 """
 
 from __future__ import annotations

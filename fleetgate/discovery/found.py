@@ -10,8 +10,8 @@ import math
 from collections.abc import Sequence
 from typing import Protocol
 
+from fleetgate.fleet.backend import check_joining_url
 from fleetgate.fleet.engines import KINDS
-from fleetgate.http.client import Origin
 from fleetgate.settings import Settings
 
 
@@ -35,10 +35,7 @@ class Found(Settings, frozen=True):
     def __post_init__(self) -> None:
         if not self.model or not self.model.isprintable():
             raise ValueError("`model` must be printable text")
-        try:
-            Origin.parse(self.url)
-        except ValueError as exc:
-            raise ValueError(f"`url`: {exc}") from None
+        check_joining_url(self.url)
         if not 0 < self.weight < math.inf:
             raise ValueError(f"`weight` must be a finite number > 0, got {self.weight}")
         if self.engine not in KINDS:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from lightkube import ApiError, AsyncClient, KubeConfig
@@ -33,6 +33,9 @@ from fleetgate.discovery.settings import KubernetesDiscovery
 log = logging.getLogger("fleetgate.discovery")
 
 FIRST_LIST_S = 5.0  # the first read waits this long for the first list
+WATCH_S = 300  # each watch asks the server to end it after this (then it is taken up again)
+QUIET_S = WATCH_S + 60  # a watch silent this long (its connection died unseen): list again
+STEADY_S = 30.0  # a watch that lasted this long resets the backoff
 BACKOFF_S = (1.0, 30.0)  # after a failure: the first wait, and the longest
 SERVICE_LABEL = "kubernetes.io/service-name"
 
@@ -103,14 +106,25 @@ class KubernetesSource:
 
     async def _run(self) -> None:
         wait = BACKOFF_S[0]
+        loop = asyncio.get_running_loop()
         while True:
             try:
                 version = await self._list()
-                wait = BACKOFF_S[0]
-                async for kind, obj in self._watch(version):
-                    self._apply(kind, obj)
+                started = loop.time()
+                events = self._watch(version)
+                try:
+                    while True:  # an event within QUIET_S, else TimeoutError: list again
+                        kind, obj = await asyncio.wait_for(anext(events), QUIET_S)
+                        self._apply(kind, obj)
+                        if loop.time() - started > STEADY_S:
+                            wait = BACKOFF_S[0]
+                finally:
+                    with contextlib.suppress(Exception):
+                        await events.aclose()
             except Gone:
                 log.info("discovery: %s: its watch is too old, listing again", self.name)
+            except TimeoutError:  # quiet for long: a stable Service, or a connection gone dead
+                pass  # the next list tells which
             except Exception as exc:
                 if self._error is None:
                     log.warning("discovery: %s failed, its last good set kept: %s", self.name,
@@ -131,11 +145,11 @@ class KubernetesSource:
         version: str | None = listing.resourceVersion
         return version
 
-    async def _watch(self, version: str | None) -> AsyncIterator[tuple[str, Resource]]:
+    async def _watch(self, version: str | None) -> AsyncGenerator[tuple[str, Resource]]:
         """The changes after `version`; Gone when the server answers 410."""
         events = self._connect().watch(
             self._kind(), namespace=self._namespace(), labels=self._labels(),
-            resource_version=version, on_error=_raise,
+            resource_version=version, on_error=_raise, server_timeout=WATCH_S,
         )  # fmt: skip
         try:
             async for event in events:
@@ -187,8 +201,8 @@ class KubernetesSource:
         for p in slice_.ports or ():
             if port is None and (c.port_name is None or p.name == c.port_name):
                 port = p.port
-        if port is None:
-            return []
+        if port is None:  # said, so the last good set stays rather than the pool emptied
+            raise SourceError(f"{self.name}: no port named {c.port_name!r} in {_name(slice_)}")
         found = []
         for endpoint in slice_.endpoints or ():
             conditions = endpoint.conditions

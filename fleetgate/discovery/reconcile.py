@@ -17,13 +17,13 @@ logged once. Discovery never removes a backend it did not add.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from fleetgate.discovery.found import Found, Source, SourceError
-from fleetgate.fleet.backend import backend_id
+from fleetgate.fleet.backend import BackendState, backend_id
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.membership import AlreadyMember, Joining, Membership, NotMember
 
 log = logging.getLogger("fleetgate.discovery")
@@ -45,11 +45,18 @@ class Discovery:
     """Reconciles `members` with `sources` (each read by `poll`, on its interval)."""
 
     def __init__(self, members: Membership, sources: Sequence[Source]) -> None:
+        """ValueError when two sources have one name (each would replace the other's set)."""
+        names = [s.name for s in sources]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"two discovery sources read the same thing: {', '.join(twice)}")
         self._members = members
         self.sources = tuple(sources)
         self._status = {s.name: SourceStatus(s.name) for s in self.sources}
         self._sets: dict[str, dict[Key, Found]] = {}  # each source's last good set
-        self._joined: dict[Key, Found] = {}  # what discovery added, as last applied
+        # What discovery added, as last applied, with the member it made: only that member is
+        # discovery's (one the operator removed, or removed and added again, is not).
+        self._joined: dict[Key, tuple[Found, BackendState]] = {}
         self._skipped: set[Key] = set()  # logged once: configured already, or no such pool
 
     def statuses(self) -> list[SourceStatus]:
@@ -60,10 +67,11 @@ class Discovery:
         status = self._status[source.name]
         try:
             found = await source.read()
-        except SourceError as exc:
+        except Exception as exc:
             status.failures += 1
             if status.up or status.failures == 1:
-                log.warning("discovery: %s failed, its last good set kept: %s", source.name, exc)
+                why = exc if isinstance(exc, SourceError) else repr(exc)
+                log.warning("discovery: %s failed, its last good set kept: %s", source.name, why)
             status.up = False
             return
         if not status.up and status.failures:
@@ -83,18 +91,28 @@ class Discovery:
         for name in self._status:  # in the sources' order: the first to name one wins
             for key, found in self._sets.get(name, {}).items():
                 wanted.setdefault(key, found)
+        for key, (_, state) in list(self._joined.items()):
+            if not self._ours(key, state):  # removed by the operator: found anew below
+                del self._joined[key]
         for key in [k for k in self._joined if k not in wanted]:
             del self._joined[key]
             model, backend = key
-            with contextlib.suppress(NotMember):  # removed meanwhile (the admin API)
-                self._members.remove(backend, model)
+            self._members.remove(backend, model)
             log.info("discovery: %s leaves %s", backend, model)
         for key, found in wanted.items():
-            before = self._joined.get(key)
-            if before is None:
+            joined = self._joined.get(key)
+            if joined is None:
                 self._join(key, found)
             else:
-                self._follow(key, before, found)
+                self._follow(key, joined[0], found)
+
+    def _ours(self, key: Key, state: BackendState) -> bool:
+        """Whether `state` is still the member discovery added, not retired since."""
+        model, backend = key
+        return any(
+            s is state and not s.flags & HealthFlag.GONE
+            for _, s in self._members.find(backend, model)
+        )
 
     def _join(self, key: Key, found: Found) -> None:
         model, backend = key
@@ -103,7 +121,7 @@ class Discovery:
             max_in_flight=found.max_in_flight, engine=found.engine,
         )  # fmt: skip
         try:
-            self._members.add(model, joining, probe_first=True)
+            state = self._members.add(model, joining, probe_first=True)
         except AlreadyMember as exc:
             if not exc.leaving and key not in self._skipped:  # leaving: tried again next time
                 self._skipped.add(key)
@@ -115,18 +133,15 @@ class Discovery:
                 self._skipped.add(key)
                 log.warning("discovery: %s skipped: %s", backend, exc)
             return
-        self._joined[key] = found
+        self._joined[key] = found, state
         log.info("discovery: %s joins %s", backend, model)
         if not found.ready:
             self._members.drain(backend, True, model)
 
     def _follow(self, key: Key, before: Found, found: Found) -> None:
         model, backend = key
-        self._joined[key] = found
-        try:
-            if found.ready != before.ready:
-                self._members.drain(backend, not found.ready, model)
-            if found.weight != before.weight:
-                self._members.set_weight(backend, found.weight, model)
-        except NotMember:  # removed meanwhile (the admin API): found anew next time
-            del self._joined[key]
+        self._joined[key] = found, self._joined[key][1]
+        if found.ready != before.ready:
+            self._members.drain(backend, not found.ready, model)
+        if found.weight != before.weight:
+            self._members.set_weight(backend, found.weight, model)

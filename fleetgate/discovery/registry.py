@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 import msgspec
 import redis.asyncio as aioredis
@@ -34,7 +35,23 @@ from fleetgate.traffic.redis_store import REDIS_FAILURES, redis_client
 log = logging.getLogger("fleetgate.discovery")
 
 MAX_ENTRY_BYTES = 64 * 1024
+# Removes from the set (KEYS[1]) each id (ARGV[i]) whose entry (KEYS[i + 1]) is still gone: a
+# worker that renewed its entry since it was read expired keeps its place.
+_DROP_EXPIRED = """
+for i, id in ipairs(ARGV) do
+  if redis.call('EXISTS', KEYS[i + 1]) == 0 then redis.call('SREM', KEYS[1], id) end
+end
+return 0
+"""
 TTL_BEATS = 3  # an entry outlives this many heartbeat intervals
+
+
+def _server(url: str) -> str:
+    """Which Redis, without credentials: HOST:PORT/DB, or a unix socket's path."""
+    parts = urlsplit(url)
+    if parts.scheme == "unix":
+        return parts.path
+    return f"{parts.hostname}:{parts.port or 6379}/{parts.path.lstrip('/') or '0'}"
 
 
 def workers_key(prefix: str) -> str:
@@ -51,12 +68,13 @@ class RedisRegistry:
     def __init__(self, url: str, prefix: str, interval_s: float) -> None:
         self._redis = redis_client(url)
         self._prefix = prefix
+        self._where = _server(url)
         self._interval_s = interval_s
         self._refused: set[str] = set()  # ids whose entry was refused (logged once)
 
     @property
     def name(self) -> str:
-        return f"redis:{self._prefix}"  # never the URL: it may hold a password
+        return f"redis:{self._where}:{self._prefix}"  # never the URL: it may hold a password
 
     @property
     def interval_s(self) -> float:
@@ -65,7 +83,8 @@ class RedisRegistry:
     async def read(self) -> Sequence[Found]:
         members = workers_key(self._prefix)
         try:
-            ids = sorted(i.decode() for i in await self._redis.smembers(members))  # type: ignore[misc]
+            listed = await self._redis.smembers(members)  # type: ignore[misc]
+            ids = sorted(i.decode(errors="replace") for i in listed)
             entries = (
                 await self._redis.mget([entry_key(self._prefix, i) for i in ids]) if ids else []
             )
@@ -85,8 +104,9 @@ class RedisRegistry:
                     self._refused.add(worker_id)
                     log.warning("discovery: %s: worker %r skipped: %s", self.name, worker_id, exc)
         if expired:
+            keys = [members, *(entry_key(self._prefix, i) for i in expired)]
             with contextlib.suppress(*REDIS_FAILURES):  # else removed at a later read
-                await self._redis.srem(members, *expired)  # type: ignore[misc]
+                await self._redis.eval(_DROP_EXPIRED, len(keys), *keys, *expired)  # type: ignore[misc]
         return found
 
     async def close(self) -> None:

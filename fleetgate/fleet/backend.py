@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from urllib.parse import urlsplit
 
 from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.engines import configured
@@ -22,6 +23,25 @@ def backend_origin(url: str) -> Origin:
     if origin.base_path.endswith(b"/v1"):
         return Origin.parse(url.rstrip("/")[:-3])
     return origin
+
+
+def check_joining_url(url: str) -> None:
+    """A backend that joins at run time (the admin API, discovery) names its scheme, host and
+    port, and no credentials, query or fragment; ValueError saying which is missing (its
+    message never repeats a user or password)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # not a number, or out of range
+        port = None
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        shown = url if parts.username is None and parts.password is None else "(with credentials)"
+        raise ValueError(f"`url` must be http(s)://HOST:PORT[/PATH], got {shown!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("`url` must not hold a user or password: give the backend's key as"
+                         " `api_key`.")  # fmt: skip
+    if parts.query or parts.fragment:
+        raise ValueError(f"`url` must have no query or fragment, got {url!r}")
 
 
 def backend_id(url: str) -> str:

@@ -27,12 +27,12 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs
 
 import msgspec
 
 from fleetgate.config import BackendConfig, Config
-from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.backend import BackendState, check_joining_url
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.membership import AlreadyMember, Joining, Membership, NotMember
 from fleetgate.fleet.pool import Pool
@@ -294,22 +294,10 @@ def _decode(body: bytes, kind: type[T], shape: str) -> T:
 
 
 def _check_url(url: str) -> None:
-    """A backend added at run time names its scheme, host and port, and no credentials."""
-    parts = urlsplit(url)
     try:
-        port = parts.port
-    except ValueError:  # not a number, or out of range
-        port = None
-    if parts.scheme not in ("http", "https") or not parts.hostname or port is None:
-        shown = without_credentials(url)
-        raise Refused(
-            400, f"`url` must be http(s)://HOST:PORT[/PATH], got {shown!r}", None, param="url"
-        )
-    if parts.username is not None or parts.password is not None:
-        raise Refused(400, "`url` must not hold a user or password: give the backend's key "
-                      "as `api_key`.", None, param="url")  # fmt: skip
-    if parts.query or parts.fragment:
-        raise Refused(400, f"`url` must have no query or fragment, got {url!r}", None, param="url")
+        check_joining_url(url)
+    except ValueError as exc:
+        raise Refused(400, str(exc), None, param="url") from None
 
 
 def _no_backend(backend: str) -> bytes:

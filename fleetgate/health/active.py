@@ -60,8 +60,9 @@ class ProbeTracker:
         """Count a probe; True when the flag changed."""
         state, s = self._state, self._settings
         failing = bool(state.flags & HealthFlag.ACTIVE_CHECK_FAILED)
-        if ok and state.flags & HealthFlag.UNPROBED:  # one good probe lets a new backend in
-            state.flags &= ~HealthFlag.UNPROBED
+        if ok and state.flags & HealthFlag.UNPROBED:  # one good probe lets a new backend in,
+            # failures while it started up forgotten
+            state.flags &= ~(HealthFlag.UNPROBED | HealthFlag.ACTIVE_CHECK_FAILED)
             self.successes, self.failures = self.successes + 1, 0
             return True
         if ok:
@@ -157,8 +158,12 @@ class ActiveChecker:
                 ok, seen = beats > seen, beats
             else:
                 ok = await self.probe(model, state, s)
+            unprobed = state.flags & HealthFlag.UNPROBED
             if tracker.record(ok):
-                changed(self._now())
+                now = self._now()
+                if unprobed and not state.flags & HealthFlag.UNPROBED:
+                    state.ramp_from = now  # its slow start begins with its first traffic
+                changed(now)
 
         return check
 

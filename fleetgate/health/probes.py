@@ -38,7 +38,8 @@ class BackendProbes:
         health_check, engine_metrics = self._settings[pool]
         if self._checker is not None:
             at_once = bool(state.flags & HealthFlag.UNPROBED)
-            self._checker.start(pool.model, [state], health_check, pool.refresh, at_once=at_once)
+            # update, not refresh: a backend let in starts its slow start at its floor share
+            self._checker.start(pool.model, [state], health_check, pool.update, at_once=at_once)
         if self._scraper is not None:
             self._scraper.start([state], engine_metrics, pool.board)
 

@@ -213,31 +213,32 @@ _FEED_COUNTERS: tuple[tuple[str, str, Callable[[FeedStatus], float]], ...] = (
 )  # fmt: skip
 
 
+# Each discovery source's series (discovery/reconcile.py): kind, name, help, how it is read.
+_SOURCE_SERIES: tuple[
+    tuple[type[GaugeMetricFamily | CounterMetricFamily], str, str, Callable[[SourceStatus], float]],
+    ...,
+] = (
+    (GaugeMetricFamily, "fleetgate_discovery_source_up",
+     "1 when a discovery source's last read succeeded; 0 while it fails (its last good set "
+     "of backends is kept).",
+     lambda source: 1.0 if source.up else 0.0),
+    (GaugeMetricFamily, "fleetgate_discovery_backends",
+     "Backends in a discovery source's last good set.",
+     lambda source: source.backends),
+    (CounterMetricFamily, "fleetgate_discovery_failures",
+     "Reads of a discovery source that failed (unreachable, or an answer that did not parse).",
+     lambda source: source.failures),
+)  # fmt: skip
+
+
 def discovery_families(sources: Iterable[SourceStatus]) -> Iterator[Metric]:
     """The discovery sources, by name (no samples when none is configured)."""
-    up = GaugeMetricFamily(
-        "fleetgate_discovery_source_up",
-        "1 when a discovery source's last read succeeded; 0 while it fails (its last good set "
-        "of backends is kept).",
-        labels=["source"],
-    )
-    backends = GaugeMetricFamily(
-        "fleetgate_discovery_backends",
-        "Backends in a discovery source's last good set.",
-        labels=["source"],
-    )
-    failures = CounterMetricFamily(
-        "fleetgate_discovery_failures",
-        "Reads of a discovery source that failed (unreachable, or an answer that did not parse).",
-        labels=["source"],
-    )
-    for source in sources:
-        up.add_metric([source.name], 1.0 if source.up else 0.0)
-        backends.add_metric([source.name], source.backends)
-        failures.add_metric([source.name], source.failures)
-    yield up
-    yield backends
-    yield failures
+    sources = list(sources)
+    for family, name, doc, read in _SOURCE_SERIES:
+        metric = family(name, doc, labels=["source"])
+        for source in sources:
+            metric.add_metric([source.name], read(source))
+        yield metric
 
 
 def kv_event_families(feeds: Iterable[FeedStatus]) -> Iterator[Metric]:
@@ -295,8 +296,8 @@ def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> 
     flags = GaugeMetricFamily(
         "fleetgate_backend_flag",
         "1 while a health flag is set on a backend: active_check_failed, ejected (outlier "
-        "detection), draining, gone (no longer discovered), gpu_fault (its GPU agent's "
-        "readings).",
+        "detection), draining, gone (removed; leaves when its last request ends), gpu_fault "
+        "(its GPU agent's readings), unprobed (found by discovery, no good probe yet).",
         labels=[*labels, "flag"],
     )
     for model, state in states:

@@ -40,10 +40,10 @@ async def test_it_reads_yaml_or_json_and_again_only_when_the_file_changed(tmp_pa
         ("", "is empty (write a new file and rename it over the old)"),
         ("backends: [", "is not valid YAML"),
         ("backends:\n  - {model: m}\n", "missing required field `url`"),
-        ("backends:\n  - {model: m, url: 'ftp://x'}\n", "`url`: not an http(s) URL"),
-        ("backends:\n  - {model: m, url: 'http://x', weight: 0}\n", "`weight` must be"),
-        ("backends:\n  - {model: m, url: 'http://x', engine: rocket}\n", "`engine`: 'rocket'"),
-        ("backends:\n  - {model: m, url: 'http://x', secret: 1}\n", "unknown field `secret`"),
+        ("backends:\n  - {model: m, url: 'ftp://x'}\n", "`url` must be http(s)://HOST:PORT"),
+        ("backends:\n  - {model: m, url: 'http://x:80', weight: 0}\n", "`weight` must be"),
+        ("backends:\n  - {model: m, url: 'http://x:80', engine: rocket}\n", "`engine`: 'rocket'"),
+        ("backends:\n  - {model: m, url: 'http://x:80', secret: 1}\n", "unknown field `secret`"),
         ("hosts: []\n", "unknown field `hosts`"),
         ("[1, 2]\n", "Expected `object`, got `array`"),
     ],
@@ -72,5 +72,5 @@ async def test_a_broken_file_is_read_again_once_it_is_fixed(tmp_path: Path) -> N
     source = FileSource(path, 1.0)
     with pytest.raises(SourceError):
         await source.read()
-    replace(path, "backends: [{model: m, url: 'http://x'}]")
-    assert [f.url for f in await source.read()] == ["http://x"]
+    replace(path, "backends: [{model: m, url: 'http://x:80'}]")
+    assert [f.url for f in await source.read()] == ["http://x:80"]

@@ -4,6 +4,7 @@ probed first, drained when not ready, retired when gone, and kept when a source 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Sequence
 
 import pytest
@@ -12,7 +13,7 @@ from fleetgate.discovery.found import Found, SourceError
 from fleetgate.discovery.reconcile import Discovery
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.health import HealthFlag
-from fleetgate.fleet.membership import Membership
+from fleetgate.fleet.membership import Joining, Membership
 from fleetgate.fleet.pool import Pool
 from fleetgate.health.active import ActiveCheckSettings, ProbeTracker
 
@@ -174,3 +175,61 @@ async def test_a_backend_stays_while_any_source_names_it() -> None:
     second.backends = []
     await discovery.poll(second)
     assert state.flags & HealthFlag.GONE
+
+
+async def test_a_backend_that_fails_probes_while_it_starts_is_let_in_by_its_first_good_one() -> (
+    None
+):
+    """An engine loading its model fails its first probes; the first good one lets it in at
+    the start of its slow start, however long it took."""
+    pool, _, clock, members = fleet()
+    source = Listed()
+    discovery = Discovery(members, [source])
+    source.backends = [Found(model=MODEL, url=A)]
+    await discovery.poll(source)
+    state = member(pool, A)
+    assert state is not None
+    tracker = ProbeTracker(ActiveCheckSettings(unhealthy_threshold=1), state)
+    tracker.record(False)  # loading
+    assert state.flags == HealthFlag.UNPROBED | HealthFlag.ACTIVE_CHECK_FAILED
+    clock.now = 100.0  # past the pool's 30 s slow start
+    pool.update(clock.now)
+    assert tracker.record(True)
+    assert state.flags == HealthFlag(0)
+
+
+async def test_the_operators_removal_is_followed_and_its_own_backend_never_retired() -> None:
+    pool, _, _, members = fleet(probing=False)
+    source = Listed()
+    discovery = Discovery(members, [source])
+    source.backends = [Found(model=MODEL, url=A)]
+    await discovery.poll(source)
+    found = member(pool, A)
+    members.remove(A[7:], MODEL)  # the operator (admin API): gone at once, nothing in flight
+    assert member(pool, A) is None
+    await discovery.poll(source)  # still listed: found anew, a new member
+    again = member(pool, A)
+    assert again is not None and again is not found
+    members.remove(A[7:], MODEL)
+    mine = members.add(MODEL, Joining(url=A))  # the operator's own, now
+    source.backends = []
+    await discovery.poll(source)
+    assert member(pool, A) is mine and not mine.flags  # not discovery's to retire
+
+
+def test_two_sources_with_one_name_are_refused() -> None:
+    _, _, _, members = fleet()
+    with pytest.raises(ValueError, match="two discovery sources read the same thing: x"):
+        Discovery(members, [Listed("x"), Listed("x")])
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [("10.0.0.5:8000", "must be http(s)://HOST:PORT"), ("http://h", "must be http(s)://HOST:PORT"),
+     ("http://u:pw@h:80", "must not hold a user or password"),
+     ("http://h:80/?x=1", "no query or fragment")],
+)  # fmt: skip
+def test_a_found_url_is_checked_as_the_admin_api_checks_one(url: str, says: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(says)) as refused:
+        Found(model=MODEL, url=url)
+    assert "pw" not in str(refused.value)

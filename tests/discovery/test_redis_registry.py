@@ -27,7 +27,11 @@ async def test_registered_workers_are_read_and_a_clean_stop_leaves_at_once(
     redis: RedisServer, client: Any
 ) -> None:
     registry = RedisRegistry(redis.url, PREFIX, 0.5)
-    assert registry.name == f"redis:{PREFIX}" and await registry.read() == []
+    where = f"127.0.0.1:{redis.port}/0"
+    assert registry.name == f"redis:{where}:{PREFIX}" and await registry.read() == []
+    secret = RedisRegistry(f"redis://:hunter2@127.0.0.1:{redis.port}/3", PREFIX, 0.5)
+    assert secret.name == f"redis:127.0.0.1:{redis.port}/3:{PREFIX}"  # never the password
+    await secret.close()
     one, two = registration(redis.url, 9001), registration(redis.url, 9002)
     await one.beat()
     await two.beat()
@@ -59,8 +63,8 @@ async def test_a_worker_whose_heartbeats_stop_lapses_and_is_dropped_from_the_set
 @pytest.mark.parametrize(
     "entry",
     [b"not json", b'{"model": "m"}', b'{"model": "m", "url": "ftp://x"}',
-     b'{"model": "m", "url": "http://x", "weight": -1}',
-     msgspec.json.encode({"model": "m", "url": "http://x", "labels": {"k": "v" * 70_000}})],
+     b'{"model": "m", "url": "http://x:80", "weight": -1}',
+     msgspec.json.encode({"model": "m", "url": "http://x:80", "labels": {"k": "v" * 70_000}})],
 )  # fmt: skip
 async def test_an_entry_it_cannot_use_is_skipped_and_the_rest_read(
     redis: RedisServer, client: Any, entry: bytes
@@ -84,7 +88,7 @@ async def test_redis_away_is_a_source_error_and_the_worker_keeps_trying(
     await asyncio.sleep(0.15)
     assert len(await registry.read()) == 1
     own_redis.kill()
-    with pytest.raises(SourceError, match=f"redis:{PREFIX}: "):
+    with pytest.raises(SourceError, match=f"redis:127.0.0.1:{own_redis.port}/0:{PREFIX}: "):
         await registry.read()
     own_redis.start()  # empty: the worker registers again at its next beat
     await asyncio.sleep(0.3)

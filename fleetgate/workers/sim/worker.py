@@ -10,6 +10,7 @@ servers (`/health`, `/metrics` with vLLM names, `/get_load`, `/server_info`, `/m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import random
@@ -158,6 +159,8 @@ class SimWorker:
         if self._registration is not None:
             registration, beating = self._registration
             beating.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beating  # a beat under way lands before the entry is removed
             await registration.leave()
             await registration.close()
 
