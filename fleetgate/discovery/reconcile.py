@@ -108,11 +108,7 @@ class Discovery:
 
     def _ours(self, key: Key, state: BackendState) -> bool:
         """Whether `state` is still the member discovery added, not retired since."""
-        model, backend = key
-        return any(
-            s is state and not s.flags & HealthFlag.GONE
-            for _, s in self._members.find(backend, model)
-        )
+        return self._members.member(*key) is state and not state.flags & HealthFlag.GONE
 
     def _join(self, key: Key, found: Found) -> None:
         model, backend = key

@@ -91,6 +91,11 @@ class Membership:
             if state.backend.id == backend
         ]
 
+    def member(self, model: str, backend: str) -> BackendState | None:
+        """The pool of `model`'s member of id `backend`, if it has one: O(1)."""
+        pool = self._pools.get(model)
+        return None if pool is None else pool.members.get(backend)
+
     def add(self, model: str, joining: Joining, *, probe_first: bool = False) -> BackendState:
         """`joining` as a new member of the pool of `model`; NotMember when there is no such
         pool, AlreadyMember when it has a backend of that id (ValueError for a bad URL).
@@ -124,10 +129,11 @@ class Membership:
             )
         )
         now = self._clock()
-        if probe_first:
-            state.ramp_from = now
+        if probe_first:  # its slow start begins with its first good probe (health/active.py)
             if self._watcher is not None and self._watcher.probes(pool):
                 state.flags |= HealthFlag.UNPROBED
+            else:  # nothing will probe it: at once
+                state.ramp_from = now
         pool.add(state, now)
         if self._watcher is not None:
             self._watcher.watch(pool, state)

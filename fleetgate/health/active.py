@@ -56,13 +56,14 @@ class ProbeTracker:
         self.failures = 0
         self.successes = 0
 
-    def record(self, ok: bool) -> bool:
-        """Count a probe; True when the flag changed."""
+    def record(self, ok: bool, now: float) -> bool:
+        """Count a probe made at `now`; True when a flag changed."""
         state, s = self._state, self._settings
         failing = bool(state.flags & HealthFlag.ACTIVE_CHECK_FAILED)
         if ok and state.flags & HealthFlag.UNPROBED:  # one good probe lets a new backend in,
-            # failures while it started up forgotten
+            # failures while it started up forgotten, at the start of its slow start
             state.flags &= ~(HealthFlag.UNPROBED | HealthFlag.ACTIVE_CHECK_FAILED)
+            state.ramp_from = now
             self.successes, self.failures = self.successes + 1, 0
             return True
         if ok:
@@ -158,11 +159,8 @@ class ActiveChecker:
                 ok, seen = beats > seen, beats
             else:
                 ok = await self.probe(model, state, s)
-            unprobed = state.flags & HealthFlag.UNPROBED
-            if tracker.record(ok):
-                now = self._now()
-                if unprobed and not state.flags & HealthFlag.UNPROBED:
-                    state.ramp_from = now  # its slow start begins with its first traffic
+            now = self._now()
+            if tracker.record(ok, now):
                 changed(now)
 
         return check

@@ -70,22 +70,34 @@ def fleet(probing: bool = True) -> tuple[Pool, Probes, Clock, Membership]:
     return pool, probes, clock, Membership({MODEL: pool}, clock, probes)
 
 
+async def found_by(members: Membership, *found: Found) -> tuple[Listed, Discovery]:
+    """A source that has said `found`, and the discovery that read it once."""
+    source = Listed()
+    discovery = Discovery(members, [source])
+    source.backends = list(found)
+    await discovery.poll(source)
+    return source, discovery
+
+
 def member(pool: Pool, url: str) -> BackendState | None:
     return pool.members.get(url[7:])
 
 
 async def test_a_found_backend_takes_nothing_until_a_probe_passes_then_ramps_up() -> None:
+    """An engine loading its model fails its first probes; the first good one lets it in at
+    the start of its slow start, however long it took, its start-up failures forgotten."""
     pool, probes, clock, members = fleet()
-    source = Listed()
-    discovery = Discovery(members, [source])
-    source.backends = [Found(model=MODEL, url=A, weight=2.0)]
-    await discovery.poll(source)
+    await found_by(members, Found(model=MODEL, url=A, weight=2.0))
     state = member(pool, A)
     assert state is not None and state in probes.watched
     assert state.flags == HealthFlag.UNPROBED and state not in pool.candidates
-    clock.now = 1.0
-    assert ProbeTracker(ActiveCheckSettings(), state).record(True)  # one good probe
-    pool.refresh(clock.now)
+    tracker = ProbeTracker(ActiveCheckSettings(unhealthy_threshold=1), state)
+    tracker.record(False, 1.0)  # loading
+    assert state.flags == HealthFlag.UNPROBED | HealthFlag.ACTIVE_CHECK_FAILED
+    clock.now = 100.0  # past the pool's 30 s slow start
+    pool.update(clock.now)
+    assert tracker.record(True, clock.now)  # one good probe
+    pool.update(clock.now)
     assert state.flags == HealthFlag(0) and state in pool.candidates
     assert state.weight < 2.0 * 0.2  # its slow start's first share
     clock.now = 1000.0
@@ -95,20 +107,16 @@ async def test_a_found_backend_takes_nothing_until_a_probe_passes_then_ramps_up(
 
 async def test_a_pool_that_probes_nothing_routes_a_found_backend_at_once() -> None:
     pool, _, _, members = fleet(probing=False)
-    source = Listed()
-    discovery = Discovery(members, [source])
-    source.backends = [Found(model=MODEL, url=A)]
-    await discovery.poll(source)
+    await found_by(members, Found(model=MODEL, url=A))
     state = member(pool, A)
     assert state is not None and state in pool.candidates and state.ramp_from == 0.0
 
 
 async def test_a_backend_gone_from_its_source_is_retired_and_one_not_ready_drained() -> None:
     pool, _, _, members = fleet(probing=False)
-    source = Listed()
-    discovery = Discovery(members, [source])
-    source.backends = [Found(model=MODEL, url=A), Found(model=MODEL, url=B)]
-    await discovery.poll(source)
+    source, discovery = await found_by(
+        members, Found(model=MODEL, url=A), Found(model=MODEL, url=B)
+    )
     b = member(pool, B)
     assert b is not None
     pool.board.begin(b.backend.id, 10)  # a request in flight on B
@@ -149,10 +157,9 @@ async def test_a_failing_source_keeps_its_last_good_set_and_says_so(
 
 async def test_configured_backends_and_unknown_models_are_left_alone() -> None:
     pool, _, _, members = fleet(probing=False)
-    source = Listed()
-    discovery = Discovery(members, [source])
-    source.backends = [Found(model=MODEL, url=CONFIGURED), Found(model="other", url=A)]
-    await discovery.poll(source)
+    source, discovery = await found_by(
+        members, Found(model=MODEL, url=CONFIGURED), Found(model="other", url=A)
+    )
     assert [s.backend.id for s in pool.states] == [CONFIGURED[7:]]
     source.backends = []
     await discovery.poll(source)
@@ -177,33 +184,9 @@ async def test_a_backend_stays_while_any_source_names_it() -> None:
     assert state.flags & HealthFlag.GONE
 
 
-async def test_a_backend_that_fails_probes_while_it_starts_is_let_in_by_its_first_good_one() -> (
-    None
-):
-    """An engine loading its model fails its first probes; the first good one lets it in at
-    the start of its slow start, however long it took."""
-    pool, _, clock, members = fleet()
-    source = Listed()
-    discovery = Discovery(members, [source])
-    source.backends = [Found(model=MODEL, url=A)]
-    await discovery.poll(source)
-    state = member(pool, A)
-    assert state is not None
-    tracker = ProbeTracker(ActiveCheckSettings(unhealthy_threshold=1), state)
-    tracker.record(False)  # loading
-    assert state.flags == HealthFlag.UNPROBED | HealthFlag.ACTIVE_CHECK_FAILED
-    clock.now = 100.0  # past the pool's 30 s slow start
-    pool.update(clock.now)
-    assert tracker.record(True)
-    assert state.flags == HealthFlag(0)
-
-
 async def test_the_operators_removal_is_followed_and_its_own_backend_never_retired() -> None:
     pool, _, _, members = fleet(probing=False)
-    source = Listed()
-    discovery = Discovery(members, [source])
-    source.backends = [Found(model=MODEL, url=A)]
-    await discovery.poll(source)
+    source, discovery = await found_by(members, Found(model=MODEL, url=A))
     found = member(pool, A)
     members.remove(A[7:], MODEL)  # the operator (admin API): gone at once, nothing in flight
     assert member(pool, A) is None

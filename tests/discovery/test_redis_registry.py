@@ -5,6 +5,7 @@ is a SourceError (its last good set is kept by the reconciler)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import msgspec
@@ -16,6 +17,16 @@ from fleetgate.traffic.redis_store import redis_client
 from tests.redis_server import RedisServer
 
 PREFIX = "fg-test"
+
+
+async def registered(registry: RedisRegistry) -> None:
+    """Wait (up to 5 s) until one worker is registered."""
+    for _ in range(100):
+        with contextlib.suppress(SourceError):
+            if len(await registry.read()) == 1:
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError("no worker registered within 5 s")
 
 
 def registration(url: str, port: int, interval_s: float = 1.0) -> Registration:
@@ -48,12 +59,12 @@ async def test_a_worker_whose_heartbeats_stop_lapses_and_is_dropped_from_the_set
     redis: RedisServer, client: Any
 ) -> None:
     registry = RedisRegistry(redis.url, PREFIX, 0.5)
-    dying = registration(redis.url, 9003, interval_s=0.1)  # its entry lives 3 beats: 0.3 s
+    dying = registration(redis.url, 9003, interval_s=0.25)  # its entry lives 3 beats: 0.75 s
     beating = asyncio.get_running_loop().create_task(dying.run())
-    await asyncio.sleep(0.5)  # alive past one entry's life: the beats renew it
+    await asyncio.sleep(1.0)  # alive past one entry's life: the beats renew it
     assert len(await registry.read()) == 1
     beating.cancel()  # killed: no clean stop
-    await asyncio.sleep(0.45)
+    await asyncio.sleep(0.9)
     assert await registry.read() == []
     assert await client.smembers(workers_key(PREFIX)) == set()
     await dying.close()
@@ -85,14 +96,12 @@ async def test_redis_away_is_a_source_error_and_the_worker_keeps_trying(
     registry = RedisRegistry(own_redis.url, PREFIX, 0.5)
     worker = registration(own_redis.url, 9005, interval_s=0.1)
     beating = asyncio.get_running_loop().create_task(worker.run())
-    await asyncio.sleep(0.15)
-    assert len(await registry.read()) == 1
+    await registered(registry)
     own_redis.kill()
     with pytest.raises(SourceError, match=f"redis:127.0.0.1:{own_redis.port}/0:{PREFIX}: "):
         await registry.read()
     own_redis.start()  # empty: the worker registers again at its next beat
-    await asyncio.sleep(0.3)
-    assert len(await registry.read()) == 1
+    await registered(registry)
     beating.cancel()
     await worker.close()
     await registry.close()

@@ -24,12 +24,12 @@ def test_one_bad_probe_does_not_flip_a_backend_but_a_run_of_them_does() -> None:
     s = state()
     tracker = ProbeTracker(SETTINGS, s)
     for ok in (False, False, True, False, False):
-        assert not tracker.record(ok)
+        assert not tracker.record(ok, 0.0)
     assert s.healthy
-    assert tracker.record(False)  # the third failure in a row
+    assert tracker.record(False, 0.0)  # the third failure in a row
     assert s.flags == HealthFlag.ACTIVE_CHECK_FAILED
-    assert not tracker.record(True)
-    assert tracker.record(True)  # two good ones in a row
+    assert not tracker.record(True, 0.0)
+    assert tracker.record(True, 0.0)  # two good ones in a row
     assert s.healthy
 
 
@@ -38,9 +38,9 @@ def test_a_probe_flag_leaves_the_other_detectors_flags_alone() -> None:
     s.flags = HealthFlag.EJECTED
     tracker = ProbeTracker(SETTINGS, s)
     for _ in range(3):
-        tracker.record(False)
+        tracker.record(False, 0.0)
     for _ in range(2):
-        tracker.record(True)
+        tracker.record(True, 0.0)
     assert s.flags == HealthFlag.EJECTED
 
 
