@@ -40,30 +40,43 @@ def _serve(args: argparse.Namespace) -> int:
             config = Config()  # pools come from asking each backend for its models
         else:
             config = default_sim_config()
-        server = config.server
-        if args.host is not None:
-            server = msgspec.structs.replace(server, host=args.host)
-        if args.port is not None:
-            server = msgspec.structs.replace(server, port=args.port)
-        config = msgspec.structs.replace(config, server=server)
-        if args.state is not None:
-            check_redis_url(args.state, "--state")
-            state = msgspec.structs.replace(config.state, url=args.state)
-            config = msgspec.structs.replace(config, state=state)
+        config = _command_line(config, args)
     except ConfigError as exc:
         print(f"fleetgate: configuration error: {exc}", file=sys.stderr)
         return 2
-    return _run(_serving(config, args.backend or [], args.policy, args.workers))
+    return _run(_serving(config, args))
 
 
-async def _serving(config: Config, backends: list[str], policy: str | None, workers: int) -> int:
+def _command_line(config: Config, args: argparse.Namespace) -> Config:
+    """`config` with what the command line sets: --host, --port, --state."""
+    server = config.server
+    if args.host is not None:
+        server = msgspec.structs.replace(server, host=args.host)
+    if args.port is not None:
+        server = msgspec.structs.replace(server, port=args.port)
+    config = msgspec.structs.replace(config, server=server)
+    if args.state is not None:
+        check_redis_url(args.state, "--state")
+        state = msgspec.structs.replace(config.state, url=args.state)
+        config = msgspec.structs.replace(config, state=state)
+    return config
+
+
+async def _serving(config: Config, args: argparse.Namespace) -> int:
     from fleetgate.processes import serve_workers
+    from fleetgate.reload import ConfigSource
     from fleetgate.serve import resolve_pools, serve_forever
 
-    config = await resolve_pools(config, backends, policy)
-    if workers > 1:
-        return await serve_workers(config, workers)
-    await serve_forever(config)
+    backends: list[str] = args.backend or []
+    config = await resolve_pools(config, backends, args.policy)
+    if args.workers > 1:
+        return await serve_workers(config, args.workers)
+
+    async def adjust(read: Config) -> Config:  # a reloaded config, as the command line says
+        return await resolve_pools(_command_line(read, args), [], args.policy)
+
+    path = None if backends else args.config  # pools asked of --backend servers: not reread
+    await serve_forever(config, source=ConfigSource(path, adjust))
     return 0
 
 

@@ -84,6 +84,8 @@ class ServerConfig(ServerLimits, frozen=True):
     tls_cert_file: str | None = None  # serve HTTPS with this certificate chain (PEM)...
     tls_key_file: str | None = None  # ...and this private key (PEM); both or neither
     tls_reload_s: float = 10.0  # how often the two files are checked for a renewal
+    # Reload the --config file when it changes, checked this often (0: on SIGHUP alone).
+    watch_config_s: float = 0.0
     # Client request headers never passed to a backend, besides the hop-by-hop ones, host,
     # content-length, authorization, expect and x-fleetgate-* (http/forwarding.py): by
     # default cookies and the other ways clients send API keys.
@@ -112,6 +114,7 @@ class ServerConfig(ServerLimits, frozen=True):
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ValueError("give both `tls_cert_file` and `tls_key_file`, or neither")
         positive_seconds("drain_timeout_s", self.drain_timeout_s)
+        at_least("watch_config_s", self.watch_config_s, 0)
 
 
 class BackendConfig(Settings, frozen=True):

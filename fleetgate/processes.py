@@ -105,6 +105,7 @@ async def serve_workers(config: Config, workers: int, clock: Clock | None = None
     signals = asyncio.Queue[int]()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, signals.put_nowait, sig)
+    loop.add_signal_handler(signal.SIGHUP, _no_reload)
     procs = [_start(config, index) for index in range(workers)]
     try:
         return await _supervise(config, procs, signals, clock)
@@ -154,6 +155,13 @@ async def _supervise(
             await clock.sleep(RESTART_DELAY_S)
             procs[index] = _start(config, index)
             started[index] = clock.now()
+
+
+def _no_reload() -> None:
+    print(
+        "fleetgate: SIGHUP ignored: with --workers the config is not reloaded; restart",
+        file=sys.stderr, flush=True,
+    )  # fmt: skip
 
 
 def _signal(procs: list[SpawnProcess], sig: int) -> None:

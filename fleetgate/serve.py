@@ -7,15 +7,19 @@ is made here and passed in; nothing is found through globals.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import hashlib
+import logging
 import random
 import secrets
 import signal
 import ssl
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
@@ -41,7 +45,7 @@ from fleetgate.discovery.reconcile import Discovery
 from fleetgate.discovery.sources import SourceUnavailable, build_sources
 from fleetgate.fleet.backend import Backend, BackendState, backend_id, backend_origin
 from fleetgate.fleet.discovery import DiscoveryError, list_models
-from fleetgate.fleet.load_board import LoadBoard
+from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
 from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.pool import Pool
@@ -54,7 +58,7 @@ from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.inference import InferenceEndpoints
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.gpu import GpuBoard, GpuWatch
-from fleetgate.health.outlier import OutlierDetector
+from fleetgate.health.outlier import OutlierDetector, OutlierSettings
 from fleetgate.health.probes import BackendProbes
 from fleetgate.http.client import HttpClient
 from fleetgate.http.forwarding import RequestHeaders
@@ -62,6 +66,7 @@ from fleetgate.http.server import HttpServer, start_server
 from fleetgate.http.tls import TlsFiles
 from fleetgate.http.transport import Transport
 from fleetgate.lifecycle.accounting import FleetAccounting
+from fleetgate.lifecycle.downstream import Downstream
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
 from fleetgate.observe.live import LiveView
@@ -71,6 +76,14 @@ from fleetgate.observe.request_log import RequestLog, open_request_log
 from fleetgate.observe.slo import SloBook
 from fleetgate.observe.tracing import Tracing, start_tracing
 from fleetgate.observe.usage import TenantUsage
+from fleetgate.reload import (
+    ConfigSource,
+    Kept,
+    KeptAdmission,
+    carry_pools,
+    check_posted,
+    check_reloadable,
+)
 from fleetgate.resilience.cluster import Cluster
 from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
@@ -88,7 +101,7 @@ from fleetgate.routing.router import Router
 from fleetgate.routing.stores import EngineBlocks
 from fleetgate.runtime import settle_heap
 from fleetgate.shared.state import RoutingState, StateSettings
-from fleetgate.traffic.admission import Admission, AdmissionSettings
+from fleetgate.traffic.admission import Admission
 from fleetgate.traffic.batch_lane import BatchLane
 from fleetgate.traffic.concurrency import ConcurrencyLimit
 from fleetgate.traffic.door import Caller, FrontDoor
@@ -107,6 +120,7 @@ if TYPE_CHECKING:  # loaded only when a backend publishes KV-cache events (ZMQ: 
     from fleetgate.kv_events.feeds import KvEventFeeds
 
 DISCOVERY_JITTER = 0.1  # each source read at its interval +- 10%
+log = logging.getLogger("fleetgate.serve")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +130,9 @@ class ResolvedPool:
     config: PoolConfig
     backends: tuple[Backend, ...]
     prefill: tuple[Backend, ...] = ()  # prefill backends of a disaggregated pool
+
+
+Built = tuple[Gateway, dict[str, Cluster]]  # a config's edge, and its pools' clusters
 
 
 async def config_from_backends(
@@ -152,23 +169,18 @@ def _pipeline(
 
 
 def _routed(
-    config: PoolConfig,
-    backends: tuple[Backend, ...],
+    pool: Pool,
     pipeline: RoutingPipeline,
+    outlier: OutlierSettings,
     subscribe: Callable[[Hooks], None],
     watch: Callable[[Hooks, Pool], None] | None,
-    *,
-    board: LoadBoard,
 ) -> tuple[Router, Emitters]:
-    """A pool of `backends` counted on `board` (the one its pipeline's plugins read) and
-    routed by `pipeline`, and the emitters of its events: its own fleet accounting and
-    outlier detector hear them, what `watch` adds for this pool (a decode pool's hedge window
-    and concurrency limit), and what `subscribe` adds."""
-    states = [BackendState(b) for b in backends]
-    pool = Pool(config.model, states, config.health(), config.weights, board=board)
+    """`pool` routed by `pipeline`, and the emitters of its events: its own fleet accounting
+    and outlier detector hear them, what `watch` adds for this pool (a decode pool's hedge
+    window and concurrency limit), and what `subscribe` adds."""
     hooks = Hooks()
     FleetAccounting(pool).subscribe(hooks)
-    outliers = OutlierDetector(config.outlier, pool)
+    outliers = OutlierDetector(outlier, pool)
     outliers.subscribe(hooks)
     if watch is not None:
         watch(hooks, pool)
@@ -176,6 +188,53 @@ def _routed(
     emit = Emitters(hooks)
     outliers.on_ejected = emit.ejected
     return Router(pool, pipeline), emit
+
+
+def _pool(
+    name: str,
+    config: PoolConfig,
+    backends: tuple[Backend, ...],
+    board: LoadBoard,
+    kept: Kept | None,
+) -> Pool:
+    """The pool called `name` (a prefill pool: "model:prefill"): the one kept from the last
+    config (its members made to follow this one already: fleetgate/reload.py), else new."""
+    pool = None if kept is None else kept.pools.get(name)
+    if pool is None:
+        states = [BackendState(b) for b in backends]
+        pool = Pool(config.model, states, config.health(), config.weights, board=board)
+        if kept is not None:
+            kept.pools[name] = pool
+            kept.configured[name] = {b.id for b in backends}
+    return pool
+
+
+def _admission(
+    c: PoolConfig,
+    pool: Pool,
+    hooks: Hooks,
+    tenants: Mapping[str, Tenant],
+    clock: Clock,
+    kept: Kept | None,
+) -> Admission | None:
+    """The pool's admission (None: off): the one kept while made from the same settings and
+    tenants (its queue and learned limit go on), else new; its limit and lane hear `hooks`."""
+    admit = c.admission
+    if not admit.enabled:
+        return None
+    made_from = (admit, c.engine_priority, tuple(t.settings for t in tenants.values()))
+    old = None if kept is None else kept.admissions.get(c.model)
+    if old is None or old.made_from != made_from:
+        now = clock.now
+        limit = ConcurrencyLimit(admit.limit, pool, now, c.engine_priority)
+        lane = BatchLane(admit.batch_lane, len(pool.states), now())
+        admission = Admission(admit, limit, tenants, clock, lane, c.engine_priority)
+        old = KeptAdmission(made_from, admission, limit, lane)
+        if kept is not None:
+            kept.admissions[c.model] = old
+    old.limit.subscribe(hooks)
+    old.lane.subscribe(hooks)
+    return old.admission
 
 
 def build_clusters(
@@ -189,58 +248,61 @@ def build_clusters(
     tenants: Mapping[str, Tenant] | None = None,
     state: RoutingState | None = None,
     kv_events: KvEventFeeds | None = None,
+    kept: Kept | None = None,
 ) -> dict[str, Cluster]:
     """Each pool with its routing, policies, admission queue and event subscribers
     (`subscribe` adds those every pool shares, such as metrics); each pool's routing state
     from `state` (shared/state.py), in this process's memory when none is given, and what its
-    engines report holding from `kv_events` (kv_events/feeds.py)."""
+    engines report holding from `kv_events` (kv_events/feeds.py). With `kept` (a running
+    gateway's), the pools and admissions it holds are used, and those made are left there;
+    on a reload, its pools' members follow `resolved` (fleetgate/reload.py), once every
+    pipeline was built (a ConfigError leaves them as they were)."""
     now = clock.now
-    clusters: dict[str, Cluster] = {}
     state = state or RoutingState(StateSettings(), clock, rng)
+    # What a bad config refuses, first: the pipelines (and the rng drawn in one order).
+    made = []
     for item in resolved:
         c = item.config
         # One of each store per pool (fleet/load_board.py, routing/stores.py).
-        board = state.load_board(c.model)
         ctx = PluginContext(
-            random.Random(rng.getrandbits(64)), board, c.engine_metrics.stale_after_s,
-            prefix_index=state.prefix_index(c.model), sessions=state.sessions(c.model),
+            random.Random(rng.getrandbits(64)), state.load_board(c.model),
+            c.engine_metrics.stale_after_s, prefix_index=state.prefix_index(c.model),
+            sessions=state.sessions(c.model),
             engine_blocks=_engine_blocks(c.model, kv_events, state),
         )  # fmt: skip
-        timeouts = c.timeouts()
-        hedge = c.hedge
-        ttft = TtftWindow(hedge)
-        admit = c.admission
-        admission: Admission | None = None
-
-        def watch(
-            hooks: Hooks,
-            pool: Pool,
-            ttft: TtftWindow = ttft,
-            admit: AdmissionSettings = admit,
-            ranked: bool = c.engine_priority,
-        ) -> None:
-            nonlocal admission
-            ttft.subscribe(hooks)
-            if admit.enabled:
-                limit = ConcurrencyLimit(admit.limit, pool, now, ranked)
-                limit.subscribe(hooks)
-                lane = BatchLane(admit.batch_lane, len(pool.states), now())
-                lane.subscribe(hooks)
-                admission = Admission(admit, limit, tenants or {}, clock, lane, ranked)
-
-        router, emit = _routed(c, item.backends, _pipeline(c, registry, ctx, False), subscribe,
-                               watch, board=board)  # fmt: skip
-        prefill = None
+        prefill_made = None
         if c.prefill is not None:
-            # Its pool's own stores.
-            name = f"{c.model}:prefill"
+            name = f"{c.model}:prefill"  # its pool's own stores
             prefill_ctx = replace(
                 ctx, board=state.load_board(name), prefix_index=state.prefix_index(name),
                 sessions=state.sessions(name), engine_blocks=None,
             )  # fmt: skip
-            pipeline = _pipeline(c, registry, prefill_ctx, True)
-            prefill_router, prefill_emit = _routed(c, item.prefill, pipeline, subscribe, None,
-                                                   board=prefill_ctx.board)  # fmt: skip
+            prefill_made = (prefill_ctx.board, _pipeline(c, registry, prefill_ctx, True))
+        made.append((item, ctx.board, _pipeline(c, registry, ctx, False), prefill_made))
+    if kept is not None and kept.members is not None:
+        carry_pools(kept, [(i.config, i.backends, i.prefill) for i in resolved], now())
+    clusters: dict[str, Cluster] = {}
+    for item, board, pipeline, prefill_made in made:
+        c = item.config
+        timeouts = c.timeouts()
+        hedge = c.hedge
+        ttft = TtftWindow(hedge)
+        admission: Admission | None = None
+
+        def watch(hooks: Hooks, pool: Pool, c: PoolConfig = c, ttft: TtftWindow = ttft) -> None:
+            nonlocal admission
+            ttft.subscribe(hooks)
+            admission = _admission(c, pool, hooks, tenants or {}, clock, kept)
+
+        pool = _pool(c.model, c, item.backends, board, kept)
+        router, emit = _routed(pool, pipeline, c.outlier, subscribe, watch)
+        prefill = None
+        if prefill_made is not None:
+            prefill_board, prefill_pipeline = prefill_made
+            prefill_pool = _pool(f"{c.model}:prefill", c, item.prefill, prefill_board, kept)
+            prefill_router, prefill_emit = _routed(
+                prefill_pool, prefill_pipeline, c.outlier, subscribe, None
+            )
             prefill = Prefill(transport, now, prefill_router, timeouts, prefill_emit)
         retries = c.retries
         clusters[c.model] = Cluster(
@@ -258,13 +320,20 @@ def build_clusters(
     return clusters
 
 
-def _response_cache(config: Config, clock: Clock, state: RoutingState) -> ResponseCache | None:
-    """The response cache `cache:` asks for (None: off), in memory or shared through Redis."""
+def _response_cache(
+    config: Config, clock: Clock, state: RoutingState, kept: Kept
+) -> ResponseCache | None:
+    """The response cache `cache:` asks for (None: off), in memory or shared through Redis;
+    the one in use while its settings are the same (its answers stay)."""
     c = config.cache
     if not c.enabled:
         return None
+    if kept.cache is not None and kept.cache[0] == c:
+        return kept.cache[1]
     shared = state.answers(c.ttl_s, c.coalesce_timeout_s) if c.store == "redis" else None
-    return ResponseCache(c, clock, shared)
+    cache = ResponseCache(c, clock, shared)
+    kept.cache = (c, cache)
+    return cache
 
 
 def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | None, Config]:
@@ -290,11 +359,19 @@ def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | No
     if not specs:
         return None, config
     sims = SimFleetProcess(specs, host="127.0.0.1")
-    urls = iter(sims.start())
-    publishers = iter(sims.kv_endpoints)
+    sims.start()
+    return sims, with_sims(config, sims.places)
+
+
+SimPlace = tuple[str, tuple[str, str] | None]  # a started sim's URL and KV-event endpoints
+
+
+def with_sims(config: Config, places: Sequence[SimPlace]) -> Config:
+    """`config` with each `sim:` backend, in order, given its started worker's `places`."""
+    left = iter(places)
 
     def located(backends: list[BackendConfig]) -> list[BackendConfig]:
-        return [b if b.sim is None else _located(b, next(urls), next(publishers)) for b in backends]
+        return [b if b.sim is None else _located(b, *next(left)) for b in backends]
 
     pools = []
     for p in config.pools:
@@ -303,7 +380,7 @@ def start_sims(config: Config, rng: random.Random) -> tuple[SimFleetProcess | No
             prefill = msgspec.structs.replace(p.prefill, backends=located(p.prefill.backends))
             pool = msgspec.structs.replace(pool, prefill=prefill)
         pools.append(pool)
-    return sims, msgspec.structs.replace(config, pools=pools)
+    return msgspec.structs.replace(config, pools=pools)
 
 
 def _located(b: BackendConfig, url: str, publisher: tuple[str, str] | None) -> BackendConfig:
@@ -412,42 +489,93 @@ class Background(Protocol):
 
 
 class RunningGateway:
-    """A started gateway: where it listens and how to stop it."""
+    """A started gateway: where it listens, how to reload its config and how to stop it."""
 
     def __init__(
         self, server: HttpServer, client: HttpClient, sims: SimFleetProcess | None,
-        gateway: Gateway, pools: dict[str, Pool], checker: ActiveChecker,
+        gateway: Gateway, config: Config, checker: ActiveChecker,
         scraper: MetricsScraper, background: PeriodicTasks, tls: bool = False,
-        limit_store: RedisStore | None = None, request_log: RequestLog | None = None,
-        tracing: Tracing | None = None, batches: Background | None = None,
+        limit_store: RedisStore | None = None, tracing: Tracing | None = None,
         state: RoutingState | None = None, kv_events: KvEventFeeds | None = None,
-        sources: Sequence[Source] = (),
+        sources: Sequence[Source] = (), rebuild: Rebuild | None = None,
+        source: ConfigSource | None = None,
     ) -> None:  # fmt: skip
+        self._source = source  # where its config is read again from (None: not reloadable)
         self.server = server
         self._sources = sources  # of backends found while running: closed last
         self._state = state  # synced with the other gateways until closed
         self._kv_events = kv_events  # subscribed to the engines until closed
         self.tls = tls
         self._limit_store = limit_store  # shared through Redis: its heartbeat and client
-        self._request_log = request_log
         self._tracing = tracing
-        self._batches = batches  # stopped first: a request it has in flight runs again later
+        # The batches' runner (set once started), stopped first: a request it has in flight
+        # runs again later.
+        self.batches: Background | None = None
         self._checker = checker
         self._scraper = scraper
         self._background = background  # the TLS files' reload checks, GPU readings' expiry
         self.gateway = gateway
-        self.pools = pools
+        self.config = config  # in use, as it was given (its sims without URLs)
+        self._rebuild = rebuild  # a reloaded config's gateway (None: not reloadable)
         self._client = client
         self._sims = sims
+        self._reloading = asyncio.Lock()
 
     @property
     def port(self) -> int:
         return self.server.port
 
+    @property
+    def pools(self) -> dict[str, Pool]:
+        return {model: cluster.pool for model, cluster in self.gateway.clusters.items()}
+
+    async def reload(self, read: Callable[[], Awaitable[Config]], via: str) -> None:
+        """Serve the config `read` gives from the next request on (fleetgate/reload.py); `via`
+        says who asked (signal, file, admin), for the metrics and the log. ConfigError: it
+        was refused, and the config in use is kept."""
+        assert self._rebuild is not None  # start_gateway gives one
+        async with self._reloading:
+            kept = self._rebuild.kept
+            try:
+                config = await read()
+                check_reloadable(self.config, config)
+                gateway = self._rebuild.gateway(config)
+            except ConfigError as exc:
+                kept.reloads.record(via, str(exc), time.time())
+                log.error("config reload (%s) refused, the config in use kept: %s", via, exc)
+                raise
+            old, self.gateway, self.config = self.gateway, gateway, config
+            self.server.serve_with(gateway.handle, gateway.send_error)
+            old.end_streams()  # a dashboard's event stream: its page connects again, here
+            kept.reloads.record(via, None, time.time())
+            log.warning("config reloaded (%s)", via)
+
+    async def reload_file(self, via: str) -> None:
+        """The config file read again (SIGHUP, or it changed); ConfigError: refused. Without
+        a file (the built-in fleet, --backend, --workers) there is nothing to read: a line
+        says so."""
+        if self._source is None or self._source.path is None:
+            log.warning("config reload (%s) skipped: not started from one --config file", via)
+            return
+        await self.reload(self._source.read, via)
+
+    async def reload_posted(self, text: bytes) -> None:
+        """A config sent to POST /admin/config; ConfigError: refused."""
+        source = self._source
+        if source is None:
+            raise ConfigError("the gateway was not started from a config file (--config)")
+
+        async def read() -> Config:
+            config = await source.parse(text)
+            check_posted(self.config, config)
+            return config
+
+        await self.reload(read, "admin")
+
     async def drain(self, timeout_s: float) -> int:
         """Finish the requests in progress (up to `timeout_s`), then stop everything."""
-        if self._batches is not None:
-            await self._batches.stop()
+        if self.batches is not None:
+            await self.batches.stop()
         self._checker.stop()
         self._scraper.stop()
         self._background.stop()
@@ -457,15 +585,16 @@ class RunningGateway:
         return left
 
     async def close(self) -> None:
-        if self._batches is not None:
-            await self._batches.stop()
+        if self.batches is not None:
+            await self.batches.stop()
         self._checker.stop()
         self._scraper.stop()
         self._background.stop()
         self.gateway.end_streams()
         await self.server.close()
-        if self._request_log is not None:
-            self._request_log.flush()  # the last requests' lines
+        logs = [] if self._rebuild is None else self._rebuild.kept.request_logs
+        for request_log in logs:
+            request_log.flush()  # the last requests' lines
         if self._tracing is not None:
             await self._tracing.close()  # the last spans exported
         await self._client.close()
@@ -479,6 +608,36 @@ class RunningGateway:
             await source.close()
         if self._sims is not None:
             self._sims.stop()
+
+
+@dataclass(slots=True)
+class Rebuild:
+    """How a reload builds a config's gateway: `compose` with the running process's parts."""
+
+    kept: Kept
+    compose: Callable[[Config, list[ResolvedPool], Kept], Built]
+    registry: PluginRegistry
+    sims: SimFleetProcess | None = None
+
+    def gateway(self, config: Config) -> Gateway:
+        """The gateway of `config` (checked as at start: ConfigError, and nothing running is
+        changed) over the kept pools; the last config's background tasks are stopped once it
+        is built."""
+        check_config(config)
+        if self.sims is not None:
+            config = with_sims(config, self.sims.places)
+        check_routing(config, self.registry)
+        kept = self.kept
+        last, kept.tasks = kept.tasks, []
+        try:
+            gateway, _ = self.compose(config, resolve(config), kept)
+        except BaseException:
+            kept.stop_tasks()
+            kept.tasks = last
+            raise
+        for stop in last:
+            stop()
+        return gateway
 
 
 def compose(
@@ -500,49 +659,45 @@ def compose(
     state: RoutingState | None = None,
     kv_events: KvEventFeeds | None = None,
     sources: Sequence[Source] = (),
+    kept: Kept | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
     scraper, when given, start probing the backends (a benchmark or a simulator gives none),
     and `background` runs the gateway's own periodic work (GPU readings growing stale);
     limits are counted in `limit_store`, in this process's memory when none is given; each
-    request is written to `request_log` when one is given, and traced by `tracing`; the Batch
-    API keeps its files and batches in `batch_store` (none: the API is off), and the batches
-    it left running are resumed (their runner is started with the server: `start_gateway`);
-    the pools' routing state is kept in `state` (shared with other gateways when it has a
-    Redis), in this process's memory when none is given; `kv_events` reads what the engines
-    that publish KV-cache events hold; the pools' members follow what the discovery `sources`
-    say, each read on its interval by `background`."""
+    request is written to `request_log` when one is given, and traced by `tracing`; the
+    Batch API keeps its files and batches in `batch_store` (none: the API is off), and the
+    batches it left running are resumed (their runner is started with the server:
+    `start_gateway`); the pools' routing state is kept in
+    `state` (shared with other gateways when it has a Redis), in this process's memory when
+    none is given; `kv_events` reads what the engines that publish KV-cache events hold; the
+    pools' members follow what the discovery `sources` say, each read on its interval by
+    `background`. `kept`: what a running gateway keeps from config to config (fleetgate/
+    reload.py): what it holds is used, what is made is left there, and what this config
+    runs in `background` is listed there (stopped when the next is in)."""
     now = clock.now  # for what only reads the time
+    first = kept is None or kept.members is None  # not a reload
+    kept = kept if kept is not None else Kept(RequestIds())
     state = state or RoutingState(StateSettings(), clock, rng)  # this process's own
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
+    # What a bad config refuses comes first, before anything running is changed: the keys,
+    # the audit log, then (build_clusters) the routing pipelines.
+    door, operators = build_front_door(config, tenants, now, wall_clock, limit_store)
+    audit = _audit_log(config, wall_clock, kept)
     clusters: dict[str, Cluster] = {}
-    slo = SloBook({p.model: p.slo for p in config.pools}, now)
-    usage = TenantUsage(t.name for t in config.tenants)  # the metrics', dashboard's, admin's
+    slo = kept.slo = kept.slo or SloBook({}, now)
+    slo.configure({p.model: p.slo for p in config.pools})
+    usage = kept.usage = kept.usage or TenantUsage()  # the metrics', dashboard's, admin's
+    usage.know(t.name for t in config.tenants)
     gpus = GpuBoard(now)  # the GPU agents' readings, for the pools that take them
-    discovery: Discovery | None = None  # made with the pools' membership, below
-    metrics = GatewayMetrics(
-        lambda: ((m, s) for m, c in clusters.items() for part in _parts(c) for s in part.states),
-        lambda: ((m, c.admission) for m, c in clusters.items() if c.admission is not None),
-        slo.status,
-        now,
-        lambda: usage.by_pool,
-        tenants=[
-            (t.name, t.priority.label)
-            for t in tenants.values()
-            if not (config.auth_enabled and t is ANONYMOUS)
-        ],
-        auth=config.auth_enabled,
-        gpu_expiries=gpus.expiries,
-        loads=lambda: (
-            (m, s.backend.id, load)
-            for m, c in clusters.items() for part in _parts(c) for s, load in part.loads()
-        ),
-        shared=state.status,
-        leases=state.leases,
-        kv_events=(lambda: ()) if kv_events is None else kv_events.status,
-        discovery=lambda: () if discovery is None else discovery.statuses(),
+    metrics = kept.metrics = kept.metrics or _metrics(kept, slo, usage, state, kv_events, now)
+    metrics.know_tenants(
+        [(t.name, t.priority.label) for t in tenants.values()
+         if not (config.auth_enabled and t is ANONYMOUS)],
+        config.auth_enabled,
     )  # fmt: skip
+    metrics.gpu_expiries = gpus.expiries
     exporters = [slo.subscribe]
     if config.server.metrics:
         exporters.append(metrics.subscribe)
@@ -552,11 +707,13 @@ def compose(
         exporters.append(lambda hooks: usage.subscribe(hooks, requests=False))
     live = None
     if config.server.dashboard:
-        live = LiveView(now, wall_clock, random.Random(rng.getrandbits(64)))
+        if kept.live is None:
+            kept.live = LiveView(now, wall_clock, random.Random(rng.getrandbits(64)))
+        live = kept.live
         exporters.append(live.subscribe)
     if tracing is not None:
         exporters.append(tracing.subscribe)
-    picks = LastPicks()  # each backend's last scores, for the admin API
+    picks = kept.picks = kept.picks or LastPicks()  # each backend's last scores, for the admin
     if config.server.admin:  # hearing Routed makes every pick note its scores: only then
         exporters.append(picks.subscribe)
     if request_log is not None:
@@ -571,9 +728,10 @@ def compose(
     clusters.update(
         build_clusters(
             resolved, registry or default_registry(), rng, transport=transport, clock=clock,
-            subscribe=subscribe, tenants=tenants, state=state, kv_events=kv_events,
+            subscribe=subscribe, tenants=tenants, state=state, kv_events=kv_events, kept=kept,
         )
     )  # fmt: skip
+    kept.clusters = clusters  # what the metrics read from now on
     if config.server.metrics:
         for model, cluster in clusters.items():
             cluster.router.pipeline.set_timer(metrics.routing_timer(model))
@@ -582,27 +740,33 @@ def compose(
         attempts, Continuation(attempts, now), clock, random.Random(rng.getrandbits(64))
     )
     pools = {model: cluster.pool for model, cluster in clusters.items()}
-    audit = None
-    if config.server.audit_log:
-        try:
-            audit = AuditLog(config.server.audit_log, wall_clock)
-        except OSError as exc:
-            raise ConfigError(f"server.audit_log: cannot append to it: {exc.strerror}") from None
     heartbeats = None
-    probes = BackendProbes(checker, scraper)
+    probes = kept.probes = kept.probes or BackendProbes(checker, scraper)
     for pool_config in config.pools:
         for part in _parts(clusters[pool_config.model]):
-            probes.start(part, pool_config.health_check, pool_config.engine_metrics)
-    members = Membership(pools, now, probes)
-    if sources:
+            if not probes.watching(part):  # new; those kept were carried over
+                probes.start(part, pool_config.health_check, pool_config.engine_metrics)
+            part.left = probes.forget  # decode pools' again by their membership
+    if kept.members is None:
+        kept.members = Membership(pools, now, probes)
+    else:
+        kept.members.adopt(pools)
+    members = kept.members
+    if sources and first:
         try:
-            discovery = Discovery(members, sources)
+            discovery = kept.discovery = Discovery(members, sources)
         except ValueError as exc:
             raise ConfigError(f"$.discovery: {exc}") from None
         if background is not None:
             for source in discovery.sources:
                 poll = functools.partial(discovery.poll, source)
                 background.every(source.interval_s, DISCOVERY_JITTER, poll, wait_first=False)
+
+    async def reload_posted(text: bytes) -> None:
+        if kept.reload_posted is None:  # a gateway not started by start_gateway
+            raise ConfigError("this gateway cannot reload its config")
+        await kept.reload_posted(text)
+
     admin = None
     if config.server.admin:
         admin = Admin(
@@ -614,6 +778,7 @@ def compose(
             config=config,
             audit=audit,
             slo=slo,
+            reload=reload_posted,
         )
     for pool_config in config.pools:
         if pool_config.gpu.enabled:
@@ -635,11 +800,13 @@ def compose(
         async def expire_gpu_readings() -> None:
             gpus.expire()
 
-        background.every(gpus.expire_every_s, 0.0, expire_gpu_readings, wait_first=True)
-    door, operators = build_front_door(config, tenants, now, wall_clock, limit_store)
+        stop = background.every(gpus.expire_every_s, 0.0, expire_gpu_readings, wait_first=True)
+        kept.tasks.append(stop)
     render = metrics.render if config.server.metrics else None
-    batch_api = None
-    if batch_store is not None:
+    batch_api = kept.batch_api
+    if batch_api is not None:
+        batch_api.use(door, tenants)
+    elif batch_store is not None:
         settings = config.batches
         keys = None if door is None else door.callers()
         changes = None
@@ -647,15 +814,16 @@ def compose(
             changes = state.change_mark("batches", batch_store.directory_id)
         book = BatchBook(batch_store, settings, tenants, wall_clock, keys, changes=changes)
         book.resume()  # shared: once it holds the lease
-        batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock), book, door)
+        batch_api = kept.batch_api = BatchApi(FileShelf(batch_store, settings, wall_clock),
+                                              book, door)  # fmt: skip
     routes = build_model_routes(config, rng)
     director = Director(
         clusters=clusters, failover=failover, emit=edge_emit, clock=now, door=door,
         routes=routes, pricing={p.model: p.pricing for p in config.pools},
         assumed_output_tokens=config.limits.assumed_output_tokens, pins=state.pins(),
-        cache=_response_cache(config, clock, state),
+        cache=_response_cache(config, clock, state, kept),
     )  # fmt: skip
-    ids = RequestIds()
+    ids = kept.ids
     inference = InferenceEndpoints(
         director, now, ids.next, door=door,
         forward=RequestHeaders(config.server.deny_request_headers),
@@ -671,31 +839,67 @@ def compose(
     return gateway, clusters
 
 
-async def start_gateway(
-    config: Config,
-    *,
-    clock: Clock | None = None,
-    registry: PluginRegistry | None = None,
-    reuse_port: bool = False,
-) -> RunningGateway:
-    """Start embedded sims (if any), build pools and metrics, and listen; every timer runs
-    on `clock` (the running loop's by default). `reuse_port`: other processes listen on the
-    same port (`serve --workers`)."""
-    check_config(config)
-    clock = clock or LoopClock()
-    request_log = None
-    if config.request_log.enabled:  # before anything starts: an unwritable path stops here
-        try:
-            request_log = open_request_log(config.request_log, clock.call_later)
-        except OSError as exc:
-            raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
-    rng = random.Random(config.seed)
-    tracing = None
-    if config.tracing.enabled:
-        sampling = random.Random(rng.getrandbits(64))
-        tracing = start_tracing(config.tracing, time.time() - clock.now(), sampling)
-    client = HttpClient(connect_timeout_s=config.server.connect_timeout_s, clock=clock)
-    sims, config = await asyncio.get_running_loop().run_in_executor(None, start_sims, config, rng)
+def _metrics(
+    kept: Kept,
+    slo: SloBook,
+    usage: TenantUsage,
+    state: RoutingState,
+    kv_events: KvEventFeeds | None,
+    now: Callable[[], float],
+) -> GatewayMetrics:
+    """The metrics, read from the config in use whatever config they were made with."""
+
+    def parts() -> Iterator[tuple[str, Pool]]:
+        return ((m, part) for m, c in kept.clusters.items() for part in _parts(c))
+
+    return GatewayMetrics(
+        lambda: ((m, s) for m, part in parts() for s in part.states),
+        lambda: ((m, c.admission) for m, c in kept.clusters.items() if c.admission is not None),
+        slo.status,
+        now,
+        lambda: usage.by_pool,
+        loads=lambda: ((m, s.backend.id, load) for m, part in parts() for s, load in part.loads()),
+        shared=state.status,
+        leases=state.leases,
+        kv_events=(lambda: ()) if kv_events is None else kv_events.status,
+        discovery=lambda: () if kept.discovery is None else kept.discovery.statuses(),
+        reloads=lambda: kept.reloads,
+    )  # fmt: skip
+
+
+def _audit_log(config: Config, wall_clock: Callable[[], float], kept: Kept) -> AuditLog | None:
+    """The audit log `server.audit_log` names (None: none), the one open when it is the same."""
+    path = config.server.audit_log
+    if not path:
+        return None
+    if kept.audit is not None and kept.audit[0] == path:
+        return kept.audit[1]
+    try:
+        audit = AuditLog(path, wall_clock)
+    except OSError as exc:
+        raise ConfigError(f"server.audit_log: cannot append to it: {exc.strerror}") from None
+    kept.audit = (path, audit)
+    return audit
+
+
+def _request_log(config: Config, clock: Clock, kept: Kept) -> RequestLog | None:
+    """The request log `request_log` asks for (None: off), the one open when it is the same."""
+    settings = config.request_log
+    if not settings.enabled:
+        return None
+    if kept.request_log is not None and kept.request_log[0] == settings:
+        return kept.request_log[1]
+    try:
+        log = open_request_log(settings, clock.call_later)
+    except OSError as exc:
+        raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
+    kept.request_log = (settings, log)
+    kept.request_logs.append(log)
+    return log
+
+
+def resolve(config: Config) -> list[ResolvedPool]:
+    """Each pool of `config` (every backend with its URL: sims started) with its backends."""
     resolved: list[ResolvedPool] = []
     for pool in config.pools:
         backends = []
@@ -719,6 +923,45 @@ async def start_gateway(
                 )
             )
         resolved.append(ResolvedPool(pool, tuple(backends[:n]), tuple(backends[n:])))
+    return resolved
+
+
+def check_routing(config: Config, registry: PluginRegistry) -> None:
+    """ConfigError when a pool's routing cannot be built (as `build_clusters` would say),
+    built on throw-away stores: a reload checks it before changing anything running."""
+    for pool in config.pools:
+        ctx = PluginContext(random.Random(0), MemoryLoadBoard(), pool.engine_metrics.stale_after_s)
+        _pipeline(pool, registry, ctx, False)
+        if pool.prefill is not None:
+            _pipeline(pool, registry, ctx, True)
+
+
+async def start_gateway(
+    config: Config,
+    *,
+    clock: Clock | None = None,
+    registry: PluginRegistry | None = None,
+    reuse_port: bool = False,
+    source: ConfigSource | None = None,
+) -> RunningGateway:
+    """Start embedded sims (if any), build pools and metrics, and listen; every timer runs
+    on `clock` (the running loop's by default). `reuse_port`: other processes listen on the
+    same port (`serve --workers`). `source`: where `config` came from, read again on a
+    reload (None: its config is never reloaded; POST /admin/config is refused)."""
+    check_config(config)
+    given = config  # what a reloaded config is compared with (fleetgate/reload.py)
+    clock = clock or LoopClock()
+    registry = registry or default_registry()
+    kept = Kept(RequestIds())
+    kept.reloads.last_success_at = time.time()  # the config in use, taken now
+    _request_log(config, clock, kept)  # before anything starts: an unwritable path stops here
+    rng = random.Random(config.seed)
+    tracing = None
+    if config.tracing.enabled:
+        sampling = random.Random(rng.getrandbits(64))
+        tracing = start_tracing(config.tracing, time.time() - clock.now(), sampling)
+    client = HttpClient(connect_timeout_s=config.server.connect_timeout_s, clock=clock)
+    sims, config = await asyncio.get_running_loop().run_in_executor(None, start_sims, config, rng)
     checker = ActiveChecker(client, clock, random.Random(rng.getrandbits(64)))
     scraper = MetricsScraper(client, clock, random.Random(rng.getrandbits(64)))
     background = PeriodicTasks(random.Random(rng.getrandbits(64)), clock)
@@ -735,16 +978,21 @@ async def start_gateway(
         if shared is not None:
             shared.start()
         batch_store = open_batch_store(config)
-        gateway, clusters = compose(
-            config, resolved, transport=client, clock=clock, rng=rng, registry=registry,
-            checker=checker, scraper=scraper, limit_store=store, request_log=request_log,
-            tracing=tracing, batch_store=batch_store, background=background, state=state,
-            kv_events=kv_events, sources=sources,
+        build = functools.partial(
+            compose, transport=client, clock=clock, rng=rng, registry=registry,
+            checker=checker, scraper=scraper, limit_store=store, tracing=tracing,
+            batch_store=batch_store, background=background, state=state, kv_events=kv_events,
+            sources=sources,
         )  # fmt: skip
+
+        def rebuilt(config: Config, resolved: list[ResolvedPool], kept: Kept) -> Built:
+            request_log = _request_log(config, clock, kept)
+            return build(config, resolved, kept=kept, request_log=request_log)
+
+        gateway, _ = rebuilt(config, resolve(config), kept)
         state.start()
         if kv_events is not None:
             kv_events.start()
-        pools = {model: cluster.pool for model, cluster in clusters.items()}
         s = config.server
         tls = None
         if s.tls_cert_file is not None and s.tls_key_file is not None:
@@ -761,18 +1009,29 @@ async def start_gateway(
             gateway.handle, gateway.send_error, s.host, s.port, s,
             tls.context if tls is not None else None, clock=clock, reuse_port=reuse_port,
         )  # fmt: skip
+        running = RunningGateway(
+            server=server, client=client, sims=sims, gateway=gateway, config=given,
+            checker=checker, scraper=scraper, background=background, tls=tls is not None,
+            limit_store=shared, tracing=tracing, state=state, kv_events=kv_events,
+            sources=sources, rebuild=Rebuild(kept, rebuilt, registry, sims), source=source,
+        )  # fmt: skip
+        kept.reload_posted = running.reload_posted
         book = gateway.batch_book
         if book is not None:
+
+            async def serve_as(caller: Caller, path: bytes, body: bytes, out: Downstream) -> None:
+                # as the config in use now serves it
+                await running.gateway.inference.serve_as(caller, path, body, out)
+
             batch_rng = random.Random(rng.getrandbits(64))
-            runner = BatchRunner(
-                book, gateway.inference.serve_as, config.batches.concurrency, batch_rng, clock
-            )
+            runner = BatchRunner(book, serve_as, config.batches.concurrency, batch_rng, clock)
             batches = runner
             if book.shared and batch_store is not None:
                 directory = batch_store.directory_id
                 lease = state.lease("batches", directory, config.batches.lease_s)
                 batches = SharedBatches(book, runner, lease, clock)
             batches.start()
+            running.batches = batches
     except BaseException:
         checker.stop()
         scraper.stop()
@@ -783,31 +1042,14 @@ async def start_gateway(
         await state.close()
         if kv_events is not None:
             await kv_events.close()
-        for source in sources:
-            await source.close()
+        for found_in in sources:
+            await found_in.close()
         if sims is not None:
             sims.stop()
         if tracing is not None:
             await tracing.close()
         raise
-    return RunningGateway(
-        server=server,
-        client=client,
-        sims=sims,
-        gateway=gateway,
-        pools=pools,
-        checker=checker,
-        scraper=scraper,
-        background=background,
-        tls=tls is not None,
-        limit_store=shared,
-        request_log=request_log,
-        tracing=tracing,
-        batches=batches,
-        state=state,
-        kv_events=kv_events,
-        sources=sources,
-    )
+    return running
 
 
 def _engine_blocks(
@@ -899,22 +1141,39 @@ async def resolve_pools(config: Config, backend_urls: list[str], policy: str | N
     return config
 
 
-async def serve_forever(config: Config, worker: int | None = None) -> None:
-    """Run until SIGINT or SIGTERM, then stop everything that was started. `worker`: this
-    process is that one of several on the port (fleetgate/processes.py); the first prints the
-    banner."""
-    running = await start_gateway(config, reuse_port=worker is not None)
+async def serve_forever(
+    config: Config, worker: int | None = None, source: ConfigSource | None = None
+) -> None:
+    """Run until SIGINT or SIGTERM, then stop everything that was started; SIGHUP reloads the
+    config from `source` (and, with `server.watch_config_s`, so does a change of its file).
+    `worker`: this process is that one of several on the port (fleetgate/processes.py); the
+    first prints the banner."""
+    running = await start_gateway(config, reuse_port=worker is not None, source=source)
     settle_heap()
     signals = asyncio.Queue[int]()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, signals.put_nowait, sig)
+    reloads: set[asyncio.Task[None]] = set()
+
+    def reload(via: str) -> None:
+        task = loop.create_task(_reload_quietly(running, via))
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, reload, "signal")
+    watch = None
+    if source is not None and source.path is not None and config.server.watch_config_s > 0:
+        watch = loop.create_task(_watch_file(source.path, config.server.watch_config_s, reload))
     if worker:
         print(f"fleetgate: worker {worker} listening on port {running.port} too", flush=True)
     else:
         print(banner(running, config.server.host), flush=True)
     await signals.get()
-    timeout_s = config.server.drain_timeout_s
+    if watch is not None:
+        watch.cancel()
+    loop.remove_signal_handler(signal.SIGHUP)
+    timeout_s = running.config.server.drain_timeout_s
     print(
         f"fleetgate: draining (up to {timeout_s:g} s; signal again to stop now)",
         file=sys.stderr, flush=True,
@@ -927,3 +1186,29 @@ async def serve_forever(config: Config, worker: int | None = None) -> None:
         await running.close()
     second.cancel()
     print("fleetgate: stopped", file=sys.stderr, flush=True)
+
+
+async def _reload_quietly(running: RunningGateway, via: str) -> None:
+    """Reload from the file; a refusal was logged and counted already (`reload`)."""
+    with contextlib.suppress(ConfigError):
+        await running.reload_file(via)
+
+
+async def _watch_file(path: str, every_s: float, reload: Callable[[str], None]) -> None:
+    """Reload when the file's content changes (checked every `every_s`: a mounted ConfigMap
+    is swapped through a symbolic link, which no change of one inode shows); a file that
+    cannot be read is tried again at the next check."""
+    seen = _digest(path)
+    while True:
+        await asyncio.sleep(every_s)
+        now = _digest(path)
+        if now is not None and now != seen:
+            seen = now
+            reload("file")
+
+
+def _digest(path: str) -> bytes | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).digest()
+    except OSError:
+        return None

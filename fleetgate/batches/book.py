@@ -95,6 +95,14 @@ class BatchBook:
         if self._changes is not None and writes != self._told and await self._changes.changed():
             self._told = writes
 
+    def configure(
+        self, tenants: Mapping[str, Tenant], keys: frozenset[tuple[str, str]] | None
+    ) -> None:
+        """The tenants and keys of a reloaded config: a batch runs as its tenant is now, and one
+        whose key is no longer configured is refused."""
+        self._tenants = tenants
+        self._keys = keys
+
     def take_over(self) -> None:
         """Run the batches from now on: every one still running, wherever it started."""
         self.running_here = True

@@ -10,7 +10,8 @@
     weight    its configured weight is replaced; its effective weight follows (fleet/pool.py)
 
 A backend is found by its id (host:port and base path, fleet/backend.py `backend_id`), in every
-pool it serves, as a drain finds it.
+pool it serves, as a drain finds it. A reloaded config (fleetgate/reload.py) hands over its
+pools (`adopt`) and joins the backends it adds (`join`) at a slow start.
 """
 
 from __future__ import annotations
@@ -71,14 +72,20 @@ class Membership:
         clock: Callable[[], float],
         watcher: Watcher | None = None,
     ) -> None:
-        self._pools = pools
         self._clock = clock
         self._watcher = watcher
         # A new backend's place in its pool's names ("model#3"): never one used before.
-        self._places = {model: len(pool.states) for model, pool in pools.items()}
-        if watcher is not None:
-            for pool in pools.values():
-                pool.left = watcher.forget
+        self._places: dict[str, int] = {}
+        self._pools: Mapping[str, Pool] = {}
+        self.adopt(pools)
+
+    def adopt(self, pools: Mapping[str, Pool]) -> None:
+        """From now on the pools are `pools` (a reloaded config's: those kept, those new)."""
+        self._pools = pools
+        for model, pool in pools.items():
+            self._places.setdefault(model, len(pool.states))
+            if self._watcher is not None:
+                pool.left = self._watcher.forget
 
     def find(self, backend: str, model: str | None = None) -> list[tuple[Pool, BackendState]]:
         """Every pool's member of id `backend` (empty when none has one); only the pool of
@@ -112,24 +119,37 @@ class Membership:
                 why = " (leaving: its last requests are in flight)" if leaving else ""
                 message = f"the pool {model!r} has the backend {identity!r} already{why}"
                 raise AlreadyMember(message, leaving)
+        backend = Backend(
+            id=identity,
+            url=joining.url,
+            models=(model,),
+            weight=joining.weight,
+            labels=dict(joining.labels),
+            max_in_flight=joining.max_in_flight,
+            api_key=joining.api_key,
+            name=self.new_name(model),
+            cost_per_hour_usd=joining.cost_per_hour_usd,
+            engine=joining.engine,
+        )
+        return self.join(pool, backend, probe_first=probe_first)
+
+    def new_name(self, model: str) -> str:
+        """A name for a backend joining the pool of `model` ("model#3"): never one used before."""
         place = self._places[model]
         self._places[model] = place + 1
-        state = BackendState(
-            Backend(
-                id=identity,
-                url=joining.url,
-                models=(model,),
-                weight=joining.weight,
-                labels=dict(joining.labels),
-                max_in_flight=joining.max_in_flight,
-                api_key=joining.api_key,
-                name=f"{model}#{place}",
-                cost_per_hour_usd=joining.cost_per_hour_usd,
-                engine=joining.engine,
-            )
-        )
+        return f"{model}#{place}"
+
+    def join(
+        self, pool: Pool, backend: Backend, *, probe_first: bool, slow_start: bool = False
+    ) -> BackendState:
+        """`backend`, named already, as a new member of `pool` (one of these pools, without a
+        member of its id), watched; `probe_first` as `add` says; `slow_start`: routable at
+        once, ramping up over the pool's slow start (a reloaded config's new backend)."""
+        state = BackendState(backend)
         now = self._clock()
-        if probe_first:  # its slow start begins with its first good probe (health/active.py)
+        if slow_start:
+            state.ramp_from = now
+        elif probe_first:  # its slow start begins with its first good probe (health/active.py)
             if self._watcher is not None and self._watcher.probes(pool):
                 state.flags |= HealthFlag.UNPROBED
             else:  # nothing will probe it: at once

@@ -3,7 +3,8 @@
 What routes over it is routing/router.py's; what is counted on it comes from the request
 lifecycle's events (lifecycle/accounting.py); the detectors (health/) set its backends' flags
 and eject them through it. Its members change while it runs only through `add` and `retire`
-(fleet/membership.py: the operator's admin API).
+(fleet/membership.py: the operator's admin API, discovery, a reloaded config), and a reloaded
+config changes its settings (`configure`) and its members' (`reconfigure`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.calibration import WeightSettings, speed_factors
 from fleetgate.fleet.health import NEVER_ROUTE, HealthFlag, HealthSettings
 from fleetgate.fleet.load_board import BackendLoad, LoadBoard, MemoryLoadBoard
@@ -82,6 +83,14 @@ class Pool:
         self._full: set[BackendState] = set()  # at their max_in_flight
         self.candidates: tuple[BackendState, ...] = ()
         self.refresh(0.0)
+
+    def configure(self, health: HealthSettings, weights: WeightSettings, now: float) -> None:
+        """A reloaded config's settings, from now on (its members and what they learned stay)."""
+        if weights != self._weights:
+            self._weights = weights
+            self._next_calibration = now + weights.interval_s if weights.calibrate else math.inf
+        self._health = health
+        self.refresh(now)
 
     def refresh(self, now: float) -> None:
         """Recompute the candidates after a health change.
@@ -234,9 +243,15 @@ class Pool:
     def set_weight(self, state: BackendState, weight: float, now: float) -> None:
         """The operator's new configured weight for `state` (> 0): its effective weight keeps
         its measured speed and slow-start share, x weight / the old configured weight."""
+        self.reconfigure(state, replace(state.backend, weight=weight), now)
+
+    def reconfigure(self, state: BackendState, backend: Backend, now: float) -> None:
+        """`state`'s backend as a reloaded config describes it (same id): what was measured of
+        it stays; its effective weight follows a new configured weight as `set_weight` says."""
         old = state.backend.weight
-        state.backend = replace(state.backend, weight=weight)
-        effective = state.weight * weight / old
+        state.backend = backend
+        self._limits = any(s.backend.max_in_flight is not None for s in self.states)
+        effective = state.weight * backend.weight / old
         if effective != state.weight:
             state.weight = effective
             if self.load_changed is not None:

@@ -13,13 +13,18 @@
     POST   /admin/drain {"backend": ID, "draining": true|false}
     GET    /admin/slo                      each pool's objectives: figure, burn rates, alerts
     GET    /admin/config                   the config in effect, every secret redacted
+    POST   /admin/config  (a whole config, YAML or JSON)
+                                           served from the next request on, as a reloaded
+                                           file is (fleetgate/reload.py); refused (400, the
+                                           config in use kept) as a broken file is, and when
+                                           it names other files than the config in use
     GET    /admin/tenants                  each tenant's requests admitted, tokens and spend
 
 A backend is named by its id (host:port, as GET /admin/backends lists it), in every pool it
 serves. A draining backend takes no new requests; those in flight finish. Every change (add,
-remove, weight, drain) is written to the audit log (`server.audit_log`) with the id of the key
-that made it; reads are not. Changes last until the gateway stops: the config file is not
-rewritten.
+remove, weight, drain, config) is written to the audit log (`server.audit_log`) with the id of
+the key that made it; reads are not. Changes last until the gateway stops (a reload keeps a
+backend added here): the config file is not rewritten.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from urllib.parse import parse_qs
 
 import msgspec
 
-from fleetgate.config import BackendConfig, Config
+from fleetgate.config import BackendConfig, Config, ConfigError
 from fleetgate.fleet.backend import BackendState, check_joining_url
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.membership import AlreadyMember, Joining, Membership, NotMember
@@ -84,6 +89,7 @@ class Admin:
         config: Config,
         audit: AuditLog | None = None,
         slo: SloBook | None = None,
+        reload: Callable[[bytes], Awaitable[None]] | None = None,
     ) -> None:
         self._pools = pools
         self._clock = clock
@@ -93,6 +99,7 @@ class Admin:
         self._config = msgspec.json.encode(redacted(config))  # frozen: encoded once
         self._audit = audit  # every change is written there, with the key that made it
         self._slo = slo
+        self._reload = reload  # a config sent whole, applied (ConfigError: refused)
 
     def routes(self) -> dict[tuple[bytes, bytes], Handler]:
         """(method, path) and the handler of each endpoint."""
@@ -104,6 +111,7 @@ class Admin:
             (b"POST", b"/admin/drain"): self.drain,
             (b"GET", b"/admin/slo"): self.slo,
             (b"GET", b"/admin/config"): self.config,
+            (b"POST", b"/admin/config"): self.reload,
             (b"GET", b"/admin/tenants"): self.tenants,
         }
 
@@ -155,6 +163,20 @@ class Admin:
 
     async def config(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(200, _headers(request_id), self._config)
+
+    async def reload(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        headers = _headers(request_id)
+        try:
+            if self._reload is None:
+                raise ConfigError("this gateway cannot reload its config")
+            await self._reload(request.body)
+        except ConfigError as exc:
+            self._record("admin_config_refused", request, request_id, error=str(exc))
+            message = f"The config was refused, and the one in use kept: {exc}"
+            writer.send(400, headers, error_body(400, message, None, "invalid_config"))
+            return
+        self._record("admin_config_reloaded", request, request_id)
+        writer.send(200, headers, b'{"status":"reloaded"}')
 
     async def tenants(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(200, _headers(request_id), msgspec.json.encode(self._usage.tenants()))

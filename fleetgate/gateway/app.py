@@ -122,6 +122,11 @@ class Gateway:
         return None if self._batches is None else self._batches.book
 
     @property
+    def clusters(self) -> Mapping[str, Cluster]:
+        """Each pool's cluster, by model."""
+        return self._clusters
+
+    @property
     def has_dashboard(self) -> bool:
         return self._dashboard is not None
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import parse_qs
 
 import msgspec
@@ -31,6 +31,7 @@ from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.openai_api import JSON, error_body
 from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller, FrontDoor, Refused
+from fleetgate.traffic.tenants import Tenant
 
 log = logging.getLogger(__name__)
 _Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
@@ -70,6 +71,11 @@ class BatchApi:
             (_BATCHES, None): {b"GET": self._answering(self._batch)},
             (_BATCHES, b"cancel"): {b"POST": self._answering(self._cancel)},
         }
+
+    def use(self, door: FrontDoor | None, tenants: Mapping[str, Tenant]) -> None:
+        """A reloaded config's door and tenants, from the next request on."""
+        self._door = door
+        self.book.configure(tenants, None if door is None else door.callers())
 
     def routes(self) -> dict[tuple[bytes, bytes], _Handler]:
         """The handlers of its fixed paths; `item` serves those under them."""

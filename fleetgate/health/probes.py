@@ -1,6 +1,7 @@
 """Who watches each backend from outside: its pool's active health checks (health/active.py)
 and engine-metrics scrapes (fleet/scraper.py), for the backends configured at start and for
-those that join later (fleet/membership.py), stopped for those that leave."""
+those that join later (fleet/membership.py), stopped for those that leave; started again on
+a reloaded config's settings (fleetgate/reload.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,26 @@ class BackendProbes:
         self._settings[pool] = (health_check, engine_metrics)
         for state in pool.states:
             self.watch(pool, state)
+
+    def restart(
+        self, pool: Pool, health_check: ActiveCheckSettings, engine_metrics: ScrapeSettings
+    ) -> None:
+        """`pool`'s settings after a reload: its backends are watched on them from now on
+        (started again only when they changed; what the probes set on a backend stays)."""
+        if self._settings.get(pool) == (health_check, engine_metrics):
+            return
+        self.stop(pool)
+        self.start(pool, health_check, engine_metrics)
+
+    def stop(self, pool: Pool) -> None:
+        """Stop watching the backends of `pool` (no longer configured)."""
+        self._settings.pop(pool, None)
+        for state in pool.states:
+            self.forget(state)
+
+    def watching(self, pool: Pool) -> bool:
+        """Whether `pool`'s backends are watched (it was started, and not stopped)."""
+        return pool in self._settings
 
     def probes(self, pool: Pool) -> bool:
         """Whether a backend that joins `pool` is probed (so may wait for a good probe)."""

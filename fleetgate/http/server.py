@@ -13,6 +13,7 @@ import logging
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, cast
 
 import httptools
@@ -136,6 +137,10 @@ class HttpConnection(asyncio.Protocol):
         self._drained_callbacks: list[Callable[[], None]] = []
         self.paused = False
         self.closed = False
+
+    def serve_with(self, handler: Handler, on_error: ErrorResponder) -> None:
+        """The handler of the requests that start from now on (the server's `serve_with`)."""
+        self._handler, self._on_error = handler, on_error
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -437,6 +442,14 @@ class HttpConnection(asyncio.Protocol):
             self._transport.abort()
 
 
+@dataclass(slots=True)
+class _Serving:
+    """What a server's connections run: a new connection takes the handler of the moment."""
+
+    handler: Handler
+    on_error: ErrorResponder
+
+
 class HttpServer:
     """A listening server, its open connections, and the sweeper of their deadlines."""
 
@@ -446,11 +459,20 @@ class HttpServer:
         live: set[HttpConnection],
         sweeper: DeadlineSweeper[HttpConnection],
         clock: Clock,
+        serving: _Serving,
     ) -> None:
         self.server = server
         self._live = live
         self._sweeper = sweeper
         self._clock = clock
+        self._serving = serving
+
+    def serve_with(self, handler: Handler, on_error: ErrorResponder) -> None:
+        """Hand every request from now on to `handler` (a reloaded config's), on open
+        connections too; a request running goes on with the handler it began with."""
+        self._serving.handler, self._serving.on_error = handler, on_error
+        for conn in self._live:
+            conn.serve_with(handler, on_error)
 
     @property
     def port(self) -> int:
@@ -511,10 +533,11 @@ async def start_server(
     bodies = BodyBudget(lim.max_buffered_body_bytes)
     loop = asyncio.get_running_loop()
     now = clock.now
+    serving = _Serving(handler, on_error)
     server = await loop.create_server(
-        lambda: HttpConnection(handler, on_error, lim, live, loop, bodies, now=now),
+        lambda: HttpConnection(serving.handler, serving.on_error, lim, live, loop, bodies, now=now),
         host, port, backlog=4096, ssl=tls, reuse_port=reuse_port or None,
     )  # fmt: skip
     sweeper = DeadlineSweeper(clock, live)
     sweeper.start()
-    return HttpServer(server, live, sweeper, clock)
+    return HttpServer(server, live, sweeper, clock, serving)

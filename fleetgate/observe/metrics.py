@@ -49,6 +49,7 @@ from fleetgate.observe.fleet_metrics import (
     shared_state_families,
     slo_families,
 )
+from fleetgate.observe.reloads import ReloadStatus, reload_families
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
 from fleetgate.observe.slo import ObjectiveStatus
 from fleetgate.resilience.retry import RETRYABLE_STATUSES
@@ -104,14 +105,16 @@ class GatewayMetrics(Collector):
         leases: Callable[[], Iterable[LeaseStatus]] = lambda: (),
         kv_events: Callable[[], Iterable[FeedStatus]] = lambda: (),
         discovery: Callable[[], Iterable[SourceStatus]] = lambda: (),
+        reloads: Callable[[], ReloadStatus] | None = None,
     ) -> None:
+        self._reloads = reloads  # the config's reloads (fleetgate/reload.py); None: not served
         self._discovery = discovery  # the sources of backends found while running
         self._shared = shared  # the state shared with other gateways (shared/state.py)
         self._leases = leases  # ... and the leases among them
         self._kv_events = kv_events  # the engines' KV-event feeds (kv_events/feeds.py)
         self._states = states  # read when scraped (observe/fleet_metrics.py)
         self._loads = loads  # (model, backend id, its load board record), when scraped
-        self._gpu_expiries = gpu_expiries  # health/gpu.py's GpuBoard.expiries, when scraped
+        self.gpu_expiries = gpu_expiries  # health/gpu.py's GpuBoard.expiries, when scraped
         self._usage = usage  # tokens and spend per (pool, tenant): observe/usage.py's
         self._admissions = admissions
         self._slo = slo
@@ -209,16 +212,25 @@ class GatewayMetrics(Collector):
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
         self._status_text: dict[int, str] = {}
-        self._tenants = tuple(tenants)
-        for tenant, priority in self._tenants:
-            for reason in REFUSALS_BEFORE_CLASS:
-                self._rejected.values[(tenant, "unknown", reason)] = 0.0
-            for reason in REFUSALS_IN_CLASS:
-                self._rejected.values[(tenant, priority, reason)] = 0.0
-        if auth:
-            self._rejected.values[("unknown", "unknown", UNKNOWN_CALLER_REFUSAL)] = 0.0
         self._shown: set[tuple[str, str]] = set()  # (pool, backend) whose series are shown
         self._shown_pools: set[str] = set()
+        self._tenants: tuple[tuple[str, str], ...] = ()
+        self.know_tenants(tenants, auth)
+
+    def know_tenants(self, tenants: Iterable[tuple[str, str]], auth: bool) -> None:
+        """Show the series of these tenants (the config's, at start or reloaded) from zero;
+        what was counted of any tenant stays."""
+        self._tenants = tuple(tenants)
+        rejected, admitted = self._rejected.values, self._admitted.values
+        for tenant, priority in self._tenants:
+            for reason in REFUSALS_BEFORE_CLASS:
+                rejected.setdefault((tenant, "unknown", reason), 0.0)
+            for reason in REFUSALS_IN_CLASS:
+                rejected.setdefault((tenant, priority, reason), 0.0)
+            for model in self._shown_pools:
+                admitted.setdefault((model, tenant, priority), 0.0)
+        if auth:
+            rejected.setdefault(("unknown", "unknown", UNKNOWN_CALLER_REFUSAL), 0.0)
 
     def routing_timer(self, model: str) -> Callable[[str, float], None]:
         """What a pool's routing pipeline reports each plugin's time to (several times per
@@ -359,7 +371,9 @@ class GatewayMetrics(Collector):
         yield from discovery_families(self._discovery())
         yield from backend_families(states, now)
         yield from gpu_families(states, now)
-        yield gpu_expiry_family(self._gpu_expiries())
+        yield gpu_expiry_family(self.gpu_expiries())
+        if self._reloads is not None:
+            yield from reload_families(self._reloads())
 
     def _usage_families(self) -> Iterator[Metric]:
         tokens = CounterMetricFamily(

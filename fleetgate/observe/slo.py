@@ -309,10 +309,22 @@ class SloBook:
     routing, with their pool when it was known) and from each pool."""
 
     def __init__(self, settings: Mapping[str, SloSettings], clock: Callable[[], float]) -> None:
-        self._pools = {model: PoolSlo(s) for model, s in settings.items() if s.any}
+        self._pools: dict[str, PoolSlo] = {}
         self._clock = clock
         self._second = -1  # the clock's second `_status` was worked out in
         self._status: dict[str, list[ObjectiveStatus]] = {}
+        self.configure(settings)
+
+    def configure(self, settings: Mapping[str, SloSettings]) -> None:
+        """Each pool's objectives (at start, or reloaded): a pool whose objectives did not
+        change keeps what it counted."""
+        old = self._pools
+        self._pools = {
+            model: old[model] if model in old and old[model].settings == s else PoolSlo(s)
+            for model, s in settings.items()
+            if s.any
+        }
+        self._second = -1
 
     def subscribe(self, hooks: Hooks) -> None:
         if self._pools:

@@ -28,11 +28,17 @@ class TenantUsage:
     other that calls (the anonymous caller when auth is off)."""
 
     def __init__(self, known: Iterable[str] = ()) -> None:
-        self._requests = dict.fromkeys(known, 0)  # admitted, by tenant (names from the config)
+        self._requests: dict[str, int] = {}  # admitted, by tenant (names from the config)
+        self.know(known)
         self._counts_requests = True
         # Per (pool, tenant): [prompt tokens, completion tokens, spend]. Only these are kept
         # per answer (a tenant's totals are summed when read: far more answers than reads).
         self.by_pool: dict[tuple[str, str], list[float]] = {}
+
+    def know(self, tenants: Iterable[str]) -> None:
+        """Show these tenants (the config's, at start or reloaded) from zero."""
+        for tenant in tenants:
+            self._requests.setdefault(tenant, 0)
 
     def subscribe(self, hooks: Hooks, requests: bool = True) -> None:
         """Hear what tenants use; their requests too unless `requests` is False (the metrics

@@ -36,7 +36,7 @@ def test_the_alert_rules_pass_promtools_check_and_their_unit_tests() -> None:
     tool = promtool()
     check = subprocess.run([tool, "check", "rules", str(RULES)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "SUCCESS: 15 rules found" in check.stdout
+    assert "SUCCESS: 16 rules found" in check.stdout
     tests = subprocess.run(
         [tool, "test", "rules", "alerts_test.yml"], capture_output=True, text=True,
         cwd=RULES.parent,
@@ -248,7 +248,7 @@ def test_the_alert_rules_load_and_evaluate_without_error(
             break
         assert time.monotonic() < deadline, "rules not evaluated"
         time.sleep(0.5)
-    assert len(rules) == 15
+    assert len(rules) == 16
     assert [(r["name"], r["lastError"]) for r in rules if r["health"] != "ok"] == []
     # The recorded burn ratio has a figure per objective from the real traffic.
     ratios = api(base, "/api/v1/query", query="fleetgate:slo_bad_ratio:rate5m")["data"]["result"]

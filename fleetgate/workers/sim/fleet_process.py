@@ -78,6 +78,7 @@ class SimFleetProcess:
         self._host = host
         self._process: multiprocessing.process.BaseProcess | None = None
         self.kv_endpoints: list[tuple[str, str] | None] = []
+        self.urls: list[str] = []
         """Per spec, once started: its KV events' (endpoint, replay endpoint), or None."""
 
     def start(self, timeout_s: float = 30.0) -> list[str]:
@@ -100,7 +101,13 @@ class SimFleetProcess:
             self.stop()
             raise RuntimeError("the built-in sim workers could not listen")
         self.kv_endpoints = [events for _, events in started]
-        return [f"http://{self._host}:{port}" for port, _ in started]
+        self.urls = [f"http://{self._host}:{port}" for port, _ in started]
+        return self.urls
+
+    @property
+    def places(self) -> list[tuple[str, tuple[str, str] | None]]:
+        """Per spec, once started: its URL and KV events' endpoints."""
+        return list(zip(self.urls, self.kv_endpoints, strict=True))
 
     def stop(self) -> None:
         process, self._process = self._process, None
