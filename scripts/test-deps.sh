@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Programs the tests need from outside Python, from Debian's packages: redis-server (shared
 # limits and state), prometheus and promtool (the dashboard's and alert rules' queries against a
-# real Prometheus), chromium (the dashboard in a headless browser). `make test` runs this before
-# pytest, so `.ci/run` has them on a new machine. Idempotent: what is on PATH is not installed
-# again, and with everything present it does nothing (no root needed).
+# real Prometheus), chromium (the dashboard in a headless browser), kubectl (its kustomize
+# renders deploy/kubernetes/). `make test` runs this before pytest, so `.ci/run` has them on a
+# new machine. Idempotent: what is on PATH is not installed again, and with everything present
+# it does nothing (no root needed).
 set -euo pipefail
 
 # program:package, one pair a word.
-needed="redis-server:redis-server prometheus:prometheus promtool:prometheus chromium:chromium"
+needed="redis-server:redis-server prometheus:prometheus promtool:prometheus chromium:chromium
+kubectl:kubernetes-client"
 
 found() {
     command -v "$1" >/dev/null 2>&1 || [ -x "/usr/bin/$1" ] || [ -x "/usr/sbin/$1" ]
