@@ -70,13 +70,21 @@ def test_registered_workers_join_and_a_killed_one_leaves_without_a_failed_reques
                 time.sleep(0.5)
                 second.stop(signal.SIGKILL)
                 killed = time.monotonic()
-                left = until(lambda: metric(url, "fleetgate_discovery_backends", source=source)
-                             == 1, timeout_s=5.0)  # fmt: skip
+                # Out of rotation (its refused connections eject it) well within a heartbeat;
+                # it leaves the pool when its registry entry lapses.
+                victim = w1.removeprefix("http://")
+                out = until(lambda: metric(url, "fleetgate_backend_healthy", backend=victim)
+                            == 0, timeout_s=5.0)  # fmt: skip
+                until(lambda: metric(url, "fleetgate_discovery_backends", source=source) == 1,
+                      timeout_s=5.0)  # fmt: skip
+                left = time.monotonic() - killed
                 time.sleep(0.5)
                 stop.set()
                 loader.join()
-            print(f"joined in {joined:.2f} s; killed, left in {left:.2f} s; {sent[0]} requests")
+            print(f"joined in {joined:.2f} s; killed, out of rotation in {out:.3f} s, left in "
+                  f"{left:.2f} s; {sent[0]} requests")  # fmt: skip
             assert failed == [] and sent[0] > 10, (failed, sent)
+            assert out < BEAT_S, out
             assert left < 3 * BEAT_S + 1.0, left  # its entry's life, and a read
             assert time.monotonic() - killed < 10
             before = metric(w0, "vllm:request_success_total")
