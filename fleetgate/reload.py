@@ -25,10 +25,11 @@ a broken one, and the running one is kept.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import yaml
 
@@ -41,8 +42,10 @@ from fleetgate.config import (
     parse_config,
 )
 from fleetgate.fleet.backend import Backend
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.pool import Pool
+from fleetgate.gateway.redact import REDACTED
 from fleetgate.observe.reloads import ReloadStatus
 
 if TYPE_CHECKING:
@@ -50,6 +53,7 @@ if TYPE_CHECKING:
     from fleetgate.discovery.reconcile import Discovery
     from fleetgate.gateway.app import RequestIds
     from fleetgate.gateway.batch_api import BatchApi
+    from fleetgate.health.outlier import OutlierDetector
     from fleetgate.health.probes import BackendProbes
     from fleetgate.observe.audit import AuditLog
     from fleetgate.observe.live import LiveView
@@ -59,11 +63,16 @@ if TYPE_CHECKING:
     from fleetgate.observe.slo import SloBook
     from fleetgate.observe.usage import TenantUsage
     from fleetgate.resilience.cluster import Cluster
+    from fleetgate.resilience.hedge import TtftWindow
+    from fleetgate.routing.pipeline import RoutingPipeline
+    from fleetgate.routing.registry import PluginContext
+    from fleetgate.routing.stores import ResponsePins
     from fleetgate.traffic.admission import Admission
     from fleetgate.traffic.batch_lane import BatchLane
     from fleetgate.traffic.concurrency import ConcurrencyLimit
 
 log = logging.getLogger("fleetgate.reload")
+T = TypeVar("T")
 
 # server: what the edge reads (made again on each config); every other field is the listener's.
 RELOADABLE_SERVER = frozenset(
@@ -72,7 +81,7 @@ RELOADABLE_SERVER = frozenset(
         "passthrough_paths", "drain_timeout_s",
     }
 )  # fmt: skip
-RESTART_SECTIONS = ("state", "tracing", "batches", "discovery")
+RESTART_SECTIONS = ("seed", "state", "tracing", "batches", "discovery")
 RESTART_LIMITS = ("store", "redis_url", "key_prefix")
 
 
@@ -127,6 +136,10 @@ def check_posted(old: Config, new: Config) -> None:
         )
 
 
+MAX_POSTED_BYTES = 1 << 20  # a config of thousands of backends is far less
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when PyYAML has it
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigSource:
     """Where a running gateway's config comes from: its file (None: the built-in fleet, or
@@ -143,11 +156,25 @@ class ConfigSource:
         return await self.adjust(load_config(self.path))
 
     async def parse(self, text: bytes) -> Config:
-        """A config sent whole (YAML or JSON); ConfigError as a file's."""
+        """A config sent whole (YAML or JSON, at most MAX_POSTED_BYTES), parsed off the event
+        loop; ConfigError as a file's, but naming only where a syntax error is (the text may
+        hold keys)."""
+        if len(text) > MAX_POSTED_BYTES:
+            raise ConfigError(f"the config sent is over {MAX_POSTED_BYTES // 1024} KiB")
+        if REDACTED.encode() in text:
+            raise ConfigError(
+                f"the config sent holds {REDACTED!r} (as GET /admin/config shows secrets): "
+                "send the real keys and URLs"
+            )
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"the config sent is not valid YAML or JSON: {exc}") from None
+            data = await asyncio.to_thread(yaml.load, text, Loader=_LOADER)
+        except yaml.MarkedYAMLError as exc:
+            mark = exc.problem_mark
+            where = "" if mark is None else f" at line {mark.line + 1}, column {mark.column + 1}"
+            raise ConfigError(f"the config sent is not valid YAML or JSON{where}") from None
+        except (yaml.YAMLError, RecursionError, ValueError) as exc:
+            kind = type(exc).__name__
+            raise ConfigError(f"the config sent is not valid YAML or JSON ({kind})") from None
         return await self.adjust(parse_config(data))
 
 
@@ -169,11 +196,29 @@ def _backends(pool: PoolConfig) -> list[BackendConfig]:
     return [*pool.backends, *(pool.prefill.backends if pool.prefill is not None else ())]
 
 
-@dataclass(slots=True)
-class KeptAdmission:
-    """A pool's admission, kept while what it was made from is the same."""
+class Keeper(Generic[T]):
+    """Things of each pool made from its settings: the one made from equal settings is given
+    again (with what it learned), else a new one."""
 
-    made_from: object  # (its settings, engine priority, the tenants)
+    def __init__(self) -> None:
+        self._made: dict[str, tuple[object, T]] = {}
+
+    def get(self, name: str, made_from: object, make: Callable[[], T]) -> T:
+        old = self._made.get(name)
+        if old is not None and old[0] == made_from:
+            return old[1]
+        made = make()
+        self._made[name] = (made_from, made)
+        return made
+
+    def drop(self, name: str) -> None:
+        self._made.pop(name, None)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolAdmission:
+    """A pool's admission and the parts that hear its events."""
+
     admission: Admission
     limit: ConcurrencyLimit
     lane: BatchLane
@@ -188,7 +233,13 @@ class Kept:
     pools: dict[str, Pool] = field(default_factory=dict)  # each pool, by name ("m:prefill")
     configured: dict[str, set[str]] = field(default_factory=dict)  # its backends' ids, by name
     clusters: dict[str, Cluster] = field(default_factory=dict)  # the config's now
-    admissions: dict[str, KeptAdmission] = field(default_factory=dict)
+    # Each pool's routing stores (its load board, prefix index, sessions), for good.
+    contexts: dict[str, PluginContext] = field(default_factory=dict)
+    pipelines: Keeper[RoutingPipeline] = field(default_factory=Keeper)
+    admissions: Keeper[PoolAdmission] = field(default_factory=Keeper)
+    outliers: Keeper[OutlierDetector] = field(default_factory=Keeper)
+    ttfts: Keeper[TtftWindow] = field(default_factory=Keeper)
+    pins: ResponsePins | None = None  # the Responses API's, one for every pool
     members: Membership | None = None
     probes: BackendProbes | None = None
     discovery: Discovery | None = None
@@ -235,14 +286,32 @@ def carry_pools(
                 continue  # new: made as at start
             pool.configure(config.health(), config.weights, now)
             probes.restart(pool, config.health_check, config.engine_metrics)
+            _forget_switched_off(pool, config, now)
             kept.configured[name] = carry_pool(
                 name, pool, part, members, kept.configured.get(name, set()), now=now
             )
     for name in [n for n in kept.pools if n not in wanted]:
         probes.stop(kept.pools.pop(name))
         kept.configured.pop(name, None)
-        kept.admissions.pop(name, None)
+        for keeper in (kept.pipelines, kept.admissions, kept.outliers, kept.ttfts):
+            keeper.drop(name)
         log.info("reload: the pool %s is no longer configured", name)
+
+
+def _forget_switched_off(pool: Pool, config: PoolConfig, now: float) -> None:
+    """Clear what a detector the config turned off had set: nothing would clear it again."""
+    off = HealthFlag(0)
+    if not config.health_check.enabled:
+        off |= HealthFlag.ACTIVE_CHECK_FAILED | HealthFlag.UNPROBED
+    if not config.gpu.enabled:
+        off |= HealthFlag.GPU_FAULT
+    for state in pool.states:
+        if state.flags & off & HealthFlag.UNPROBED:
+            state.ramp_from = now  # let in, at a slow start, as a good probe would
+        state.flags &= ~off
+        if not config.gpu.enabled:
+            pool.throttle(state, 1.0, now)
+    pool.refresh(now)
 
 
 def carry_pool(
@@ -268,7 +337,9 @@ def carry_pool(
             named = replace(backend, name=members.new_name(pool.model))
             members.join(pool, named, probe_first=False, slow_start=True)
             log.info("reload: %s joins %s", backend.id, name)
-        elif not pool.retiring(state):
+        else:
+            if pool.retiring(state):  # dropped by the last config, listed again by this one
+                pool.rejoin(state, now)
             pool.reconfigure(state, replace(backend, name=state.backend.name), now)
     for gone in configured - now_ids:
         state = pool.members.get(gone)

@@ -58,7 +58,7 @@ from fleetgate.gateway.heartbeat import HeartbeatEndpoint
 from fleetgate.gateway.inference import InferenceEndpoints
 from fleetgate.health.active import ActiveChecker
 from fleetgate.health.gpu import GpuBoard, GpuWatch
-from fleetgate.health.outlier import OutlierDetector, OutlierSettings
+from fleetgate.health.outlier import OutlierDetector
 from fleetgate.health.probes import BackendProbes
 from fleetgate.http.client import HttpClient
 from fleetgate.http.forwarding import RequestHeaders
@@ -79,7 +79,7 @@ from fleetgate.observe.usage import TenantUsage
 from fleetgate.reload import (
     ConfigSource,
     Kept,
-    KeptAdmission,
+    PoolAdmission,
     carry_pools,
     check_posted,
     check_reloadable,
@@ -171,16 +171,15 @@ def _pipeline(
 def _routed(
     pool: Pool,
     pipeline: RoutingPipeline,
-    outlier: OutlierSettings,
+    outliers: OutlierDetector,
     subscribe: Callable[[Hooks], None],
     watch: Callable[[Hooks, Pool], None] | None,
 ) -> tuple[Router, Emitters]:
     """`pool` routed by `pipeline`, and the emitters of its events: its own fleet accounting
-    and outlier detector hear them, what `watch` adds for this pool (a decode pool's hedge
-    window and concurrency limit), and what `subscribe` adds."""
+    and `outliers` (its detector) hear them, what `watch` adds for this pool (a decode pool's
+    hedge window and concurrency limit), and what `subscribe` adds."""
     hooks = Hooks()
     FleetAccounting(pool).subscribe(hooks)
-    outliers = OutlierDetector(outlier, pool)
     outliers.subscribe(hooks)
     if watch is not None:
         watch(hooks, pool)
@@ -195,46 +194,59 @@ def _pool(
     config: PoolConfig,
     backends: tuple[Backend, ...],
     board: LoadBoard,
-    kept: Kept | None,
+    kept: Kept,
 ) -> Pool:
     """The pool called `name` (a prefill pool: "model:prefill"): the one kept from the last
     config (its members made to follow this one already: fleetgate/reload.py), else new."""
-    pool = None if kept is None else kept.pools.get(name)
+    pool = kept.pools.get(name)
     if pool is None:
         states = [BackendState(b) for b in backends]
-        pool = Pool(config.model, states, config.health(), config.weights, board=board)
-        if kept is not None:
-            kept.pools[name] = pool
-            kept.configured[name] = {b.id for b in backends}
+        pool = kept.pools[name] = Pool(
+            config.model, states, config.health(), config.weights, board=board
+        )
+        kept.configured[name] = {b.id for b in backends}
     return pool
 
 
 def _admission(
-    c: PoolConfig,
-    pool: Pool,
-    hooks: Hooks,
-    tenants: Mapping[str, Tenant],
-    clock: Clock,
-    kept: Kept | None,
-) -> Admission | None:
+    c: PoolConfig, pool: Pool, tenants: Mapping[str, Tenant], clock: Clock, kept: Kept
+) -> PoolAdmission | None:
     """The pool's admission (None: off): the one kept while made from the same settings and
-    tenants (its queue and learned limit go on), else new; its limit and lane hear `hooks`."""
+    tenants' caps and floors (its queue and learned limit go on), else new."""
     admit = c.admission
     if not admit.enabled:
         return None
-    made_from = (admit, c.engine_priority, tuple(t.settings for t in tenants.values()))
-    old = None if kept is None else kept.admissions.get(c.model)
-    if old is None or old.made_from != made_from:
+    settings = [t.settings for t in tenants.values()]
+    caps = {(s.name, s.max_concurrency, s.min_concurrency) for s in settings}
+
+    def make() -> PoolAdmission:
         now = clock.now
         limit = ConcurrencyLimit(admit.limit, pool, now, c.engine_priority)
         lane = BatchLane(admit.batch_lane, len(pool.states), now())
         admission = Admission(admit, limit, tenants, clock, lane, c.engine_priority)
-        old = KeptAdmission(made_from, admission, limit, lane)
-        if kept is not None:
-            kept.admissions[c.model] = old
-    old.limit.subscribe(hooks)
-    old.lane.subscribe(hooks)
-    return old.admission
+        return PoolAdmission(admission, limit, lane)
+
+    return kept.admissions.get(c.model, (admit, c.engine_priority, caps), make)
+
+
+def _routing(
+    name: str,
+    c: PoolConfig,
+    registry: PluginRegistry,
+    make_context: Callable[[], PluginContext],
+    kept: Kept,
+) -> tuple[PluginContext, RoutingPipeline]:
+    """The routing of the pool called `name` (prefill: "model:prefill"): its stores, kept for
+    good, and its pipeline, kept while its settings are the same (ConfigError: it cannot be
+    built)."""
+    ctx = kept.contexts.get(name)
+    if ctx is None:
+        ctx = kept.contexts[name] = make_context()
+    prefill = name != c.model
+    made_from = (c.prefill.policy, ) if prefill and c.prefill is not None else (
+        c.policy, c.policy_params, c.routing, c.engine_metrics.stale_after_s)  # fmt: skip
+    pipeline = kept.pipelines.get(name, made_from, lambda: _pipeline(c, registry, ctx, prefill))
+    return ctx, pipeline
 
 
 def build_clusters(
@@ -254,55 +266,67 @@ def build_clusters(
     (`subscribe` adds those every pool shares, such as metrics); each pool's routing state
     from `state` (shared/state.py), in this process's memory when none is given, and what its
     engines report holding from `kv_events` (kv_events/feeds.py). With `kept` (a running
-    gateway's), the pools and admissions it holds are used, and those made are left there;
-    on a reload, its pools' members follow `resolved` (fleetgate/reload.py), once every
-    pipeline was built (a ConfigError leaves them as they were)."""
+    gateway's), what it holds is used and what is made is left there; on a reload, its pools'
+    members follow `resolved` (fleetgate/reload.py) once every pipeline was built (so a
+    ConfigError leaves them as they were)."""
     now = clock.now
     state = state or RoutingState(StateSettings(), clock, rng)
-    # What a bad config refuses, first: the pipelines (and the rng drawn in one order).
+    kept = kept or Kept(RequestIds())  # a benchmark's or a test's: nothing is kept
     made = []
-    for item in resolved:
+    for item in resolved:  # the pipelines first (and the rng drawn in the same order)
         c = item.config
-        # One of each store per pool (fleet/load_board.py, routing/stores.py).
-        ctx = PluginContext(
-            random.Random(rng.getrandbits(64)), state.load_board(c.model),
-            c.engine_metrics.stale_after_s, prefix_index=state.prefix_index(c.model),
-            sessions=state.sessions(c.model),
-            engine_blocks=_engine_blocks(c.model, kv_events, state),
-        )  # fmt: skip
-        prefill_made = None
+
+        def context(c: PoolConfig = c) -> PluginContext:
+            # One of each store per pool (fleet/load_board.py, routing/stores.py).
+            return PluginContext(
+                random.Random(rng.getrandbits(64)), state.load_board(c.model),
+                c.engine_metrics.stale_after_s, prefix_index=state.prefix_index(c.model),
+                sessions=state.sessions(c.model),
+                engine_blocks=_engine_blocks(c.model, kv_events, state),
+            )  # fmt: skip
+
+        ctx, pipeline = _routing(c.model, c, registry, context, kept)
+        prefill_routing = None
         if c.prefill is not None:
             name = f"{c.model}:prefill"  # its pool's own stores
-            prefill_ctx = replace(
-                ctx, board=state.load_board(name), prefix_index=state.prefix_index(name),
-                sessions=state.sessions(name), engine_blocks=None,
-            )  # fmt: skip
-            prefill_made = (prefill_ctx.board, _pipeline(c, registry, prefill_ctx, True))
-        made.append((item, ctx.board, _pipeline(c, registry, ctx, False), prefill_made))
-    if kept is not None and kept.members is not None:
+
+            def prefill_context(ctx: PluginContext = ctx, name: str = name) -> PluginContext:
+                return replace(
+                    ctx, board=state.load_board(name), prefix_index=state.prefix_index(name),
+                    sessions=state.sessions(name), engine_blocks=None,
+                )  # fmt: skip
+
+            prefill_routing = _routing(name, c, registry, prefill_context, kept)
+        made.append((item, ctx, pipeline, prefill_routing))
+    if kept.members is not None:
         carry_pools(kept, [(i.config, i.backends, i.prefill) for i in resolved], now())
     clusters: dict[str, Cluster] = {}
-    for item, board, pipeline, prefill_made in made:
+    for item, ctx, pipeline, prefill_routing in made:
         c = item.config
         timeouts = c.timeouts()
         hedge = c.hedge
-        ttft = TtftWindow(hedge)
-        admission: Admission | None = None
+        ttft = kept.ttfts.get(c.model, hedge, functools.partial(TtftWindow, hedge))
+        admission: PoolAdmission | None = None
 
         def watch(hooks: Hooks, pool: Pool, c: PoolConfig = c, ttft: TtftWindow = ttft) -> None:
             nonlocal admission
             ttft.subscribe(hooks)
-            admission = _admission(c, pool, hooks, tenants or {}, clock, kept)
+            admission = _admission(c, pool, tenants or {}, clock, kept)
+            if admission is not None:
+                admission.limit.subscribe(hooks)
+                admission.lane.subscribe(hooks)
 
-        pool = _pool(c.model, c, item.backends, board, kept)
-        router, emit = _routed(pool, pipeline, c.outlier, subscribe, watch)
+        pool = _pool(c.model, c, item.backends, ctx.board, kept)
+        router, emit = _routed(pool, pipeline, _outliers(c.model, c, pool, kept), subscribe, watch)
         prefill = None
-        if prefill_made is not None:
-            prefill_board, prefill_pipeline = prefill_made
-            prefill_pool = _pool(f"{c.model}:prefill", c, item.prefill, prefill_board, kept)
+        if prefill_routing is not None:
+            name = f"{c.model}:prefill"
+            prefill_ctx, prefill_pipeline = prefill_routing
+            prefill_pool = _pool(name, c, item.prefill, prefill_ctx.board, kept)
             prefill_router, prefill_emit = _routed(
-                prefill_pool, prefill_pipeline, c.outlier, subscribe, None
-            )
+                prefill_pool, prefill_pipeline, _outliers(name, c, prefill_pool, kept),
+                subscribe, None,
+            )  # fmt: skip
             prefill = Prefill(transport, now, prefill_router, timeouts, prefill_emit)
         retries = c.retries
         clusters[c.model] = Cluster(
@@ -314,10 +338,15 @@ def build_clusters(
             ttft=ttft,
             emit=emit,
             prefill=prefill,
-            admission=admission,
+            admission=None if admission is None else admission.admission,
             engine_priority=c.engine_priority,
         )
     return clusters
+
+
+def _outliers(name: str, c: PoolConfig, pool: Pool, kept: Kept) -> OutlierDetector:
+    """The pool's outlier detector, kept while its settings are (its counts go on)."""
+    return kept.outliers.get(name, c.outlier, lambda: OutlierDetector(c.outlier, pool))
 
 
 def _response_cache(
@@ -519,7 +548,8 @@ class RunningGateway:
         self._rebuild = rebuild  # a reloaded config's gateway (None: not reloadable)
         self._client = client
         self._sims = sims
-        self._reloading = asyncio.Lock()
+        self._reloading = asyncio.Lock()  # one reload at a time
+        self._stopping = False  # draining or closed: a reload is refused
 
     @property
     def port(self) -> int:
@@ -535,15 +565,18 @@ class RunningGateway:
         was refused, and the config in use is kept."""
         assert self._rebuild is not None  # start_gateway gives one
         async with self._reloading:
+            if self._stopping:
+                raise ConfigError("the gateway is stopping: it takes no new config")
             kept = self._rebuild.kept
             try:
                 config = await read()
                 check_reloadable(self.config, config)
                 gateway = self._rebuild.gateway(config)
-            except ConfigError as exc:
-                kept.reloads.record(via, str(exc), time.time())
-                log.error("config reload (%s) refused, the config in use kept: %s", via, exc)
-                raise
+            except Exception as exc:
+                error = exc if isinstance(exc, ConfigError) else ConfigError(repr(exc))
+                kept.reloads.record(via, str(error), time.time())
+                log.error("config reload (%s) refused, the config in use kept: %s", via, error)
+                raise error from None
             old, self.gateway, self.config = self.gateway, gateway, config
             self.server.serve_with(gateway.handle, gateway.send_error)
             old.end_streams()  # a dashboard's event stream: its page connects again, here
@@ -574,6 +607,7 @@ class RunningGateway:
 
     async def drain(self, timeout_s: float) -> int:
         """Finish the requests in progress (up to `timeout_s`), then stop everything."""
+        self._stopping = True  # no reload from now on
         if self.batches is not None:
             await self.batches.stop()
         self._checker.stop()
@@ -585,6 +619,7 @@ class RunningGateway:
         return left
 
     async def close(self) -> None:
+        self._stopping = True
         if self.batches is not None:
             await self.batches.stop()
         self._checker.stop()
@@ -679,6 +714,7 @@ def compose(
     first = kept is None or kept.members is None  # not a reload
     kept = kept if kept is not None else Kept(RequestIds())
     state = state or RoutingState(StateSettings(), clock, rng)  # this process's own
+    pins = kept.pins = kept.pins or state.pins()  # the Responses API's, for good
     tenants = {t.name: Tenant.of(t) for t in config.tenants}
     tenants[ANONYMOUS.name] = ANONYMOUS
     # What a bad config refuses comes first, before anything running is changed: the keys,
@@ -820,7 +856,7 @@ def compose(
     director = Director(
         clusters=clusters, failover=failover, emit=edge_emit, clock=now, door=door,
         routes=routes, pricing={p.model: p.pricing for p in config.pools},
-        assumed_output_tokens=config.limits.assumed_output_tokens, pins=state.pins(),
+        assumed_output_tokens=config.limits.assumed_output_tokens, pins=pins,
         cache=_response_cache(config, clock, state, kept),
     )  # fmt: skip
     ids = kept.ids
@@ -890,12 +926,12 @@ def _request_log(config: Config, clock: Clock, kept: Kept) -> RequestLog | None:
     if kept.request_log is not None and kept.request_log[0] == settings:
         return kept.request_log[1]
     try:
-        log = open_request_log(settings, clock.call_later)
+        opened = open_request_log(settings, clock.call_later)
     except OSError as exc:
         raise ConfigError(f"request_log.path: cannot append to it: {exc.strerror}") from None
-    kept.request_log = (settings, log)
-    kept.request_logs.append(log)
-    return log
+    kept.request_log = (settings, opened)
+    kept.request_logs.append(opened)
+    return opened
 
 
 def resolve(config: Config) -> list[ResolvedPool]:
@@ -1148,10 +1184,12 @@ async def serve_forever(
     config from `source` (and, with `server.watch_config_s`, so does a change of its file).
     `worker`: this process is that one of several on the port (fleetgate/processes.py); the
     first prints the banner."""
+    loop = asyncio.get_running_loop()
+    # A SIGHUP while starting would end the process (its default action): it is logged.
+    loop.add_signal_handler(signal.SIGHUP, log.warning, "SIGHUP while starting: ignored")
     running = await start_gateway(config, reuse_port=worker is not None, source=source)
     settle_heap()
     signals = asyncio.Queue[int]()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, signals.put_nowait, sig)
     reloads: set[asyncio.Task[None]] = set()
@@ -1173,6 +1211,8 @@ async def serve_forever(
     if watch is not None:
         watch.cancel()
     loop.remove_signal_handler(signal.SIGHUP)
+    for task in reloads:  # a reload not applied yet is dropped: the gateway stops
+        task.cancel()
     timeout_s = running.config.server.drain_timeout_s
     print(
         f"fleetgate: draining (up to {timeout_s:g} s; signal again to stop now)",

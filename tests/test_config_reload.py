@@ -15,7 +15,7 @@ import pytest
 
 from fleetgate.config import Config, ConfigError, parse_config
 from fleetgate.fleet.health import HealthFlag
-from fleetgate.reload import check_posted, restart_only_changes
+from fleetgate.reload import ConfigSource, check_posted, restart_only_changes
 from fleetgate.serve import RunningGateway, start_gateway
 
 A, B, C = "http://127.0.0.1:9", "http://127.0.0.2:9", "http://127.0.0.3:9"  # never answer
@@ -144,3 +144,73 @@ def test_a_posted_config_may_not_choose_the_gateways_files() -> None:
             data[section] = {**data[section], **values}
         with pytest.raises(ConfigError, match="may not change the files"):
             check_posted(old, parse_config(data))
+
+
+async def test_routing_state_is_kept_and_a_pipeline_while_its_settings_are(
+    running: RunningGateway,
+) -> None:
+    router = running.gateway.clusters["m"].router
+    await reload(running, config([A, C]))  # backends alone changed
+    kept = running.gateway.clusters["m"].router
+    assert kept.pipeline is router.pipeline and kept.pool is router.pool
+    await reload(running, config([A, C], pool={"policy": "least_requests"}))
+    changed = running.gateway.clusters["m"].router
+    assert changed.pipeline is not router.pipeline
+    assert running._rebuild is not None  # the same stores: in-flight counts, index, sessions
+    assert running._rebuild.kept.contexts["m"].board is changed.pool.board
+
+
+async def test_a_backend_listed_again_while_it_drains_stays(running: RunningGateway) -> None:
+    pool = running.pools["m"]
+    b = pool.members["127.0.0.2:9"]
+    pool.begin("127.0.0.2:9", 0.0)  # a request in flight to it
+    await reload(running, config([A]))
+    assert pool.retiring(b) and b.flags & HealthFlag.GONE
+    await reload(running, config([A, B]))
+    assert pool.members["127.0.0.2:9"] is b and not pool.retiring(b) and not b.flags
+    pool.end("127.0.0.2:9", 0.0)
+    assert "127.0.0.2:9" in pool.members  # its last request ended: it stays
+
+
+async def test_what_a_detector_switched_off_had_set_is_cleared() -> None:
+    probed = {"interval_s": 60.0}  # no probe within the test
+    running = await start_gateway(config([A, B], pool={"health_check": probed}))
+    try:
+        pool = running.pools["m"]
+        a = pool.members["127.0.0.1:9"]
+        a.flags |= HealthFlag.ACTIVE_CHECK_FAILED
+        pool.refresh(0.0)
+        assert a not in pool.candidates
+        await reload(running, config([A, B]))  # health_check off
+        assert not a.flags and a in pool.candidates
+    finally:
+        await running.close()
+
+
+async def test_a_limit_removed_frees_a_backend_at_it(running: RunningGateway) -> None:
+    await reload(running, config([A], pool={"backends": [{"url": A, "max_in_flight": 1}]}))
+    pool = running.pools["m"]
+    a = pool.members["127.0.0.1:9"]
+    pool.begin(a.backend.id, 0.0)
+    assert a not in pool.candidates  # at its limit
+    await reload(running, config([A]))
+    assert a in pool.candidates
+
+
+async def test_a_posted_config_is_parsed_with_care() -> None:
+    async def unchanged(config: Config) -> Config:
+        return config
+
+    source = ConfigSource(None, unchanged)
+    parsed = await source.parse(b'{"pools": [{"model": "m", "backends": [{"url": "http://a"}]}]}')
+    assert parsed.pools[0].model == "m"
+    with pytest.raises(ConfigError, match=r"not valid YAML or JSON at line 2, column 1"):
+        await source.parse(b"auth: {admin_keys: [sk-secret-key\n")
+    with pytest.raises(ConfigError, match="not valid YAML") as refused:
+        await source.parse(b"[" * 5000)
+    assert "sk-" not in str(refused.value)
+    with pytest.raises(ConfigError, match="holds '<redacted>'"):
+        await source.parse(b'{"pools": [{"model": "m", "backends": [{"url": "http://a", '
+                           b'"api_key": "<redacted>"}]}]}')  # fmt: skip
+    with pytest.raises(ConfigError, match="over 1024 KiB"):
+        await source.parse(b" " * (2 << 20))

@@ -89,6 +89,10 @@ class Pool:
         if weights != self._weights:
             self._weights = weights
             self._next_calibration = now + weights.interval_s if weights.calibrate else math.inf
+            if not weights.calibrate:  # its measured speeds no longer count
+                for state in self.states:
+                    state.speed = 1.0
+                    self._reweigh(state, now)
         self._health = health
         self.refresh(now)
 
@@ -208,6 +212,13 @@ class Pool:
         self.refresh(now)
         self.resized(len(self.states))
 
+    def rejoin(self, state: BackendState, now: float) -> None:
+        """A retired member still draining is wanted again (a reloaded config lists it): it
+        stays, routable as before its retirement."""
+        self._retiring.discard(state)
+        state.flags &= ~HealthFlag.GONE
+        self.refresh(now)
+
     def loads(self) -> list[tuple[BackendState, BackendLoad]]:
         """Each member and its record on the board (for metrics, the dashboard, the admin API)."""
         load = self.board.load
@@ -251,6 +262,8 @@ class Pool:
         old = state.backend.weight
         state.backend = backend
         self._limits = any(s.backend.max_in_flight is not None for s in self.states)
+        self._full.discard(state)  # as its limit says now (one removed: never full)
+        self._count_full(state, self.board.load(backend.id).in_flight, now)
         effective = state.weight * backend.weight / old
         if effective != state.weight:
             state.weight = effective

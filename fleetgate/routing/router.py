@@ -19,8 +19,8 @@ class Router:
     def __init__(self, pool: Pool, pipeline: RoutingPipeline) -> None:
         self.pool = pool
         self.pipeline = pipeline
-        if isinstance(pipeline.picker, LoadTracker):
-            pool.load_changed = pipeline.picker.load_changed
+        picker = pipeline.picker  # (a reloaded config's router replaces the last one's)
+        pool.load_changed = picker.load_changed if isinstance(picker, LoadTracker) else None
 
     def pick(
         self, request: RoutingRequest, now: float, explain: dict[str, float] | None = None
