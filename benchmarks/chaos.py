@@ -21,7 +21,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from harness import PY, drain, gateway, get, metric, process, read_until
+from harness import PY, drain, gateway, get, metric, process, read_until, streaming_load
 
 MODEL = "sim-8b"
 
@@ -62,12 +62,7 @@ def main() -> int:
         url, _ = stack.enter_context(gateway(config))
         victim_port = workers[1][1]
         victim_id = f"127.0.0.1:{victim_port}"
-        bench = subprocess.Popen(
-            [PY, "-m", "fleetgate", "bench", "--target", url, "--workload", "synthetic",
-             "--input-len", "256", "--output-len", str(args.output_len), "--rate", str(args.rate),
-             "--duration", str(args.seconds), "--quiet", "--out", str(out), "--save-requests"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        bench = streaming_load(url, out, args.seconds, args.rate, args.output_len)
         start = time.monotonic()
         time.sleep(args.seconds / 3)
         workers[1][0].send_signal(signal.SIGKILL)

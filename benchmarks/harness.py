@@ -111,6 +111,20 @@ def gateway(config: Path, extra: Sequence[str] = ()) -> Iterator[tuple[str, int]
         yield url, proc.pid
 
 
+def streaming_load(
+    url: str, out: Path, seconds: float, rate: float, output_len: int
+) -> subprocess.Popen[bytes]:
+    """`fleetgate bench` sending open-loop streams of 256 prompt and `output_len` answer
+    tokens at `rate` a second for `seconds`, each request's record saved under `out`
+    (requests.jsonl)."""
+    return subprocess.Popen(
+        [PY, "-m", "fleetgate", "bench", "--target", url, "--workload", "synthetic",
+         "--input-len", "256", "--output-len", str(output_len), "--rate", str(rate),
+         "--duration", str(seconds), "--quiet", "--out", str(out), "--save-requests"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def cpu_times() -> tuple[float, float]:
     """The machine's CPU time so far, idle (with I/O wait) and in all."""
     fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]

@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
 import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from harness import PY, drain, get, metric, post, process, read_until, wait_http
+from harness import PY, drain, get, metric, post, process, read_until, streaming_load, wait_http
 
 MODEL = "sim-8b"
 POLICIES = ("round_robin", "least_requests", "balanced", "power_of_two", "prefix_cache")
@@ -83,12 +82,7 @@ def run(
         url = read_until(gw, r"listening on (http://\S+)").group(1)
         drain(gw)
         wait_http(url + "/readyz")
-        bench = subprocess.Popen(
-            [PY, "-m", "fleetgate", "bench", "--target", url, "--workload", "synthetic",
-             "--input-len", "256", "--output-len", str(args.output_len), "--rate", str(args.rate),
-             "--duration", str(args.seconds), "--quiet", "--out", str(out), "--save-requests"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        bench = streaming_load(url, out, args.seconds, args.rate, args.output_len)
         start, gap = time.monotonic(), args.seconds / (changes + 1)
         for i in range(changes):
             time.sleep(max(0.0, (i + 1) * gap - (time.monotonic() - start)))

@@ -65,7 +65,7 @@ def _command_line(config: Config, args: argparse.Namespace) -> Config:
 async def _serving(config: Config, args: argparse.Namespace) -> int:
     from fleetgate.processes import serve_workers
     from fleetgate.reload import ConfigSource
-    from fleetgate.serve import resolve_pools, serve_forever
+    from fleetgate.running import resolve_pools, serve_forever
 
     backends: list[str] = args.backend or []
     config = await resolve_pools(config, backends, args.policy)

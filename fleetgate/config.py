@@ -244,6 +244,10 @@ class PoolConfig(Settings, frozen=True):
         within("panic_threshold", self.panic_threshold, 0, 1)
         at_least("slow_start_s", self.slow_start_s, 0)
 
+    def every_backend(self) -> list[BackendConfig]:
+        """Its decode (or only) backends, then its prefill backends."""
+        return [*self.backends, *(self.prefill.backends if self.prefill is not None else ())]
+
     def health(self) -> HealthSettings:
         return HealthSettings(self.panic_threshold, self.slow_start_s)
 

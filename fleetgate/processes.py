@@ -86,7 +86,7 @@ async def serve_workers(config: Config, workers: int, clock: Clock | None = None
     """The supervisor: run `workers` gateway processes until SIGINT or SIGTERM; its exit
     status (1 when a worker kept dying at start)."""
     clock = clock or LoopClock()
-    from fleetgate.serve import start_sims
+    from fleetgate.running import start_sims
 
     check_workers(config, workers)
     note = unshared(config, workers)
@@ -178,7 +178,7 @@ def _start(config: Config, index: int) -> SpawnProcess:
 
 def _worker(config: Config, index: int) -> None:
     """One worker process: the whole gateway on the shared port."""
-    from fleetgate.serve import serve_forever
+    from fleetgate.running import serve_forever
 
     os.setpgrp()  # a terminal's Ctrl-C reaches the supervisor alone, which passes it on
     parent = os.getppid()

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import yaml
 
 from fleetgate.config import (
-    BackendConfig,
     Config,
     ConfigError,
     PoolConfig,
@@ -179,8 +178,8 @@ class ConfigSource:
 
 
 def _sims(config: Config) -> list[tuple[str, str]]:
-    """The embedded sim workers, in the order they are started (serve.py `start_sims`)."""
-    return [(p.model, b.sim) for p in config.pools for b in _backends(p) if b.sim is not None]
+    """The embedded sim workers, in the order they are started (running.py `start_sims`)."""
+    return [(p.model, b.sim) for p in config.pools for b in p.every_backend() if b.sim is not None]
 
 
 def _publishers(config: Config) -> set[tuple[str, str | None, object]]:
@@ -190,10 +189,6 @@ def _publishers(config: Config) -> set[tuple[str, str | None, object]]:
         for b in p.backends
         if b.kv_events is not None
     }
-
-
-def _backends(pool: PoolConfig) -> list[BackendConfig]:
-    return [*pool.backends, *(pool.prefill.backends if pool.prefill is not None else ())]
 
 
 class Keeper(Generic[T]):

@@ -16,7 +16,7 @@ import pytest
 from fleetgate.config import Config, ConfigError, parse_config
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.reload import ConfigSource, check_posted, restart_only_changes
-from fleetgate.serve import RunningGateway, start_gateway
+from fleetgate.running import RunningGateway, start_gateway
 
 A, B, C = "http://127.0.0.1:9", "http://127.0.0.2:9", "http://127.0.0.3:9"  # never answer
 OFF = {"enabled": False}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetgate.config import parse_config
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 from fleetgate.traffic.redis_store import redis_client
 from tests.redis_server import RedisServer, redis_server
 

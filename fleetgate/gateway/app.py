@@ -117,7 +117,7 @@ class Gateway:
 
     @property
     def batch_book(self) -> BatchBook | None:
-        """The Batch API's batches, for the runner the server starts (serve.py); None when the
+        """The Batch API's batches, for the runner the server starts (running.py); None when the
         API is off."""
         return None if self._batches is None else self._batches.book
 

@@ -64,7 +64,7 @@ class EventFeed:
         ctx: zmq.asyncio.Context,
         wall_clock: Callable[[], float],
     ) -> None:
-        assert settings.endpoint is not None  # a sim's is filled in before (serve.start_sims)
+        assert settings.endpoint is not None  # a sim's is filled in before (running.start_sims)
         self.status = status
         self._settings = settings
         self._index = index

@@ -19,7 +19,7 @@ from fleetgate.bench.report import write_results
 from fleetgate.bench.stats import RequestRecord, Slo, summarize
 from fleetgate.bench.workloads import PoissonArrivals, TraceTimes
 from fleetgate.config import parse_config
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -8,16 +8,15 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import openai
 
 from tests.e2e.procs import gateway, metric, sim_workers
+from tests.e2e.test_discovery_file import served, until
 
 MODEL = "sim-8b"
 
@@ -27,18 +26,6 @@ def write(path: Path, backends: list[str], **extra: Any) -> None:
             "health_check": {"interval_s": 1.0}}  # fmt: skip
     config = {"server": {"admin": True, **extra.pop("server", {})}, "pools": [pool], **extra}
     path.write_text(json.dumps(config))
-
-
-def until(done: Callable[[], bool], timeout_s: float = 10.0) -> float:
-    start = time.monotonic()
-    while not done():
-        assert time.monotonic() - start < timeout_s, "not within the time allowed"
-        time.sleep(0.05)
-    return time.monotonic() - start
-
-
-def served(worker: str) -> float:
-    return metric(worker, "vllm:request_success_total")
 
 
 def reloads(url: str, via: str, result: str) -> float:

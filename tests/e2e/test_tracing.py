@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from fleetgate.config import parse_config
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 from tests.gateway.recording import Recorder
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fleetgate.config import parse_config
-from fleetgate.serve import RunningGateway, start_gateway
+from fleetgate.running import RunningGateway, start_gateway
 
 
 class Recorder:

@@ -19,7 +19,7 @@ import pytest
 
 from fleetgate.config import parse_config
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.serve import RunningGateway, start_gateway
+from fleetgate.running import RunningGateway, start_gateway
 from fleetgate.workers.sim.spec import SimSpec
 from fleetgate.workers.sim.worker import SimWorker
 

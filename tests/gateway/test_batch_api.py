@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai.types import Batch
 
-from fleetgate.serve import RunningGateway
+from fleetgate.running import RunningGateway
 from tests.gateway.recording import Recorder, recorded_gateway
 
 ALICE, BOB = "sk-alice-batches-key", "sk-bob-batches-key"

@@ -11,7 +11,7 @@ import openai
 
 from fleetgate.config import parse_config
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 
 SAMPLED = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -14,7 +14,7 @@ import openai
 
 from fleetgate.config import parse_config
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.serve import RunningGateway, start_gateway
+from fleetgate.running import RunningGateway, start_gateway
 
 ADMIN, TENANT = "sk-dashboard-admin-key", "sk-dashboard-tenant-key"
 

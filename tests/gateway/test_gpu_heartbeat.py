@@ -15,7 +15,7 @@ import pytest
 from fleetgate.clock import LoopClock
 from fleetgate.config import parse_config
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 
 ADMIN, HEARTBEAT = "sk-gpu-admin", "sk-gpu-heartbeat"
 BACKEND = "127.0.0.1:9"

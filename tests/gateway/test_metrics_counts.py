@@ -13,7 +13,7 @@ import pytest
 
 from fleetgate.config import parse_config
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 
 KEY_A, KEY_B = "sk-metrics-tenant-a", "sk-metrics-tenant-b"
 SAMPLE = re.compile(r"^(\w+)\{(.*)\} (\S+)$")

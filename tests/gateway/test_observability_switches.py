@@ -13,7 +13,7 @@ import pytest
 
 from fleetgate.config import ConfigError, parse_config
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 
 
 def config(**sections: Any) -> Any:

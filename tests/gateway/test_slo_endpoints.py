@@ -11,7 +11,7 @@ import pytest
 
 from fleetgate.config import parse_config
 from fleetgate.http.client import HttpClient, Origin
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 
 KEY, ADMIN = "sk-slo-test-key", "sk-slo-admin-key"
 

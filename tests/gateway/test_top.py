@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from fleetgate.config import parse_config
-from fleetgate.serve import start_gateway
+from fleetgate.running import start_gateway
 
 ADMIN = "sk-top-admin-key"
 

@@ -17,7 +17,7 @@ from cryptography.x509.oid import NameOID
 
 from fleetgate.config import ConfigError, parse_config
 from fleetgate.http.tls import TlsFiles
-from fleetgate.serve import RunningGateway, start_gateway
+from fleetgate.running import RunningGateway, start_gateway
 
 
 def write_pair(directory: Path, common_name: str) -> tuple[Path, Path]:
