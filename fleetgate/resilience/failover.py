@@ -159,14 +159,26 @@ class Failover:
         """Send the client the last failure, or a 503 when no backend could be tried."""
         if failed is None:
             ex.backend = NO_BACKEND
-            body = error_body(
-                503, f"No healthy backend serves {ex.routing.model!r} right now; retry shortly."
+            failed = Failed(
+                503, _nothing_to_try(ex), [(b"content-type", JSON), (b"retry-after", b"1")]
             )
-            failed = Failed(503, body, [(b"content-type", JSON), (b"retry-after", b"1")])
         ex.writer.send(
             failed.status, [*failed.headers, (b"x-request-id", ex.request_id)], failed.body
         )
         return failed.status
+
+
+def _nothing_to_try(ex: Exchange) -> bytes:
+    """Why no backend could be tried: none healthy, or none in the tenant's regions."""
+    model, regions = ex.routing.model, ex.routing.regions
+    if regions is None:
+        return error_body(503, f"No healthy backend serves {model!r} right now; retry shortly.")
+    message = (
+        f"No healthy backend of {model!r} in the regions {ex.tenant!r}'s requests may be served "
+        f"in ({', '.join(sorted(regions))}) can take it right now; it was not sent to another "
+        "region (tenants[].regions). Retry shortly."
+    )
+    return error_body(503, message, None, "region_unavailable")
 
 
 def finished(ex: Exchange, at: float, status: int, outcome: Outcome) -> Finished:

@@ -26,7 +26,7 @@ class RoutingRequest:
 
     __slots__ = (
         "endpoint", "follows", "max_tokens", "model", "pinned", "prompt", "prompt_tokens",
-        "session_key", "stream",
+        "regions", "session_key", "stream",
     )  # fmt: skip
 
     def __init__(
@@ -51,6 +51,9 @@ class RoutingRequest:
         self.follows = follows  # the stored response it continues (`previous_response_id`)
         # The backend it must go to while that one can take it: the one holding `follows`.
         self.pinned: str | None = None
+        # Data residency: the only regions (a backend's `region` label) any attempt of it may
+        # go to, its tenant's (traffic/tenants.py); None: any.
+        self.regions: frozenset[str] | None = None
 
 
 class Filter(Protocol):

@@ -1,4 +1,6 @@
-"""Routing over a pool: its pipeline picks among the pool's candidates of the moment."""
+"""Routing over a pool: its pipeline picks among the pool's candidates of the moment, only
+those in the request's regions when its tenant's data must stay in them (every attempt, the
+first, a retry, a hedge, a continuation or a prefill, is picked here: upstream/routed.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import LoadTracker, RoutingRequest
 from fleetgate.routing.pipeline import RoutingPipeline
+
+REGION = "region"  # the label that says where a backend is
 
 
 class Router:
@@ -29,13 +33,16 @@ class Router:
         pool = self.pool
         if now >= pool.next_check:
             pool.update(now)
-        if not pool.candidates:
+        candidates: Sequence[BackendState] = pool.candidates
+        if request.regions is not None:
+            candidates = within(candidates, request.regions)
+        if not candidates:
             return None
         if request.pinned is not None:  # only it holds what the request continues
-            for state in pool.candidates:
+            for state in candidates:
                 if state.backend.id == request.pinned:
                     return state
-        return self.pipeline.pick(request, pool.candidates, now, explain)
+        return self.pipeline.pick(request, candidates, now, explain)
 
     def pick_other(
         self,
@@ -48,7 +55,15 @@ class Router:
         pool = self.pool
         if now >= pool.next_check:
             pool.update(now)
-        others = [s for s in pool.candidates if s not in tried]
+        others: Sequence[BackendState] = [s for s in pool.candidates if s not in tried]
+        if request.regions is not None:
+            others = within(others, request.regions)
         if not others:
             return None
         return self.pipeline.pick(request, others, now, explain)
+
+
+def within(candidates: Sequence[BackendState], regions: frozenset[str]) -> Sequence[BackendState]:
+    """The candidates in `regions` (their `region` label; one without is in none): data
+    residency, applied to every pick (routing/base.py `RoutingRequest.regions`)."""
+    return [s for s in candidates if s.backend.labels.get(REGION) in regions]

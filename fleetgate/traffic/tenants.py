@@ -83,6 +83,9 @@ class TenantSettings(Settings, frozen=True):
     batch: bool = False  # its requests use only spare capacity (the batch lane)
     queue_timeout_s: float = 30.0  # longest wait in the admission queue, then 503
     engine_fields: bool = False  # may send engine-steering fields (`kv_transfer_params`)
+    # Data residency: the only regions (backends' `region` label) its requests may be served
+    # in, by any attempt; none there can: 503. Empty: any region.
+    regions: list[str] = []
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
@@ -101,6 +104,9 @@ class TenantSettings(Settings, frozen=True):
         positive_seconds("queue_timeout_s", self.queue_timeout_s)
         if not self.models:
             raise ValueError("`models` is empty: list what it may use, or `*` for all")
+        for region in self.regions:
+            if not region or not all(c.isalnum() or c in "-_." for c in region):
+                raise ValueError(f"`regions`: {region!r} is not a region name")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -115,6 +121,7 @@ class Tenant:
     exact: frozenset[str]
     patterns: tuple[str, ...]
     limited: bool  # it has rate limits or a budget
+    regions: frozenset[str] | None  # where its requests may be served; None: anywhere
 
     @classmethod
     def of(cls, settings: TenantSettings) -> Tenant:
@@ -127,6 +134,7 @@ class Tenant:
         return cls(
             name=s.name, settings=s, priority=priority, max_priority=top,
             all_models="*" in patterns, exact=exact, patterns=patterns, limited=limited,
+            regions=frozenset(s.regions) if s.regions else None,
         )  # fmt: skip
 
     def may_use(self, model: str) -> bool:

@@ -132,11 +132,13 @@ class Harness:
         answer: Callable[[int, Sent], Script],
         prefill: int = 0,
         clock: Clock | None = None,
+        regions: Sequence[str] = (),
         **pool: Any,
     ) -> None:
         self.clock = clock = clock or LoopClock()
         urls = [f"http://10.0.0.{i}:8000" for i in range(n + prefill)]
-        backends = tuple(Backend(f"b{i}", u, ("m",)) for i, u in enumerate(urls))
+        where = [{"region": r} for r in regions] or [{}] * len(urls)  # b{i}'s `region` label
+        backends = tuple(Backend(f"b{i}", u, ("m",), labels=where[i]) for i, u in enumerate(urls))
         section = {"model": "m", "policy": "round_robin", **pool,
                    "backends": [{"url": u} for u in urls[:n]]}  # fmt: skip
         if prefill:  # b{n}, ...: the prefill backends of a disaggregated pool
@@ -160,6 +162,8 @@ class Harness:
         continuation = Continuation(attempts, clock.now)
         self.failover = Failover(attempts, continuation, clock, random.Random(2))
         self.socket = ClientSocket()
+        self.residency: frozenset[str] | None = None  # the regions its requests may go to
+        self.pinned: str | None = None  # the backend its requests are pinned to
 
     def exchange(
         self,
@@ -169,6 +173,7 @@ class Harness:
         endpoint: str = "chat",
     ) -> Exchange:
         routing = RoutingRequest("m", endpoint, stream, 10, None, b'[{"content":"hi"}]')
+        routing.regions, routing.pinned = self.residency, self.pinned
         writer = ResponseWriter(self.socket, keep_alive=True)
         c = self.cluster
         return Exchange(
