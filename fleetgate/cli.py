@@ -48,12 +48,16 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _command_line(config: Config, args: argparse.Namespace) -> Config:
-    """`config` with what the command line sets: --host, --port, --state."""
+    """`config` with what the command line sets (--host, --port, --state) and the environment
+    (FLEETGATE_REGION and FLEETGATE_ZONE, where the config names no region or zone)."""
     server = config.server
     if args.host is not None:
         server = msgspec.structs.replace(server, host=args.host)
     if args.port is not None:
         server = msgspec.structs.replace(server, port=args.port)
+    region = server.region or os.environ.get("FLEETGATE_REGION") or None
+    zone = server.zone or os.environ.get("FLEETGATE_ZONE") or None
+    server = msgspec.structs.replace(server, region=region, zone=zone)
     config = msgspec.structs.replace(config, server=server)
     if args.state is not None:
         check_redis_url(args.state, "--state")

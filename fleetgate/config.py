@@ -86,6 +86,9 @@ class ServerConfig(ServerLimits, frozen=True):
     tls_reload_s: float = 10.0  # how often the two files are checked for a renewal
     # Reload the --config file when it changes, checked this often (0: on SIGHUP alone).
     watch_config_s: float = 0.0
+    # Where this gateway runs (routing/locality.py); None: FLEETGATE_REGION / _ZONE, if set.
+    region: str | None = None
+    zone: str | None = None
     # Client request headers never passed to a backend, besides the hop-by-hop ones, host,
     # content-length, authorization, expect and x-fleetgate-* (http/forwarding.py): by
     # default cookies and the other ways clients send API keys.

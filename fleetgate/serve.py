@@ -66,6 +66,7 @@ from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
 from fleetgate.resilience.hedge import TtftWindow
 from fleetgate.resilience.retry import RetryBudget
+from fleetgate.routing.locality import NOWHERE, Place
 from fleetgate.routing.models import Alias, LengthKeywords, ModelRoute, Split, Tiers
 from fleetgate.routing.pipeline import RoutingPipeline
 from fleetgate.routing.registry import (
@@ -213,6 +214,7 @@ def build_clusters(
     state: RoutingState | None = None,
     kv_events: KvEventFeeds | None = None,
     kept: Kept | None = None,
+    here: Place = NOWHERE,
 ) -> dict[str, Cluster]:
     """Each pool with its routing, policies, admission queue and event subscribers
     (`subscribe` adds those every pool shares, such as metrics); each pool's routing state
@@ -234,7 +236,7 @@ def build_clusters(
                 random.Random(rng.getrandbits(64)), state.load_board(c.model),
                 c.engine_metrics.stale_after_s, prefix_index=state.prefix_index(c.model),
                 sessions=state.sessions(c.model),
-                engine_blocks=_engine_blocks(c.model, kv_events, state),
+                engine_blocks=_engine_blocks(c.model, kv_events, state), here=here,
             )  # fmt: skip
 
         ctx, pipeline = _routing(c.model, c, registry, context, kept)
@@ -473,6 +475,7 @@ def compose(
         build_clusters(
             resolved, registry or default_registry(), rng, transport=transport, clock=clock,
             subscribe=subscribe, tenants=tenants, state=state, kv_events=kv_events, kept=kept,
+            here=Place(config.server.region, config.server.zone),
         )
     )  # fmt: skip
     kept.clusters = clusters  # what the metrics read from now on

@@ -577,3 +577,17 @@ def test_a_pool_may_list_no_backends_when_discovery_finds_them() -> None:
     config = parse_config({"pools": [{"model": "m", "backends": []}],
                            "discovery": [{"type": "file", "path": "b.yaml"}]})  # fmt: skip
     assert config.pools[0].backends == []
+
+
+def test_the_environment_says_where_the_gateway_runs_unless_the_config_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fleetgate.cli import _command_line, build_parser
+
+    args = build_parser().parse_args(["serve"])
+    monkeypatch.setenv("FLEETGATE_REGION", "eu-west")
+    monkeypatch.setenv("FLEETGATE_ZONE", "eu-west-1b")
+    server = _command_line(parse_config(one_pool(url="http://a")), args).server
+    assert (server.region, server.zone) == ("eu-west", "eu-west-1b")
+    placed = parse_config({**one_pool(url="http://a"), "server": {"region": "us-east"}})
+    assert _command_line(placed, args).server.region == "us-east"  # the config's wins

@@ -28,6 +28,7 @@ from fleetgate.routing.least_requests import LeastRequests
 from fleetgate.routing.least_response_time import LeastResponseTime
 from fleetgate.routing.length_split import LengthSplit, LengthSplitParams
 from fleetgate.routing.load import STALE_AFTER_S, CandidateLoads
+from fleetgate.routing.locality import NOWHERE, Locality, LocalityParams, Place
 from fleetgate.routing.long_to_fast import LongToFast, LongToFastParams
 from fleetgate.routing.max_score import MaxScore
 from fleetgate.routing.pipeline import SHORTLIST, RoutingPipeline
@@ -66,6 +67,8 @@ class PluginContext:
     sessions: SessionTable = field(default_factory=MemorySessionTable)
     # What the pool's engines report holding (kv_events/): None when none publishes.
     engine_blocks: EngineBlocks | None = None
+    # Where the gateway runs (routing/locality.py): its region and zone, when it knows them.
+    here: Place = NOWHERE
     # The board's records of a candidate set, shared by the pipeline's plugins.
     loads: CandidateLoads = field(init=False)
 
@@ -273,6 +276,7 @@ def default_registry() -> PluginRegistry:
     registry.add_scorer("prefill_queue", NoParams, lambda _, ctx: PrefillQueue(ctx.loads))
     registry.add_scorer("work_share", WorkShareParams, lambda params, _: WorkShare(params))
     registry.add_filter("length_split", LengthSplitParams, lambda params, _: LengthSplit(params))
+    registry.add_filter("locality", LocalityParams, lambda params, ctx: Locality(params, ctx.here))
     registry.add_filter(
         "long_to_fast",
         LongToFastParams,

@@ -1,0 +1,61 @@
+"""`locality`: a request stays in the gateway's zone, else its region, else the region that
+answered soonest, else the backends with no region; a gateway that knows no region keeps all."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.load_board import MemoryLoadBoard
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.locality import Locality, LocalityParams, Place
+from fleetgate.routing.registry import PluginContext, PluginSpec, Profile, default_registry
+
+REQUEST = RoutingRequest("m", "chat", True, prompt=b"hi")
+
+
+def placed(*places: tuple[str | None, str | None]) -> tuple[BackendState, ...]:
+    states = []
+    for i, (region, zone) in enumerate(places):
+        labels = {k: v for k, v in (("region", region), ("zone", zone)) if v is not None}
+        backend = Backend(f"b{i}", f"http://127.0.0.1:{8100 + i}", ("m",), labels=labels)
+        states.append(BackendState(backend))
+    return tuple(states)
+
+
+FLEET = placed(("eu", "eu-a"), ("eu", "eu-b"), ("us", "us-a"), ("ap", "ap-a"), (None, None))
+
+
+def kept(here: Place, candidates: tuple[BackendState, ...], prefer_zone: bool = True) -> set[str]:
+    chosen = Locality(LocalityParams(prefer_zone=prefer_zone), here).filter(REQUEST, candidates, 0)
+    return {s.backend.id for s in chosen}
+
+
+def test_the_zone_then_the_region() -> None:
+    assert kept(Place("eu", "eu-b"), FLEET) == {"b1"}
+    assert kept(Place("eu", "eu-b"), FLEET, prefer_zone=False) == {"b0", "b1"}
+    assert kept(Place("eu", "eu-c"), FLEET) == {"b0", "b1"}  # no candidate in its zone
+    assert kept(Place("eu"), FLEET) == {"b0", "b1"}  # its zone unknown
+    assert kept(Place("eu", "eu-b"), (FLEET[0], *FLEET[2:])) == {"b0"}  # its zone's one gone
+
+
+def test_elsewhere_the_region_that_answered_soonest_then_the_unlabelled() -> None:
+    away = FLEET[2:]  # us, ap, and one with no region
+    assert kept(Place("eu", "eu-a"), away) == {"b3"}  # none measured: by name (ap < us)
+    away[0].latency.record_stream(ttft_s=0.08, e2e_s=1.0, tokens=10)  # us
+    away[1].latency.record_stream(ttft_s=0.30, e2e_s=1.0, tokens=10)  # ap
+    assert kept(Place("eu", "eu-a"), away) == {"b2"}
+    assert kept(Place("eu", "eu-a"), away[2:]) == {"b4"}
+
+
+def test_a_gateway_that_knows_no_region_keeps_every_candidate() -> None:
+    assert kept(Place(), FLEET) == {f"b{i}" for i in range(5)}
+
+
+def test_a_profile_routes_within_the_tier_its_filter_keeps() -> None:
+    profile = Profile(filters=(PluginSpec("locality"),), scorers=((PluginSpec("queue"), 1.0),))
+    ctx = PluginContext(random.Random(1), MemoryLoadBoard(), here=Place("us", "us-a"))
+    pipeline = default_registry().build_profile(profile, ctx)
+    picks = Counter(pipeline.pick(REQUEST, FLEET, 0.0) for _ in range(20))
+    assert picks == Counter({FLEET[2]: 20})
