@@ -50,6 +50,10 @@ def backend_id(url: str) -> str:
     return f"{origin.host}:{origin.port}{origin.base_path.decode()}"
 
 
+# The labels that say where a backend is (routing/locality.py; residency: routing/router.py).
+REGION, ZONE = "region", "zone"
+
+
 @dataclass(frozen=True, slots=True)
 class Backend:
     """Who a backend is: fixed for its lifetime (an operator's new weight replaces it with a

@@ -8,6 +8,7 @@
               pool when its last request in flight ends, and its probes stop then
     drain     it finishes what it has and takes nothing new, until undrained
     weight    its configured weight is replaced; its effective weight follows (fleet/pool.py)
+    region    every member of a region drains (and those that join it), or stops draining
 
 A backend is found by its id (host:port and base path, fleet/backend.py `backend_id`), in every
 pool it serves, as a drain finds it. A reloaded config (fleetgate/reload.py) hands over its
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from fleetgate.fleet.backend import Backend, BackendState, backend_id
+from fleetgate.fleet.backend import REGION, Backend, BackendState, backend_id
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 
@@ -77,6 +78,7 @@ class Membership:
         # A new backend's place in its pool's names ("model#3"): never one used before.
         self._places: dict[str, int] = {}
         self._pools: Mapping[str, Pool] = {}
+        self.drained_regions: set[str] = set()  # the operator's (a drill): joiners drain too
         self.adopt(pools)
 
     def adopt(self, pools: Mapping[str, Pool]) -> None:
@@ -147,6 +149,8 @@ class Membership:
         once, ramping up over the pool's slow start (a reloaded config's new backend)."""
         state = BackendState(backend)
         now = self._clock()
+        if backend.labels.get(REGION) in self.drained_regions:
+            state.flags |= HealthFlag.DRAINING
         if slow_start:
             state.ramp_from = now
         elif probe_first:  # its slow start begins with its first good probe (health/active.py)
@@ -186,6 +190,27 @@ class Membership:
             else:
                 state.flags &= ~HealthFlag.DRAINING
             pool.refresh(now)
+        return found
+
+    def drain_region(self, region: str, draining: bool) -> list[tuple[Pool, BackendState]]:
+        """Drain every member whose `region` label is `region`, and those that join it later
+        (a drill, or a region taken out of service), or end that; the members of it."""
+        if draining:
+            self.drained_regions.add(region)
+        else:
+            self.drained_regions.discard(region)
+        now = self._clock()
+        found = []
+        for pool in self._pools.values():
+            members = [s for s in pool.states if s.backend.labels.get(REGION) == region]
+            for state in members:
+                if draining:
+                    state.flags |= HealthFlag.DRAINING
+                else:
+                    state.flags &= ~HealthFlag.DRAINING
+                found.append((pool, state))
+            if members:
+                pool.refresh(now)
         return found
 
     def set_weight(

@@ -19,12 +19,17 @@
                                            config in use kept) as a broken file is, and when
                                            it names other files than the config in use
     GET    /admin/tenants                  each tenant's requests admitted, tokens and spend
+    GET    /admin/regions                  each region (backends' `region` label): backends,
+                                           healthy, draining, and whether it is drained
+    POST   /admin/regions/{name}/drain     a drill: every backend of the region drains (and
+    POST   /admin/regions/{name}/undrain   those that join it) and traffic moves out of it
+                                           gracefully; undrain brings them back
 
 A backend is named by its id (host:port, as GET /admin/backends lists it), in every pool it
 serves. A draining backend takes no new requests; those in flight finish. Every change (add,
-remove, weight, drain, config) is written to the audit log (`server.audit_log`) with the id of
-the key that made it; reads are not. Changes last until the gateway stops (a reload keeps a
-backend added here): the config file is not rewritten.
+remove, weight, drain, config, region drain) is written to the audit log (`server.audit_log`)
+with the id of the key that made it; reads are not. Changes last until the gateway stops (a
+reload keeps a backend added here): the config file is not rewritten.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from urllib.parse import parse_qs
 import msgspec
 
 from fleetgate.config import BackendConfig, Config, ConfigError
-from fleetgate.fleet.backend import BackendState, check_joining_url
+from fleetgate.fleet.backend import REGION, BackendState, check_joining_url
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.membership import AlreadyMember, Joining, Membership, NotMember
 from fleetgate.fleet.pool import Pool
@@ -57,6 +62,10 @@ _JSON = b"application/json"
 T = TypeVar("T")
 _AT, _NAMED = re.compile(r"- at `\$\.(\w+)"), re.compile(r"`(\w+)`")
 Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
+
+
+REGIONS = b"/admin/regions/"  # then {name}/drain or {name}/undrain
+_REGION_PATH = re.compile(rb"/admin/regions/([A-Za-z0-9._-]{1,64})/(drain|undrain)").fullmatch
 
 
 class _Drain(msgspec.Struct, forbid_unknown_fields=True):
@@ -113,6 +122,7 @@ class Admin:
             (b"GET", b"/admin/config"): self.config,
             (b"POST", b"/admin/config"): self.reload,
             (b"GET", b"/admin/tenants"): self.tenants,
+            (b"GET", b"/admin/regions"): self.regions,
         }
 
     # -- reads ----------------------------------------------------------------------------------
@@ -177,6 +187,58 @@ class Admin:
             return
         self._record("admin_config_reloaded", request, request_id)
         writer.send(200, headers, b'{"status":"reloaded"}')
+
+    async def regions(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        writer.send(200, _headers(request_id), self._regions())
+
+    def _regions(self) -> bytes:
+        by_region: dict[str, dict[str, Any]] = {}
+        drained = self._members.drained_regions
+        for pool in self._pools.values():
+            for state in pool.states:
+                name = state.backend.labels.get(REGION)
+                if name is None:
+                    continue
+                row = by_region.setdefault(
+                    name,
+                    {
+                        "region": name,
+                        "drained": name in drained,
+                        "backends": 0,
+                        "healthy": 0,
+                        "draining": 0,
+                    },
+                )
+                row["backends"] += 1
+                row["healthy"] += not state.flags
+                row["draining"] += bool(state.flags & HealthFlag.DRAINING)
+        for name in drained - by_region.keys():  # drained before any backend of it came
+            by_region[name] = {
+                "region": name,
+                "drained": True,
+                "backends": 0,
+                "healthy": 0,
+                "draining": 0,
+            }
+        return msgspec.json.encode([by_region[n] for n in sorted(by_region)])
+
+    async def region(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        """POST /admin/regions/{name}/drain or /undrain (the gateway routes the prefix here)."""
+        headers = _headers(request_id)
+        match = _REGION_PATH(request.path)
+        if match is None:
+            message = "Use POST /admin/regions/{name}/drain or /undrain (name: [A-Za-z0-9._-])."
+            writer.send(404, headers, error_body(404, message, None, "unknown_url"))
+            return
+        if request.method != b"POST":
+            writer.send(405, [*headers, (b"allow", b"POST")],
+                        error_body(405, "Use POST.", None, "method_not_allowed"))  # fmt: skip
+            return
+        name, draining = match[1].decode(), match[2] == b"drain"
+        found = self._members.drain_region(name, draining)
+        self._record("admin_region_drain", request, request_id, region=name,
+                     draining=draining, backends=len(found))  # fmt: skip
+        writer.send(200, headers, self._regions())
 
     async def tenants(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(200, _headers(request_id), msgspec.json.encode(self._usage.tenants()))

@@ -11,7 +11,7 @@ from urllib.parse import unquote
 import msgspec
 
 from fleetgate.batches.book import BatchBook
-from fleetgate.gateway.admin import Admin
+from fleetgate.gateway.admin import REGIONS, Admin
 from fleetgate.gateway.batch_api import BatchApi
 from fleetgate.gateway.dashboard import Dashboard
 from fleetgate.gateway.heartbeat import HeartbeatEndpoint
@@ -97,6 +97,8 @@ class Gateway:
         if metrics is not None:
             get[b"/metrics"] = self._scrape
         tables = {b"POST": post, b"GET": get}
+        # POST /admin/regions/{name}/drain|undrain: a path of its own per region.
+        self._region = None if admin is None else self._operator("admin", admin.region)
         if admin is not None:
             for (method, path), handler in admin.routes().items():
                 tables.setdefault(method, {})[path] = self._operator("admin", handler)
@@ -149,6 +151,9 @@ class Gateway:
                 return
             if self._batches is not None and self._batches.serves(request.path):
                 await self._batches.item(request, writer, request_id)
+                return
+            if self._region is not None and request.path.startswith(REGIONS):
+                await self._region(request, writer, request_id)
                 return
             paths = ", ".join(sorted(p.decode() for p in self._routes))
             self._error(

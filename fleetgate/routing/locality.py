@@ -19,11 +19,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.backend import REGION, ZONE, BackendState
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.settings import Settings
-
-REGION, ZONE = "region", "zone"  # the labels that say where a backend is
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.backend import REGION, BackendState
 from fleetgate.fleet.pool import Pool
 from fleetgate.routing.base import LoadTracker, RoutingRequest
 from fleetgate.routing.pipeline import RoutingPipeline
-
-REGION = "region"  # the label that says where a backend is
 
 
 class Router:
