@@ -494,10 +494,11 @@ def compose(
             if not probes.watching(part):  # new; those kept were carried over
                 probes.start(part, pool_config.health_check, pool_config.engine_metrics)
             part.left = probes.forget  # decode pools' again by their membership
+    prefills = [c.prefill.router.pool for c in clusters.values() if c.prefill is not None]
     if kept.members is None:
-        kept.members = Membership(pools, now, probes)
+        kept.members = Membership(pools, now, probes, prefills)
     else:
-        kept.members.adopt(pools)
+        kept.members.adopt(pools, prefills)
     members = kept.members
     if sources and first:
         try:

@@ -21,11 +21,14 @@ class HealthFlag(enum.IntFlag):
     GONE = 8  # no longer a member: leaves its pool when its last request ends
     GPU_FAULT = 16  # its GPU agent reported an XID error, uncorrected ECC, a GPU too hot or lost
     UNPROBED = 32  # found by discovery, waiting for its first good health probe
+    REGION_DRAINED = 64  # its region is drained by the operator (a drill: gateway/admin.py)
 
 
 # A pool in panic still never routes to these: they are leaving on purpose, or nothing has
 # shown yet that they answer.
-NEVER_ROUTE = HealthFlag.DRAINING | HealthFlag.GONE | HealthFlag.UNPROBED
+NEVER_ROUTE = (
+    HealthFlag.DRAINING | HealthFlag.GONE | HealthFlag.UNPROBED | HealthFlag.REGION_DRAINED
+)
 
 
 class Verdict(enum.Enum):

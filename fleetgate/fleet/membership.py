@@ -17,7 +17,7 @@ pools (`adopt`) and joins the backends it adds (`join`) at a slow start.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -72,22 +72,28 @@ class Membership:
         pools: Mapping[str, Pool],
         clock: Callable[[], float],
         watcher: Watcher | None = None,
+        others: Sequence[Pool] = (),
     ) -> None:
         self._clock = clock
         self._watcher = watcher
         # A new backend's place in its pool's names ("model#3"): never one used before.
         self._places: dict[str, int] = {}
         self._pools: Mapping[str, Pool] = {}
+        self._others: tuple[Pool, ...] = ()
         self.drained_regions: set[str] = set()  # the operator's (a drill): joiners drain too
-        self.adopt(pools)
+        self.adopt(pools, others)
 
-    def adopt(self, pools: Mapping[str, Pool]) -> None:
-        """From now on the pools are `pools` (a reloaded config's: those kept, those new)."""
-        self._pools = pools
+    def adopt(self, pools: Mapping[str, Pool], others: Sequence[Pool] = ()) -> None:
+        """From now on the pools are `pools` (a reloaded config's: those kept, those new) and
+        `others` (prefill pools: no backend joins them here, but a drill reaches them); the
+        drained regions are applied to their members (new ones, or relabelled)."""
+        self._pools, self._others = pools, tuple(others)
         for model, pool in pools.items():
             self._places.setdefault(model, len(pool.states))
             if self._watcher is not None:
                 pool.left = self._watcher.forget
+        if self.drained_regions:
+            self._apply_regions()
 
     def find(self, backend: str, model: str | None = None) -> list[tuple[Pool, BackendState]]:
         """Every pool's member of id `backend` (empty when none has one); only the pool of
@@ -150,7 +156,7 @@ class Membership:
         state = BackendState(backend)
         now = self._clock()
         if backend.labels.get(REGION) in self.drained_regions:
-            state.flags |= HealthFlag.DRAINING
+            state.flags |= HealthFlag.REGION_DRAINED
         if slow_start:
             state.ramp_from = now
         elif probe_first:  # its slow start begins with its first good probe (health/active.py)
@@ -193,23 +199,35 @@ class Membership:
         return found
 
     def drain_region(self, region: str, draining: bool) -> list[tuple[Pool, BackendState]]:
-        """Drain every member whose `region` label is `region`, and those that join it later
-        (a drill, or a region taken out of service), or end that; the members of it."""
+        """Drain every member whose `region` label is `region` (prefill pools' too), and those
+        that join it later (a drill, or a region taken out of service), or end that; the
+        members of it. Its own flag: a backend drained alone, or by discovery while not
+        ready, stays so."""
         if draining:
             self.drained_regions.add(region)
         else:
             self.drained_regions.discard(region)
+        return self._apply_regions(region)
+
+    def _apply_regions(self, region: str | None = None) -> list[tuple[Pool, BackendState]]:
+        """Flag REGION_DRAINED on exactly the members of the drained regions (of `region`'s
+        alone, when given); the members looked at."""
         now = self._clock()
         found = []
-        for pool in self._pools.values():
-            members = [s for s in pool.states if s.backend.labels.get(REGION) == region]
-            for state in members:
-                if draining:
-                    state.flags |= HealthFlag.DRAINING
-                else:
-                    state.flags &= ~HealthFlag.DRAINING
+        for pool in (*self._pools.values(), *self._others):
+            changed = False
+            for state in pool.states:
+                where = state.backend.labels.get(REGION)
+                if region is not None and where != region:
+                    continue
                 found.append((pool, state))
-            if members:
+                flags = state.flags
+                if where in self.drained_regions:
+                    state.flags |= HealthFlag.REGION_DRAINED
+                else:
+                    state.flags &= ~HealthFlag.REGION_DRAINED
+                changed = changed or flags != state.flags
+            if changed:
                 pool.refresh(now)
         return found
 

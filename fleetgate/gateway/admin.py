@@ -65,6 +65,7 @@ Handler = Callable[[Request, ResponseWriter, bytes], Awaitable[None]]
 
 
 REGIONS = b"/admin/regions/"  # then {name}/drain or {name}/undrain
+DRILLED = HealthFlag.REGION_DRAINED
 _REGION_PATH = re.compile(rb"/admin/regions/([A-Za-z0-9._-]{1,64})/(drain|undrain)").fullmatch
 
 
@@ -211,7 +212,7 @@ class Admin:
                 )
                 row["backends"] += 1
                 row["healthy"] += not state.flags
-                row["draining"] += bool(state.flags & HealthFlag.DRAINING)
+                row["draining"] += bool(state.flags & (HealthFlag.DRAINING | DRILLED))
         for name in drained - by_region.keys():  # drained before any backend of it came
             by_region[name] = {
                 "region": name,

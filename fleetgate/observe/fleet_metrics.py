@@ -297,7 +297,8 @@ def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> 
         "fleetgate_backend_flag",
         "1 while a health flag is set on a backend: active_check_failed, ejected (outlier "
         "detection), draining, gone (removed; leaves when its last request ends), gpu_fault "
-        "(its GPU agent's readings), unprobed (found by discovery, no good probe yet).",
+        "(its GPU agent's readings), unprobed (found by discovery, no good probe yet), "
+        "region_drained (its region drained by the operator).",
         labels=[*labels, "flag"],
     )
     for model, state in states:

@@ -20,6 +20,7 @@ import random
 
 from fleetgate.clock import Clock
 from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.pool import Pool
 from fleetgate.lifecycle.events import (
     NO_BACKEND,
     AttemptKind,
@@ -106,7 +107,7 @@ class Failover:
                     status, outcome = ex.writer.status, "answered"
                     return
                 failed = result
-            status, outcome = self._answer_failure(ex, failed), "failed"
+            status, outcome = self._answer_failure(ex, failed, router.pool), "failed"
         except Exception:
             status, outcome = 500, "failed"  # the gateway's own bug: the server answers 500
             raise
@@ -155,23 +156,23 @@ class Failover:
             # comes after every attempt's AttemptEnded.
             await asyncio.wait(race.tasks)
 
-    def _answer_failure(self, ex: Exchange, failed: Failed | None) -> int:
+    def _answer_failure(self, ex: Exchange, failed: Failed | None, pool: Pool) -> int:
         """Send the client the last failure, or a 503 when no backend could be tried."""
         if failed is None:
             ex.backend = NO_BACKEND
-            failed = Failed(
-                503, _nothing_to_try(ex), [(b"content-type", JSON), (b"retry-after", b"1")]
-            )
+            body = _nothing_to_try(ex, pool)
+            failed = Failed(503, body, [(b"content-type", JSON), (b"retry-after", b"1")])
         ex.writer.send(
             failed.status, [*failed.headers, (b"x-request-id", ex.request_id)], failed.body
         )
         return failed.status
 
 
-def _nothing_to_try(ex: Exchange) -> bytes:
-    """Why no backend could be tried: none healthy, or none in the tenant's regions."""
+def _nothing_to_try(ex: Exchange, pool: Pool) -> bytes:
+    """Why no backend could be tried: none healthy, or (a residency's refusal) none in the
+    tenant's regions while the pool has candidates elsewhere."""
     model, regions = ex.routing.model, ex.routing.regions
-    if regions is None:
+    if regions is None or not pool.candidates:
         return error_body(503, f"No healthy backend serves {model!r} right now; retry shortly.")
     message = (
         f"No healthy backend of {model!r} in the regions {ex.tenant!r}'s requests may be served "

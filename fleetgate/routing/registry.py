@@ -276,7 +276,9 @@ def default_registry() -> PluginRegistry:
     registry.add_scorer("prefill_queue", NoParams, lambda _, ctx: PrefillQueue(ctx.loads))
     registry.add_scorer("work_share", WorkShareParams, lambda params, _: WorkShare(params))
     registry.add_filter("length_split", LengthSplitParams, lambda params, _: LengthSplit(params))
-    registry.add_filter("locality", LocalityParams, lambda params, ctx: Locality(params, ctx.here))
+    registry.add_filter(
+        "locality", LocalityParams, lambda params, ctx: Locality(params, ctx.here, ctx.rng)
+    )
     registry.add_filter(
         "long_to_fast",
         LongToFastParams,

@@ -16,11 +16,15 @@ class Router:
     """A pool and the pipeline that routes in it. A picker that keeps an index over in-flight
     counts or weights (routing/base.py `LoadTracker`) is told of every change to them."""
 
-    __slots__ = ("pipeline", "pool")
+    __slots__ = ("_within", "pipeline", "pool")
 
     def __init__(self, pool: Pool, pipeline: RoutingPipeline) -> None:
         self.pool = pool
         self.pipeline = pipeline
+        # Per set of regions, the candidates in them, with the candidates they were taken of:
+        # the same list while the pool's are the same (pickers index a list by its identity).
+        self._within: dict[frozenset[str], tuple[Sequence[BackendState], Sequence[BackendState]]]
+        self._within = {}
         picker = pipeline.picker  # (a reloaded config's router replaces the last one's)
         pool.load_changed = picker.load_changed if isinstance(picker, LoadTracker) else None
 
@@ -33,7 +37,7 @@ class Router:
             pool.update(now)
         candidates: Sequence[BackendState] = pool.candidates
         if request.regions is not None:
-            candidates = within(candidates, request.regions)
+            candidates = self._in_regions(candidates, request.regions)
         if not candidates:
             return None
         if request.pinned is not None:  # only it holds what the request continues
@@ -41,6 +45,14 @@ class Router:
                 if state.backend.id == request.pinned:
                     return state
         return self.pipeline.pick(request, candidates, now, explain)
+
+    def _in_regions(
+        self, candidates: Sequence[BackendState], regions: frozenset[str]
+    ) -> Sequence[BackendState]:
+        kept = self._within.get(regions)
+        if kept is None or kept[0] is not candidates:
+            kept = self._within[regions] = (candidates, within(candidates, regions))
+        return kept[1]
 
     def pick_other(
         self,

@@ -96,3 +96,31 @@ async def test_a_new_backend_is_probed_and_scraped_until_it_has_left() -> None:
         await client.close()
         server.abort()
         await sim.stop()
+
+
+def in_region(port: int, region: str) -> BackendState:
+    url = f"http://127.0.0.1:{port}"
+    return BackendState(Backend(f"127.0.0.1:{port}", url, ("m",), labels={"region": region}))
+
+
+def test_a_drained_region_has_a_flag_of_its_own_and_reaches_every_pool_and_newcomer() -> None:
+    eu, us, alone = in_region(8100, "eu"), in_region(8101, "us"), in_region(8102, "eu")
+    prefill_eu = in_region(8110, "eu")
+    alone.flags |= HealthFlag.DRAINING  # drained by itself (the operator, or not ready)
+    pool, prefill = Pool("m", [eu, us, alone]), Pool("m", [prefill_eu])
+    members = Membership({"m": pool}, lambda: 0.0, others=[prefill])
+    members.drain_region("eu", True)
+    assert eu.flags == HealthFlag.REGION_DRAINED and not us.flags
+    assert prefill_eu.flags == HealthFlag.REGION_DRAINED  # a prefill pool's too
+    assert pool.candidates == (us,)
+    joined = members.add("m", Joining("http://127.0.0.1:8103", labels={"region": "eu"}))
+    assert joined.flags == HealthFlag.REGION_DRAINED  # one that joins the region drains
+
+    later = Pool("m", [in_region(8120, "eu")])  # a reload's new pool
+    members.adopt({"m": later}, [prefill])
+    assert later.states[0].flags == HealthFlag.REGION_DRAINED
+
+    members.adopt({"m": pool}, [prefill])
+    members.drain_region("eu", False)
+    assert not eu.flags and not prefill_eu.flags and not joined.flags
+    assert alone.flags == HealthFlag.DRAINING  # its own drain outlasts the drill

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import msgspec
 
+from fleetgate.fleet.health import HealthFlag
 from fleetgate.http.errors import ReadError
 from fleetgate.http.mock import Script, Sent
 from fleetgate.lifecycle.events import Finished
@@ -120,3 +121,24 @@ async def test_a_pin_outside_the_regions_is_not_followed() -> None:
     h.residency = None
     await h.forward()
     assert h.sent_to()[-1] == "b0"  # without residency the pin holds
+
+
+async def test_a_picker_that_indexes_the_candidates_still_spreads_within_the_regions() -> None:
+    h = Harness(4, ok, policy="weighted_round_robin",
+                regions=["eu-west", "us-east", "eu-central", "eu-west"])  # fmt: skip
+    h.residency = EU
+    for _ in range(9):
+        await h.forward()
+    assert sorted(set(h.sent_to())) == ["b0", "b2", "b3"]  # each in turn, none in us-east
+
+
+async def test_with_no_backend_healthy_anywhere_the_503_does_not_blame_residency() -> None:
+    h = Harness(2, ok, regions=["eu-west", "us-east"])
+    h.residency = EU
+    for state in h.cluster.pool.states:  # all of them taken out of service
+        state.flags |= HealthFlag.DRAINING
+    h.cluster.pool.refresh(0.0)
+    got = await h.forward()
+    error = msgspec.json.decode(got.body)["error"]
+    assert got.status == 503 and error.get("code") != "region_unavailable"
+    assert error["message"].startswith("No healthy backend serves 'm'")
