@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from fleetgate.discovery.reconcile import SourceStatus
-from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.backend import REGION, ZONE, BackendState
 from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.gpu import THROTTLE_REASONS, GpuReading
 from fleetgate.fleet.health import HealthFlag, Verdict
@@ -277,6 +277,20 @@ def kv_event_families(feeds: Iterable[FeedStatus]) -> Iterator[Metric]:
     yield blocks
 
 
+def _placed(states: list[tuple[str, BackendState]]) -> Metric:
+    """Where each backend is, to join its series by region or zone in a query."""
+    info = GaugeMetricFamily(
+        "fleetgate_backend_info",
+        "1 for each backend, with where it is: its region and zone labels (empty: not said). "
+        "Join it to sum a backend's series by region.",
+        labels=["model", "backend", "region", "zone"],
+    )
+    for model, state in states:
+        where = state.backend.labels
+        info.add_metric([model, state.backend.id, where.get(REGION, ""), where.get(ZONE, "")], 1.0)
+    return info
+
+
 def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> Iterator[Metric]:
     """Every backend's gauges, its health as a state and flags, and its engine's figures."""
     states = list(states)
@@ -310,6 +324,7 @@ def backend_families(states: Iterable[tuple[str, BackendState]], now: float) -> 
             flags.add_metric([*key, flag_name], 1.0 if flag in state.flags else 0.0)
     yield verdict
     yield flags
+    yield _placed(states)
     scraped = [(model, state, state.engine) for model, state in states if state.engine]
     for name, doc, pick in _ENGINE_GAUGES:
         gauge = GaugeMetricFamily(name, doc, labels=labels)

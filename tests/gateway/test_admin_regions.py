@@ -14,6 +14,7 @@ from typing import Any
 import openai
 
 from fleetgate.config import parse_config
+from fleetgate.http.client import HttpClient, Origin
 from fleetgate.running import start_gateway
 from tests.gateway.test_admin_api import ADMIN, TENANT, call, served, sims
 
@@ -36,6 +37,16 @@ async def regional(ports: list[int], audit: Path) -> AsyncIterator[int]:
         yield running.port
     finally:
         await running.close()
+
+
+async def scrape(port: int) -> tuple[int, str]:
+    http = HttpClient()
+    try:
+        response = await http.request(Origin.parse(f"http://127.0.0.1:{port}"), b"GET",
+                                      b"/metrics", [])  # fmt: skip
+        return response.status, (await response.read()).decode()
+    finally:
+        await http.close()
 
 
 async def ask(port: int, times: int) -> None:
@@ -77,6 +88,12 @@ async def test_a_region_drill_moves_its_traffic_out_and_back(tmp_path: Path) -> 
         assert status == 200 and rows[0]["drained"] is False and rows[0]["draining"] == 0
         await ask(port, 6)
         assert await served(eu) > before
+
+        status, text = await scrape(port)
+        assert (
+            f'fleetgate_backend_info{{backend="127.0.0.1:{eu}",model="m",region="eu-west",'
+            'zone=""} 1.0' in text
+        )
 
         lines = [json.loads(line) for line in audit.read_text().splitlines()]
         drills = [(x["region"], x["draining"], x["backends"]) for x in lines
