@@ -193,10 +193,12 @@ def _publishers(config: Config) -> set[tuple[str, str | None, object]]:
 
 class Keeper(Generic[T]):
     """Things of each pool made from its settings: the one made from equal settings is given
-    again (with what it learned), else a new one."""
+    again (with what it learned), else a new one; `let_go` is given each one replaced or
+    dropped, to release what it holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, let_go: Callable[[T], None] | None = None) -> None:
         self._made: dict[str, tuple[object, T]] = {}
+        self._let_go = let_go
 
     def get(self, name: str, made_from: object, make: Callable[[], T]) -> T:
         old = self._made.get(name)
@@ -204,10 +206,18 @@ class Keeper(Generic[T]):
             return old[1]
         made = make()
         self._made[name] = (made_from, made)
+        if old is not None and self._let_go is not None:
+            self._let_go(old[1])
         return made
 
     def drop(self, name: str) -> None:
-        self._made.pop(name, None)
+        old = self._made.pop(name, None)
+        if old is not None and self._let_go is not None:
+            self._let_go(old[1])
+
+
+def _close_limit(admission: PoolAdmission) -> None:
+    admission.limit.close()  # its watch of the (shared) board's gateway count
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +241,7 @@ class Kept:
     # Each pool's routing stores (its load board, prefix index, sessions), for good.
     contexts: dict[str, PluginContext] = field(default_factory=dict)
     pipelines: Keeper[RoutingPipeline] = field(default_factory=Keeper)
-    admissions: Keeper[PoolAdmission] = field(default_factory=Keeper)
+    admissions: Keeper[PoolAdmission] = field(default_factory=lambda: Keeper(_close_limit))
     outliers: Keeper[OutlierDetector] = field(default_factory=Keeper)
     ttfts: Keeper[TtftWindow] = field(default_factory=Keeper)
     pins: ResponsePins | None = None  # the Responses API's, one for every pool

@@ -15,7 +15,7 @@ import pytest
 
 from fleetgate.config import Config, ConfigError, parse_config
 from fleetgate.fleet.health import HealthFlag
-from fleetgate.reload import ConfigSource, check_posted, restart_only_changes
+from fleetgate.reload import ConfigSource, Keeper, check_posted, restart_only_changes
 from fleetgate.running import RunningGateway, start_gateway
 
 A, B, C = "http://127.0.0.1:9", "http://127.0.0.2:9", "http://127.0.0.3:9"  # never answer
@@ -214,3 +214,14 @@ async def test_a_posted_config_is_parsed_with_care() -> None:
                            b'"api_key": "<redacted>"}]}]}')  # fmt: skip
     with pytest.raises(ConfigError, match="over 1024 KiB"):
         await source.parse(b" " * (2 << 20))
+
+
+def test_a_keeper_gives_the_same_while_made_from_the_same_and_lets_go_of_the_rest() -> None:
+    let_go: list[str] = []
+    keeper: Keeper[str] = Keeper(let_go.append)
+    assert keeper.get("m", 1, lambda: "first") == "first"
+    assert keeper.get("m", 1, lambda: "second") == "first"  # same settings: kept
+    assert keeper.get("m", 2, lambda: "third") == "third" and let_go == ["first"]
+    keeper.drop("m")
+    keeper.drop("m")  # gone already: nothing more to let go
+    assert let_go == ["first", "third"]

@@ -79,6 +79,10 @@ class LoadBoard(Protocol):
         shares)."""
         ...
 
+    def unwatch_gateways(self, changed: Callable[[int], None]) -> None:
+        """No longer call `changed` (its limit was replaced: a reloaded config's)."""
+        ...
+
     def own(self, backend_id: str) -> BackendLoad:
         """This gateway's own counts for the backend: on a board no other gateway shares, the
         record `load` gives (a backend retired here waits for these alone)."""
@@ -106,6 +110,9 @@ class MemoryLoadBoard:
 
     def watch_gateways(self, changed: Callable[[int], None]) -> None:
         pass  # alone for good
+
+    def unwatch_gateways(self, changed: Callable[[int], None]) -> None:
+        pass
 
     def load(self, backend_id: str) -> BackendLoad:
         load = self._loads.get(backend_id)

@@ -144,6 +144,10 @@ class SharedLoadBoard:
     def watch_gateways(self, changed: Callable[[int], None]) -> None:
         self._counters.append(changed)
 
+    def unwatch_gateways(self, changed: Callable[[int], None]) -> None:
+        if changed in self._counters:
+            self._counters.remove(changed)
+
     def _count(self, gateways: int) -> None:
         if gateways != self.gateways:
             self.gateways = gateways

@@ -160,6 +160,10 @@ class ConcurrencyLimit:
             self._value = min(float(self._max), max(float(self._min), grown))
             self._share()
 
+    def close(self) -> None:
+        """Replaced (a reloaded config's limit took over its pool): stop hearing its board."""
+        self._pool.board.unwatch_gateways(self._gateways_changed)
+
     def _gateways_changed(self, gateways: int) -> None:
         self._gateways = gateways
         self._share()
