@@ -149,9 +149,9 @@ class ConfigSource:
     adjust: Callable[[Config], Awaitable[Config]]
 
     async def read(self) -> Config:
-        """The file again; ConfigError as at start."""
-        if self.path is None:
-            raise ConfigError("the gateway was not started from a config file (--config)")
+        """The file again (one there is: RunningGateway.reload_file asks); ConfigError as at
+        start."""
+        assert self.path is not None
         return await self.adjust(load_config(self.path))
 
     async def parse(self, text: bytes) -> Config:

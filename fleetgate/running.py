@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import logging
 import random
 import secrets
@@ -18,7 +17,6 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
@@ -35,6 +33,7 @@ from fleetgate.config import (
     PoolConfig,
     check_config,
 )
+from fleetgate.discovery.file_source import stamp
 from fleetgate.discovery.found import Source
 from fleetgate.discovery.sources import SourceUnavailable, build_sources
 from fleetgate.fleet.backend import Backend, backend_id, backend_origin
@@ -243,13 +242,13 @@ class RunningGateway:
                 gateway = self._rebuild.gateway(config)
             except Exception as exc:
                 error = exc if isinstance(exc, ConfigError) else ConfigError(repr(exc))
-                kept.reloads.record(via, str(error), time.time())
+                kept.reloads.record(via, False, time.time())
                 log.error("config reload (%s) refused, the config in use kept: %s", via, error)
                 raise error from None
             old, self.gateway, self.config = self.gateway, gateway, config
             self.server.serve_with(gateway.handle, gateway.send_error)
             old.end_streams()  # a dashboard's event stream: its page connects again, here
-            kept.reloads.record(via, None, time.time())
+            kept.reloads.record(via, True, time.time())
             log.warning("config reloaded (%s)", via)
 
     async def reload_file(self, via: str) -> None:
@@ -260,6 +259,29 @@ class RunningGateway:
             log.warning("config reload (%s) skipped: not started from one --config file", via)
             return
         await self.reload(self._source.read, via)
+
+    def watch_config(self, every_s: float) -> None:
+        """Reload the config file when it changes (looked at every `every_s`, as a file of
+        backends is: discovery/file_source.py), until the gateway stops."""
+        path = None if self._source is None else self._source.path
+        if path is None:
+            return  # no file: nothing to watch
+
+        def looked() -> tuple[int, int, int] | None:
+            with contextlib.suppress(OSError):  # tried again at the next look
+                return stamp(path)
+            return None
+
+        seen = looked()
+
+        async def check() -> None:
+            nonlocal seen
+            now = looked()
+            if now is not None and now != seen:
+                seen = now
+                await _reload_quietly(self, "file")
+
+        self._background.every(every_s, 0.0, check, wait_first=True)
 
     async def reload_posted(self, text: bytes) -> None:
         """A config sent to POST /admin/config; ConfigError: refused."""
@@ -595,16 +617,13 @@ async def serve_forever(
         task.add_done_callback(reloads.discard)
 
     loop.add_signal_handler(signal.SIGHUP, reload, "signal")
-    watch = None
-    if source is not None and source.path is not None and config.server.watch_config_s > 0:
-        watch = loop.create_task(_watch_file(source.path, config.server.watch_config_s, reload))
+    if config.server.watch_config_s > 0:
+        running.watch_config(config.server.watch_config_s)
     if worker:
         print(f"fleetgate: worker {worker} listening on port {running.port} too", flush=True)
     else:
         print(banner(running, config.server.host), flush=True)
     await signals.get()
-    if watch is not None:
-        watch.cancel()
     loop.remove_signal_handler(signal.SIGHUP)
     for task in reloads:  # a reload not applied yet is dropped: the gateway stops
         task.cancel()
@@ -627,23 +646,3 @@ async def _reload_quietly(running: RunningGateway, via: str) -> None:
     """Reload from the file; a refusal was logged and counted already (`reload`)."""
     with contextlib.suppress(ConfigError):
         await running.reload_file(via)
-
-
-async def _watch_file(path: str, every_s: float, reload: Callable[[str], None]) -> None:
-    """Reload when the file's content changes (checked every `every_s`: a mounted ConfigMap
-    is swapped through a symbolic link, which no change of one inode shows); a file that
-    cannot be read is tried again at the next check."""
-    seen = _digest(path)
-    while True:
-        await asyncio.sleep(every_s)
-        now = _digest(path)
-        if now is not None and now != seen:
-            seen = now
-            reload("file")
-
-
-def _digest(path: str) -> bytes | None:
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).digest()
-    except OSError:
-        return None

@@ -25,6 +25,14 @@ from fleetgate.settings import Settings
 MAX_BYTES = 16 * 1024 * 1024  # a larger file is refused unread
 
 
+def stamp(path: str | Path) -> tuple[int, int, int]:
+    """What changes when a file is written or replaced (renamed over, or swapped through a
+    symbolic link as a mounted ConfigMap is: the stat follows links): its inode, size and
+    modification time. OSError when it cannot be looked at."""
+    stat = os.stat(path)
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
 class _File(Settings, frozen=True):
     backends: list[Found]
 
@@ -48,10 +56,9 @@ class FileSource:
 
     async def read(self) -> Sequence[Found]:
         try:
-            stat = os.stat(self._path)
+            seen = stamp(self._path)
         except OSError as exc:
             raise SourceError(f"cannot read {self._path}: {exc.strerror}") from None
-        seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if seen != self._seen:
             self._found = await asyncio.get_running_loop().run_in_executor(None, self._parse)
             self._seen = seen

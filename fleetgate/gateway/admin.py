@@ -69,6 +69,16 @@ DRILLED = HealthFlag.REGION_DRAINED
 _REGION_PATH = re.compile(rb"/admin/regions/([A-Za-z0-9._-]{1,64})/(drain|undrain)").fullmatch
 
 
+class _Region(msgspec.Struct):
+    """A region, as GET /admin/regions lists it."""
+
+    region: str
+    drained: bool  # by the operator (a drill)
+    backends: int = 0
+    healthy: int = 0
+    draining: int = 0
+
+
 class _Drain(msgspec.Struct, forbid_unknown_fields=True):
     backend: str
     draining: bool = True
@@ -193,35 +203,18 @@ class Admin:
         writer.send(200, _headers(request_id), self._regions())
 
     def _regions(self) -> bytes:
-        by_region: dict[str, dict[str, Any]] = {}
         drained = self._members.drained_regions
+        rows = {name: _Region(name, True) for name in drained}  # with no backend yet too
         for pool in self._pools.values():
             for state in pool.states:
                 name = state.backend.labels.get(REGION)
                 if name is None:
                     continue
-                row = by_region.setdefault(
-                    name,
-                    {
-                        "region": name,
-                        "drained": name in drained,
-                        "backends": 0,
-                        "healthy": 0,
-                        "draining": 0,
-                    },
-                )
-                row["backends"] += 1
-                row["healthy"] += not state.flags
-                row["draining"] += bool(state.flags & (HealthFlag.DRAINING | DRILLED))
-        for name in drained - by_region.keys():  # drained before any backend of it came
-            by_region[name] = {
-                "region": name,
-                "drained": True,
-                "backends": 0,
-                "healthy": 0,
-                "draining": 0,
-            }
-        return msgspec.json.encode([by_region[n] for n in sorted(by_region)])
+                row = rows.get(name) or rows.setdefault(name, _Region(name, False))
+                row.backends += 1
+                row.healthy += not state.flags
+                row.draining += bool(state.flags & (HealthFlag.DRAINING | DRILLED))
+        return msgspec.json.encode([rows[name] for name in sorted(rows)])
 
     async def region(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         """POST /admin/regions/{name}/drain or /undrain (the gateway routes the prefix here)."""

@@ -12,25 +12,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 class ReloadStatus:
     """The reloads so far, for the metrics: fleetgate_config_*."""
 
-    succeeded: int = 0
-    failed: int = 0
     last_ok: bool = True  # the last reload took (true until one fails)
     last_success_at: float = 0.0  # wall-clock time of the config in use (its start, or reload)
-    last_error: str = ""
     by_trigger: dict[tuple[str, str], int] = field(default_factory=dict)  # (via, result)
 
-    def record(self, via: str, error: str | None, wall_time: float) -> None:
-        result = "failure" if error else "success"
-        key = (via, result)
+    def record(self, via: str, ok: bool, wall_time: float) -> None:
+        key = (via, "success" if ok else "failure")
         self.by_trigger[key] = self.by_trigger.get(key, 0) + 1
-        self.last_ok = error is None
-        if error is None:
-            self.succeeded += 1
+        self.last_ok = ok
+        if ok:
             self.last_success_at = wall_time
-            self.last_error = ""
-        else:
-            self.failed += 1
-            self.last_error = error
 
 
 def reload_families(status: ReloadStatus) -> Iterator[Metric]:

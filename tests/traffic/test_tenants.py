@@ -46,6 +46,9 @@ def test_a_header_may_lower_the_class_and_raise_it_only_to_the_tenants_top() -> 
         ({"budget": {"tokens": 1, "cost_usd": 1}}, "exactly one"),
         ({"weight": -1}, "> 0"),
         ({"limits": {"rpm": 10}}, "rpm"),
+        ({"regions": ["eu west"]}, "not a region name"),
+        ({"regions": [""]}, "not a region name"),
+        ({"regions": "eu-west"}, "Expected `array`"),
     ],
 )
 def test_bad_tenant_settings_are_refused_by_name(fields: dict[str, object], error: str) -> None:
