@@ -66,7 +66,7 @@ from fleetgate.resilience.continuation import Continuation
 from fleetgate.resilience.failover import Failover
 from fleetgate.resilience.hedge import TtftWindow
 from fleetgate.resilience.retry import RetryBudget
-from fleetgate.routing.locality import NOWHERE, Place
+from fleetgate.routing.locality import NOWHERE, Locality, Place
 from fleetgate.routing.models import Alias, LengthKeywords, ModelRoute, Split, Tiers
 from fleetgate.routing.pipeline import RoutingPipeline
 from fleetgate.routing.registry import (
@@ -612,6 +612,10 @@ def _metrics(
         kv_events=(lambda: ()) if kv_events is None else kv_events.status,
         discovery=lambda: () if kept.discovery is None else kept.discovery.statuses(),
         reloads=lambda: kept.reloads,
+        regions=lambda: (
+            (m, f.here.region or "", f.local) for m, c in kept.clusters.items()
+            for f in c.router.pipeline.filters if isinstance(f, Locality)
+        ),
     )  # fmt: skip
 
 

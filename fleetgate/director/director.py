@@ -235,6 +235,7 @@ class Director:
         """The request's pool and Exchange; `Refused` when it cannot go there."""
         routing, caller = request.routing, request.caller
         routing.regions = caller.tenant.regions  # residency: every attempt stays in them
+        routing.stays = caller.tenant.stays  # never spilled out of the gateway's region
         if routing.follows is not None:  # a Response's follow-up: to where its first is kept
             kept = self._stored.where(routing.follows)
             if kept is not None:

@@ -52,6 +52,7 @@ def backend_id(url: str) -> str:
 
 # The labels that say where a backend is (routing/locality.py; residency: routing/router.py).
 REGION, ZONE = "region", "zone"
+STANDBY = "standby"  # a backend labelled standby: "true" waits until its region needs it
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,7 @@ from fleetgate.observe.fleet_metrics import (
     shared_state_families,
     slo_families,
 )
+from fleetgate.observe.regions import Watched, region_families
 from fleetgate.observe.reloads import ReloadStatus, reload_families
 from fleetgate.observe.series import Buckets, CounterSeries, HistogramSeries
 from fleetgate.observe.slo import ObjectiveStatus
@@ -106,7 +107,9 @@ class GatewayMetrics(Collector):
         kv_events: Callable[[], Iterable[FeedStatus]] = lambda: (),
         discovery: Callable[[], Iterable[SourceStatus]] = lambda: (),
         reloads: Callable[[], ReloadStatus] | None = None,
+        regions: Callable[[], Iterable[Watched]] = lambda: (),
     ) -> None:
+        self._regions = regions  # the gateway's region, per pool (observe/regions.py)
         self._reloads = reloads  # the config's reloads (fleetgate/reload.py); None: not served
         self._discovery = discovery  # the sources of backends found while running
         self._shared = shared  # the state shared with other gateways (shared/state.py)
@@ -372,6 +375,7 @@ class GatewayMetrics(Collector):
         yield from backend_families(states, now)
         yield from gpu_families(states, now)
         yield gpu_expiry_family(self.gpu_expiries())
+        yield from region_families(self._regions())
         if self._reloads is not None:
             yield from reload_families(self._reloads())
 

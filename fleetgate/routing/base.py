@@ -7,7 +7,7 @@ fleet simulator run the same code in virtual time.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from fleetgate.fleet.backend import BackendState
@@ -26,7 +26,7 @@ class RoutingRequest:
 
     __slots__ = (
         "endpoint", "follows", "max_tokens", "model", "pinned", "prompt", "prompt_tokens",
-        "regions", "session_key", "stream",
+        "regions", "session_key", "stays", "stream",
     )  # fmt: skip
 
     def __init__(
@@ -54,6 +54,9 @@ class RoutingRequest:
         # Data residency: the only regions (a backend's `region` label) any attempt of it may
         # go to, its tenant's (traffic/tenants.py); None: any.
         self.regions: frozenset[str] | None = None
+        # Never spilled out of the gateway's region when it is saturated (its tenant's
+        # `spill: false`): it waits there instead (routing/regions.py).
+        self.stays = False
 
 
 class Filter(Protocol):
@@ -115,3 +118,12 @@ class Roster(Protocol):
     ever sees a part of it."""
 
     def roster(self, candidates: Sequence[BackendState]) -> None: ...
+
+
+@runtime_checkable
+class Watcher(Protocol):
+    """A filter that judges its pool as a whole (locality: is the gateway's region up,
+    saturated?) whatever part of it one pick is given (a residency subset, a retry's
+    untried backends): given, once, where to read the pool's candidates of the moment."""
+
+    def watch(self, members: Callable[[], Sequence[BackendState]]) -> None: ...

@@ -17,6 +17,7 @@ from fleetgate.routing.base import (
     Roster,
     RoutingRequest,
     Scorer,
+    Watcher,
 )
 
 SHORTLIST = 16  # scored profiles rate at most this many candidates per pick
@@ -85,6 +86,17 @@ class RoutingPipeline:
     @property
     def scorers(self) -> tuple[Scorer, ...]:
         return self._plain.scorers
+
+    @property
+    def filters(self) -> tuple[Filter, ...]:
+        return self._plain.filters
+
+    def watch(self, members: Callable[[], Sequence[BackendState]]) -> None:
+        """Where its filters that judge the pool as a whole read its candidates (its router
+        tells it: routing/router.py)."""
+        for f in self._plain.filters:
+            if isinstance(f, Watcher):
+                f.watch(members)
 
     def set_timer(self, timer: PluginTimer | None, every: int = TIME_EVERY) -> None:
         """Time each plugin's calls in one pick of `every` from now on (None: stop): a

@@ -173,10 +173,11 @@ class PluginRegistry:
         if factory is None:
             known = ", ".join(self.policy_names)
             raise UnknownPlugin(f"unknown routing policy {policy!r}; known policies: {known}")
-        return RoutingPipeline(factory(policy, params, ctx))
+        return RoutingPipeline(factory(policy, params, ctx), _placed([], ctx))
 
     def build_profile(self, profile: Profile, ctx: PluginContext) -> RoutingPipeline:
         filters = [_build(self._filters, "filter", spec, ctx) for spec in profile.filters]
+        filters = _placed(filters, ctx)
         scorers = []
         for spec, weight in profile.scorers:
             if not weight > 0:
@@ -184,6 +185,14 @@ class PluginRegistry:
             scorers.append((_build(self._scorers, "scorer", spec, ctx), weight))
         picker = _build(self._pickers, "picker", PluginSpec(profile.picker), ctx)
         return RoutingPipeline(picker, filters, scorers, shortlist=profile.shortlist, rng=ctx.rng)
+
+
+def _placed(filters: list[Any], ctx: PluginContext) -> list[Any]:
+    """A gateway that knows its region routes every pool by locality, first: `filters` with
+    a default `locality` filter before them unless they have one."""
+    if ctx.here.region is None or any(isinstance(f, Locality) for f in filters):
+        return filters
+    return [Locality(LocalityParams(), ctx.here, ctx.rng, ctx.loads), *filters]
 
 
 def _add(table: dict[str, T], kind: str, name: str, factory: T) -> None:
@@ -277,7 +286,9 @@ def default_registry() -> PluginRegistry:
     registry.add_scorer("work_share", WorkShareParams, lambda params, _: WorkShare(params))
     registry.add_filter("length_split", LengthSplitParams, lambda params, _: LengthSplit(params))
     registry.add_filter(
-        "locality", LocalityParams, lambda params, ctx: Locality(params, ctx.here, ctx.rng)
+        "locality",
+        LocalityParams,
+        lambda params, ctx: Locality(params, ctx.here, ctx.rng, ctx.loads),
     )
     registry.add_filter(
         "long_to_fast",

@@ -86,6 +86,9 @@ class TenantSettings(Settings, frozen=True):
     # Data residency: the only regions (backends' `region` label) its requests may be served
     # in, by any attempt; none there can: 503. Empty: any region.
     regions: list[str] = []
+    # Spilled to another region when the gateway's is saturated (routing/regions.py); false:
+    # never, its requests wait (or are shed) in their region instead.
+    spill: bool = True
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c in "-_." for c in self.name):
@@ -122,6 +125,7 @@ class Tenant:
     patterns: tuple[str, ...]
     limited: bool  # it has rate limits or a budget
     regions: frozenset[str] | None  # where its requests may be served; None: anywhere
+    stays: bool  # never spilled out of the gateway's region (`spill: false`)
 
     @classmethod
     def of(cls, settings: TenantSettings) -> Tenant:
@@ -134,7 +138,7 @@ class Tenant:
         return cls(
             name=s.name, settings=s, priority=priority, max_priority=top,
             all_models="*" in patterns, exact=exact, patterns=patterns, limited=limited,
-            regions=frozenset(s.regions) if s.regions else None,
+            regions=frozenset(s.regions) if s.regions else None, stays=not s.spill,
         )  # fmt: skip
 
     def may_use(self, model: str) -> bool:

@@ -9,6 +9,7 @@ from collections import Counter
 from fleetgate.fleet.backend import Backend, BackendState
 from fleetgate.fleet.load_board import MemoryLoadBoard
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.load import CandidateLoads
 from fleetgate.routing.locality import Locality, LocalityParams, Place
 from fleetgate.routing.registry import PluginContext, PluginSpec, Profile, default_registry
 
@@ -27,9 +28,13 @@ def placed(*places: tuple[str | None, str | None]) -> tuple[BackendState, ...]:
 FLEET = placed(("eu", "eu-a"), ("eu", "eu-b"), ("us", "us-a"), ("ap", "ap-a"), (None, None))
 
 
+def locality(here: Place, params: LocalityParams | None = None) -> Locality:
+    loads = CandidateLoads(MemoryLoadBoard())
+    return Locality(params or LocalityParams(), here, random.Random(0), loads)
+
+
 def kept(here: Place, candidates: tuple[BackendState, ...], prefer_zone: bool = True) -> set[str]:
-    params = LocalityParams(prefer_zone=prefer_zone)
-    chosen = Locality(params, here, random.Random(0)).filter(REQUEST, candidates, 0)
+    chosen = locality(here, LocalityParams(prefer_zone=prefer_zone)).filter(REQUEST, candidates, 0)
     return {s.backend.id for s in chosen}
 
 
@@ -72,7 +77,17 @@ def test_in_a_pool_larger_than_the_shortlist_the_pool_s_nearest_tier_is_kept() -
 
 
 def test_a_list_filtered_again_is_the_same_list_until_it_changes() -> None:
-    locality = Locality(LocalityParams(), Place("eu", "eu-a"), random.Random(0))
-    first = locality.filter(REQUEST, FLEET, 0.0)
-    assert locality.filter(REQUEST, FLEET, 0.5) is first  # pickers index it by identity
-    assert locality.filter(REQUEST, FLEET[1:], 0.5) is not first
+    near = locality(Place("eu", "eu-a"))
+    first = near.filter(REQUEST, FLEET, 0.0)
+    assert near.filter(REQUEST, FLEET, 0.5) is first  # pickers index it by identity
+    assert near.filter(REQUEST, FLEET[1:], 0.5) is not first
+
+
+def test_a_gateway_that_knows_its_region_routes_every_policy_by_locality() -> None:
+    ctx = PluginContext(random.Random(1), MemoryLoadBoard(), here=Place("us", "us-a"))
+    for policy in ("round_robin", "least_loaded", "prefix_cache"):
+        pipeline = default_registry().build_pipeline(policy, {}, ctx)
+        assert {pipeline.pick(REQUEST, FLEET, 0.0) for _ in range(10)} == {FLEET[2]}
+    nowhere = PluginContext(random.Random(1), MemoryLoadBoard())
+    pipeline = default_registry().build_pipeline("round_robin", {}, nowhere)
+    assert {pipeline.pick(REQUEST, FLEET, 0.0) for _ in range(10)} == set(FLEET)

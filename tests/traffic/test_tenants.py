@@ -54,3 +54,8 @@ def test_a_header_may_lower_the_class_and_raise_it_only_to_the_tenants_top() -> 
 def test_bad_tenant_settings_are_refused_by_name(fields: dict[str, object], error: str) -> None:
     with pytest.raises(msgspec.ValidationError, match=error):
         msgspec.convert({"name": "t", **fields}, TenantSettings)
+
+
+def test_a_tenant_may_opt_out_of_spillover() -> None:
+    assert not Tenant.of(TenantSettings(name="a", models=["*"])).stays
+    assert Tenant.of(TenantSettings(name="a", models=["*"], spill=False)).stays
