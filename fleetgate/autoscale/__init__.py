@@ -1,0 +1,1 @@
+"""Autoscaling: how many replicas each pool should run, from its load, its SLO and a schedule."""
