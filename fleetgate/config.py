@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import msgspec
 import yaml
 
+from fleetgate.autoscale.recommender import AutoscaleSettings
 from fleetgate.batches.settings import BatchesSettings
 from fleetgate.director.cache import CacheSettings
 from fleetgate.discovery.settings import RedisDiscovery, SourceConfig
@@ -231,6 +232,7 @@ class PoolConfig(Settings, frozen=True):
     pricing: PricingSettings = PricingSettings()  # its tokens' price, for budgets and spend
     admission: AdmissionSettings = AdmissionSettings()  # queueing and shedding when saturated
     slo: SloSettings = SloSettings()  # objectives and their burn rates (observe/slo.py)
+    autoscale: AutoscaleSettings = AutoscaleSettings()  # replicas it should run (autoscale/)
     # The backends schedule by a request's `priority` (vLLM --scheduling-policy priority; the
     # pool's embedded sims run so): each request is sent with its class's, lower first.
     engine_priority: bool = False
@@ -346,10 +348,10 @@ def check_config(config: Config) -> Config:
         if pool.model in seen:
             raise ConfigError(f"{where}.model: {pool.model!r} has two pools; merge them")
         seen.add(pool.model)
-        if not pool.backends and not config.discovery:
+        if not pool.backends and not config.discovery and pool.autoscale.local is None:
             raise ConfigError(
-                f"{where}.backends is empty: give the pool at least one backend, or `discovery:`"
-                " sources that find them"
+                f"{where}.backends is empty: give the pool at least one backend, `discovery:`"
+                " sources that find them, or an autoscale actuator that starts them"
             )
         if pool.routing is not None:
             pool.routing.profile(f"{where}.routing")

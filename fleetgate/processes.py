@@ -47,7 +47,14 @@ _CONTEXT = multiprocessing.get_context("spawn")  # no loop, socket or thread car
 
 
 def check_workers(config: Config, workers: int) -> None:
-    """Refuse what N processes would get wrong: limits counted in each one's memory."""
+    """Refuse what N processes would get wrong: limits counted in each one's memory, sim
+    workers each would start for an autoscaled pool."""
+    started = [p.model for p in config.pools if p.autoscale.enabled and p.autoscale.local]
+    if workers > 1 and started:
+        raise ConfigError(
+            f"--workers {workers}: the pool {started[0]!r} is autoscaled by starting workers "
+            f"here, and each of the {workers} processes would start its own; run one"
+        )
     limited = any(Tenant.of(t).limited for t in config.tenants)
     if workers > 1 and limited and config.limits.store != "redis":
         raise ConfigError(

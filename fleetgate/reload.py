@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import yaml
 
+from fleetgate.autoscale.scaler import PoolScaler
 from fleetgate.config import (
     Config,
     ConfigError,
@@ -210,6 +211,14 @@ class Keeper(Generic[T]):
             self._let_go(old[1])
         return made
 
+    def made(self) -> list[T]:
+        """What it holds now."""
+        return [made for _, made in self._made.values()]
+
+    def drop_all(self) -> None:
+        for name in list(self._made):
+            self.drop(name)
+
     def drop(self, name: str) -> None:
         old = self._made.pop(name, None)
         if old is not None and self._let_go is not None:
@@ -244,6 +253,7 @@ class Kept:
     admissions: Keeper[PoolAdmission] = field(default_factory=lambda: Keeper(_close_limit))
     outliers: Keeper[OutlierDetector] = field(default_factory=Keeper)
     ttfts: Keeper[TtftWindow] = field(default_factory=Keeper)
+    scalers: Keeper[PoolScaler] = field(default_factory=lambda: Keeper(PoolScaler.close))
     pins: ResponsePins | None = None  # the Responses API's, one for every pool
     members: Membership | None = None
     probes: BackendProbes | None = None
@@ -298,7 +308,7 @@ def carry_pools(
     for name in [n for n in kept.pools if n not in wanted]:
         probes.stop(kept.pools.pop(name))
         kept.configured.pop(name, None)
-        for keeper in (kept.pipelines, kept.admissions, kept.outliers, kept.ttfts):
+        for keeper in (kept.pipelines, kept.admissions, kept.outliers, kept.ttfts, kept.scalers):
             keeper.drop(name)
         log.info("reload: the pool %s is no longer configured", name)
 

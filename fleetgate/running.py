@@ -306,6 +306,8 @@ class RunningGateway:
     async def close(self) -> None:
         await self._wind_down()
         await self.server.close()
+        if self._rebuild is not None:
+            self._rebuild.kept.scalers.drop_all()  # the workers they started stop
         logs = [] if self._rebuild is None else self._rebuild.kept.request_logs
         for request_log in logs:
             request_log.flush()  # the last requests' lines

@@ -15,6 +15,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from fleetgate.autoscale.local import LocalActuator
+from fleetgate.autoscale.recommender import AutoscaleSettings, Recommender
+from fleetgate.autoscale.scaler import PoolNow, PoolScaler
 from fleetgate.batches.book import BatchBook
 from fleetgate.batches.files import FileShelf
 from fleetgate.batches.store import BatchStore
@@ -53,7 +56,7 @@ from fleetgate.observe.live import LiveView
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.observe.picks import LastPicks
 from fleetgate.observe.request_log import RequestLog
-from fleetgate.observe.slo import SloBook
+from fleetgate.observe.slo import SloBook, fastest_burn
 from fleetgate.observe.tracing import Tracing
 from fleetgate.observe.usage import TenantUsage
 from fleetgate.reload import (
@@ -527,6 +530,7 @@ def compose(
             audit=audit,
             slo=slo,
             reload=reload_posted,
+            autoscale=lambda: [s.status for s in kept.scalers.made() if s.status is not None],
         )
     for pool_config in config.pools:
         if pool_config.gpu.enabled:
@@ -550,6 +554,7 @@ def compose(
 
         stop = background.every(gpus.expire_every_s, 0.0, expire_gpu_readings, wait_first=True)
         kept.tasks.append(stop)
+    _autoscale(config, kept, members, slo, clocks=(now, wall_clock), background=background)
     render = metrics.render if config.server.metrics else None
     batch_api = kept.batch_api
     if batch_api is not None:
@@ -587,6 +592,46 @@ def compose(
     return gateway, clusters
 
 
+def _autoscale(
+    config: Config,
+    kept: Kept,
+    members: Membership,
+    slo: SloBook,
+    *,
+    clocks: tuple[Callable[[], float], Callable[[], float]],
+    background: PeriodicTasks | None,
+) -> None:
+    """Each autoscaled pool's scaler (kept while its settings are the same), run every
+    `interval_s` in `background`; a pool no longer autoscaled lets its scaler go."""
+    for c in config.pools:
+        settings, model = c.autoscale, c.model
+        if not settings.enabled:
+            kept.scalers.drop(model)
+            continue
+
+        def view(model: str = model, stale_after_s: float = c.engine_metrics.stale_after_s
+                 ) -> PoolNow | None:  # fmt: skip
+            cluster = kept.clusters.get(model)
+            if cluster is None:
+                return None
+            queued = 0 if cluster.admission is None else cluster.admission.waiting
+            burn = fastest_burn(slo.status().get(model, []))
+            return PoolNow(cluster.router.pool, queued, burn, stale_after_s)
+
+        def make(model: str = model, settings: AutoscaleSettings = settings,
+                 view: Callable[[], PoolNow | None] = view) -> PoolScaler:  # fmt: skip
+            local = settings.local
+            actuator = None if local is None else LocalActuator(model, local, members)
+            return PoolScaler(
+                view, Recommender(settings), actuator, members, clocks=clocks, model=model
+            )
+
+        scaler = kept.scalers.get(model, settings, make)
+        if background is not None:
+            stop = background.every(settings.interval_s, 0.05, scaler.tick, wait_first=True)
+            kept.tasks.append(stop)
+
+
 def _metrics(
     kept: Kept,
     slo: SloBook,
@@ -612,6 +657,7 @@ def _metrics(
         kv_events=(lambda: ()) if kv_events is None else kv_events.status,
         discovery=lambda: () if kept.discovery is None else kept.discovery.statuses(),
         reloads=lambda: kept.reloads,
+        autoscale=lambda: [s.status for s in kept.scalers.made() if s.status is not None],
         regions=lambda: (
             (m, f.here.region or "", f.local) for m, c in kept.clusters.items()
             for f in c.router.pipeline.filters if isinstance(f, Locality)

@@ -140,7 +140,7 @@ def test_a_wrong_type_names_the_path_and_the_expected_type(data: Any, expected: 
         (one_pool(sim="b200"), "`sim`: no profile 'b200'; known: "),
         (
             {"pools": [{"model": "m", "backends": []}]},
-            "$.pools[0].backends is empty: give the pool at least one backend, or `discovery:`",
+            "$.pools[0].backends is empty: give the pool at least one backend, `discovery:`",
         ),
         (
             {
@@ -315,6 +315,9 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
 
     import msgspec
 
+    from fleetgate.autoscale.local import LocalActuatorSettings
+    from fleetgate.autoscale.recommender import AutoscaleSettings
+    from fleetgate.autoscale.schedule import PeakSettings
     from fleetgate.batches.settings import BatchesSettings
     from fleetgate.config import (
         AuthConfig,
@@ -369,6 +372,9 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].admission.batch_lane.", BatchLaneSettings),
                            ("request_log.", RequestLogSettings),
                            ("pools[].slo.", SloSettings),
+                           ("pools[].autoscale.", AutoscaleSettings),
+                           ("pools[].autoscale.schedule[].", PeakSettings),
+                           ("pools[].autoscale.local.", LocalActuatorSettings),
                            ("tracing.", TracingSettings),
                            ("batches.", BatchesSettings),
                            ("discovery[].", FileDiscovery),

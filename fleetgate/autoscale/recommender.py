@@ -36,8 +36,9 @@ from collections import deque
 
 import msgspec
 
+from fleetgate.autoscale.local import LocalActuatorSettings
 from fleetgate.autoscale.schedule import DAY_S, PeakSettings, Schedule
-from fleetgate.settings import Settings, at_least, ordered, positive, within
+from fleetgate.settings import Settings, at_least, ordered, positive, positive_seconds, within
 
 # ceil() of a ratio's product less this: float rounding (0.7 * 10 = 7.000000000000001) must
 # not add a replica.
@@ -73,6 +74,9 @@ class AutoscaleSettings(Settings, frozen=True):
     max_step_up: int = 4  # replicas added at most per decision
     max_step_down: int = 1  # replicas removed at most per decision
     schedule: list[PeakSettings] = []
+    interval_s: float = 15.0  # how often it decides (autoscale/scaler.py)
+    # What makes it so; none: recommend only (the gauge, for KEDA or an HPA).
+    local: LocalActuatorSettings | None = None  # sim workers this gateway starts and stops
 
     def __post_init__(self) -> None:
         at_least("min_replicas", self.min_replicas, 0)
@@ -87,6 +91,7 @@ class AutoscaleSettings(Settings, frozen=True):
         within("scale_down_window_s", self.scale_down_window_s, 0, DAY_S)
         at_least("max_step_up", self.max_step_up, 1)
         at_least("max_step_down", self.max_step_down, 1)
+        positive_seconds("interval_s", self.interval_s)
         for i, peak in enumerate(self.schedule):
             name = f"schedule[{i}].min_replicas"
             ordered(name, peak.min_replicas, "max_replicas", self.max_replicas)

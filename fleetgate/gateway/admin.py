@@ -19,6 +19,8 @@
                                            config in use kept) as a broken file is, and when
                                            it names other files than the config in use
     GET    /admin/tenants                  each tenant's requests admitted, tokens and spend
+    GET    /admin/autoscale                each autoscaled pool's last decision: replicas now,
+                                           desired, why, its signals, those draining
     GET    /admin/regions                  each region (backends' `region` label): backends,
                                            healthy, draining, and whether it is drained
     POST   /admin/regions/{name}/drain     a drill: every backend of the region drains (and
@@ -41,6 +43,7 @@ from urllib.parse import parse_qs
 
 import msgspec
 
+from fleetgate.autoscale.scaler import AutoscaleStatus
 from fleetgate.config import BackendConfig, Config, ConfigError
 from fleetgate.fleet.backend import REGION, BackendState, check_joining_url
 from fleetgate.fleet.health import HealthFlag
@@ -110,7 +113,9 @@ class Admin:
         audit: AuditLog | None = None,
         slo: SloBook | None = None,
         reload: Callable[[bytes], Awaitable[None]] | None = None,
+        autoscale: Callable[[], list[AutoscaleStatus]] = list,
     ) -> None:
+        self._autoscale = autoscale  # each autoscaled pool's last decision
         self._pools = pools
         self._clock = clock
         self._members = members
@@ -134,6 +139,7 @@ class Admin:
             (b"POST", b"/admin/config"): self.reload,
             (b"GET", b"/admin/tenants"): self.tenants,
             (b"GET", b"/admin/regions"): self.regions,
+            (b"GET", b"/admin/autoscale"): self.autoscale,
         }
 
     # -- reads ----------------------------------------------------------------------------------
@@ -198,6 +204,10 @@ class Admin:
             return
         self._record("admin_config_reloaded", request, request_id)
         writer.send(200, headers, b'{"status":"reloaded"}')
+
+    async def autoscale(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        body = msgspec.json.encode({"pools": self._autoscale()})
+        writer.send(200, _headers(request_id), body)
 
     async def regions(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         writer.send(200, _headers(request_id), self._regions())

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from fleetgate.autoscale.scaler import AutoscaleStatus
 from fleetgate.discovery.reconcile import SourceStatus
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.load_board import BackendLoad
@@ -37,6 +38,7 @@ from fleetgate.lifecycle.events import (
     RetryRefused,
 )
 from fleetgate.lifecycle.hooks import Hooks
+from fleetgate.observe.autoscale import autoscale_families
 from fleetgate.observe.fleet_metrics import (
     admission_families,
     backend_families,
@@ -108,7 +110,9 @@ class GatewayMetrics(Collector):
         discovery: Callable[[], Iterable[SourceStatus]] = lambda: (),
         reloads: Callable[[], ReloadStatus] | None = None,
         regions: Callable[[], Iterable[Watched]] = lambda: (),
+        autoscale: Callable[[], Iterable[AutoscaleStatus]] = lambda: (),
     ) -> None:
+        self._autoscale = autoscale  # each autoscaled pool's last decision
         self._regions = regions  # the gateway's region, per pool (observe/regions.py)
         self._reloads = reloads  # the config's reloads (fleetgate/reload.py); None: not served
         self._discovery = discovery  # the sources of backends found while running
@@ -376,6 +380,7 @@ class GatewayMetrics(Collector):
         yield from gpu_families(states, now)
         yield gpu_expiry_family(self.gpu_expiries())
         yield from region_families(self._regions())
+        yield from autoscale_families(self._autoscale())
         if self._reloads is not None:
             yield from reload_families(self._reloads())
 

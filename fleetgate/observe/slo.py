@@ -106,6 +106,20 @@ def burn_alerts(period_days: float) -> tuple[BurnAlert, ...]:
     )
 
 
+def fastest_burn(objectives: list[ObjectiveStatus]) -> float | None:
+    """The highest burn rate of `objectives` over each one's shortest window (None: none has
+    one): how fast an SLO fails now, for the autoscaler (autoscale/scaler.py)."""
+    burns = [min(o.burn.items(), key=lambda kv: _window_seconds(kv[0]))[1]
+             for o in objectives if o.burn]  # fmt: skip
+    return max(burns) if burns else None
+
+
+def _window_seconds(label: str) -> float:
+    """A window's label (`window_label`: 90s, 5m, 1h, 3d) in seconds."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": _DAY_S}
+    return float(label[:-1]) * units[label[-1]]
+
+
 def window_label(seconds: float) -> str:
     """A window's name in metrics and JSON: 5m, 1h, 6h, 90s..."""
     for unit, size in (("d", _DAY_S), ("h", 3600.0), ("m", 60.0)):
