@@ -55,6 +55,12 @@ def check_workers(config: Config, workers: int) -> None:
             f"--workers {workers}: the pool {started[0]!r} is autoscaled by starting workers "
             f"here, and each of the {workers} processes would start its own; run one"
         )
+    scaled = [p.model for p in config.pools if p.autoscale.enabled and p.autoscale.kubernetes]
+    if workers > 1 and scaled and config.state.url is None:
+        raise ConfigError(
+            f"--workers {workers}: the pool {scaled[0]!r} is autoscaled through Kubernetes, and "
+            f"each process would scale it; set state.url so that one at a time does"
+        )
     limited = any(Tenant.of(t).limited for t in config.tenants)
     if workers > 1 and limited and config.limits.store != "redis":
         raise ConfigError(

@@ -15,9 +15,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from fleetgate.autoscale.kubernetes import ActuatorUnavailable, KubernetesActuator
 from fleetgate.autoscale.local import LocalActuator
 from fleetgate.autoscale.recommender import AutoscaleSettings, Recommender
-from fleetgate.autoscale.scaler import PoolNow, PoolScaler
+from fleetgate.autoscale.scaler import Actuator, PoolNow, PoolScaler
 from fleetgate.batches.book import BatchBook
 from fleetgate.batches.files import FileShelf
 from fleetgate.batches.store import BatchStore
@@ -554,7 +555,7 @@ def compose(
 
         stop = background.every(gpus.expire_every_s, 0.0, expire_gpu_readings, wait_first=True)
         kept.tasks.append(stop)
-    _autoscale(config, kept, members, slo, clocks=(now, wall_clock), background=background)
+    _autoscale(config, kept, members, slo, state, clocks=(now, wall_clock), background=background)
     render = metrics.render if config.server.metrics else None
     batch_api = kept.batch_api
     if batch_api is not None:
@@ -597,12 +598,15 @@ def _autoscale(
     kept: Kept,
     members: Membership,
     slo: SloBook,
+    state: RoutingState,
     *,
     clocks: tuple[Callable[[], float], Callable[[], float]],
     background: PeriodicTasks | None,
 ) -> None:
     """Each autoscaled pool's scaler (kept while its settings are the same), run every
-    `interval_s` in `background`; a pool no longer autoscaled lets its scaler go."""
+    `interval_s` in `background`; a pool no longer autoscaled lets its scaler go. With state
+    shared among gateways, the Kubernetes actuator acts on the holder of the pool's lease
+    alone (each gateway's local actuator starts workers of its own: no lease)."""
     for c in config.pools:
         settings, model = c.autoscale, c.model
         if not settings.enabled:
@@ -620,11 +624,22 @@ def _autoscale(
 
         def make(model: str = model, settings: AutoscaleSettings = settings,
                  view: Callable[[], PoolNow | None] = view) -> PoolScaler:  # fmt: skip
-            local = settings.local
-            actuator = None if local is None else LocalActuator(model, local, members)
+            actuator: Actuator | None = None
+            if settings.local is not None:
+                actuator = LocalActuator(model, settings.local, members)
+            lease = None
+            if settings.kubernetes is not None:
+                try:
+                    actuator = KubernetesActuator(settings.kubernetes, clock=clocks[0])
+                except ActuatorUnavailable as exc:
+                    raise ConfigError(f"pool {model!r} autoscale.kubernetes: {exc}") from None
+                if state.shared:  # one workload, several gateways: the lease holder acts
+                    ttl_s = max(2.0, 3 * settings.interval_s)
+                    lease = state.lease("autoscale", model, ttl_s)
             return PoolScaler(
-                view, Recommender(settings), actuator, members, clocks=clocks, model=model
-            )
+                view, Recommender(settings), actuator, members, clocks=clocks, model=model,
+                lease=lease,
+            )  # fmt: skip
 
         scaler = kept.scalers.get(model, settings, make)
         if background is not None:

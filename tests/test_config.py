@@ -315,6 +315,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
 
     import msgspec
 
+    from fleetgate.autoscale.kubernetes import KubernetesActuatorSettings
     from fleetgate.autoscale.local import LocalActuatorSettings
     from fleetgate.autoscale.recommender import AutoscaleSettings
     from fleetgate.autoscale.schedule import PeakSettings
@@ -375,6 +376,7 @@ def test_every_key_and_default_is_in_the_configuration_doc() -> None:
                            ("pools[].autoscale.", AutoscaleSettings),
                            ("pools[].autoscale.schedule[].", PeakSettings),
                            ("pools[].autoscale.local.", LocalActuatorSettings),
+                           ("pools[].autoscale.kubernetes.", KubernetesActuatorSettings),
                            ("tracing.", TracingSettings),
                            ("batches.", BatchesSettings),
                            ("discovery[].", FileDiscovery),

@@ -36,6 +36,7 @@ from collections import deque
 
 import msgspec
 
+from fleetgate.autoscale.kubernetes import KubernetesActuatorSettings
 from fleetgate.autoscale.local import LocalActuatorSettings
 from fleetgate.autoscale.schedule import DAY_S, PeakSettings, Schedule
 from fleetgate.settings import Settings, at_least, ordered, positive, positive_seconds, within
@@ -77,6 +78,7 @@ class AutoscaleSettings(Settings, frozen=True):
     interval_s: float = 15.0  # how often it decides (autoscale/scaler.py)
     # What makes it so; none: recommend only (the gauge, for KEDA or an HPA).
     local: LocalActuatorSettings | None = None  # sim workers this gateway starts and stops
+    kubernetes: KubernetesActuatorSettings | None = None  # or a Deployment's or StatefulSet's pods
 
     def __post_init__(self) -> None:
         at_least("min_replicas", self.min_replicas, 0)
@@ -92,6 +94,8 @@ class AutoscaleSettings(Settings, frozen=True):
         at_least("max_step_up", self.max_step_up, 1)
         at_least("max_step_down", self.max_step_down, 1)
         positive_seconds("interval_s", self.interval_s)
+        if self.local is not None and self.kubernetes is not None:
+            raise ValueError("give one actuator: `local` or `kubernetes`, not both")
         for i, peak in enumerate(self.schedule):
             name = f"schedule[{i}].min_replicas"
             ordered(name, peak.min_replicas, "max_replicas", self.max_replicas)

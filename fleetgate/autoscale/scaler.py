@@ -24,6 +24,7 @@ from fleetgate.fleet.engine_load import EngineLoad
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.pool import Pool
+from fleetgate.shared.lease import Lease
 
 LEAVING = HealthFlag.DRAINING | HealthFlag.GONE  # not counted as replicas
 
@@ -63,6 +64,7 @@ class AutoscaleStatus(msgspec.Struct):
     draining: list[str]  # being drained before removal
     starting: int  # being started
     actuator: str | None  # None: recommend only
+    acting: bool  # this gateway's actuator acts (it holds the pool's lease, or needs none)
     scaled_up: int = 0  # replicas started, since the gateway started
     scaled_down: int = 0  # and removed after their drain
 
@@ -78,9 +80,10 @@ class PoolNow:
 
 
 def pool_signals(now_: PoolNow, now: float) -> Signals:
-    """What `pool` carries now: its replicas (members not draining), requests in flight and
-    waiting (`queued` in admission, plus the engines' own queues), prompt tokens not yet
-    prefilled, the engines' mean KV use, and its SLO's burn rate."""
+    """What `pool` carries now: its replicas (members not draining), requests in flight (on
+    its load board: every gateway's, when the board is shared) and waiting (`queued` in
+    admission, plus the engines' own queues), prompt tokens not yet prefilled, the engines'
+    mean KV use, and its SLO's burn rate."""
     pool, stale_after_s = now_.pool, now_.stale_after_s
     serving = [s for s in pool.states if not s.flags & LEAVING]
     loads = pool.board.loads([s.backend.id for s in serving])
@@ -88,7 +91,7 @@ def pool_signals(now_: PoolNow, now: float) -> Signals:
     return Signals(
         replicas=len(serving),
         queued=float(now_.queued + sum(e.waiting for e in engines)),
-        in_flight=float(pool.in_flight),
+        in_flight=float(sum(load.in_flight for load in loads)),
         prefill_tokens=float(sum(load.pending_prefill for load in loads)),
         kv_usage=sum(e.kv_usage for e in engines) / len(engines) if engines else None,
         burn_rate=now_.burn_rate,
@@ -111,6 +114,7 @@ class PoolScaler:
         *,
         clocks: tuple[Callable[[], float], Callable[[], float]],
         model: str,
+        lease: Lease | None = None,
     ) -> None:
         self._pool = pool  # None: the config in use has no such pool
         self._recommender = recommender
@@ -119,6 +123,9 @@ class PoolScaler:
         # The gateway's clock (engine readings' ages), and the wall clock (the schedule's).
         self._clock, self._wall_clock = clocks
         self._model = model
+        # Among gateways sharing state, the one holding it acts (every one shows its decision):
+        # one workload, one writer. None: this gateway alone acts for the pool.
+        self._lease = lease
         self._draining: set[str] = set()
         self._starting = 0
         self._up = self._down = 0
@@ -132,7 +139,7 @@ class PoolScaler:
         signals = pool_signals(found, self._clock())
         decision = self._recommender.recommend(signals, self._wall_clock())
         self._show(signals, decision)
-        if self._actuator is not None:
+        if self._actuator is not None and (self._lease is None or await self._lease.renew()):
             await self._finish_drains(pool)
             await self._act(pool, signals.replicas, decision.desired, self._actuator)
             self._show(signals, decision)
@@ -143,6 +150,7 @@ class PoolScaler:
             raw=decision.raw, floor=decision.floor, reason=decision.reason, signals=signals,
             draining=sorted(self._draining), starting=self._starting,
             actuator=None if self._actuator is None else self._actuator.name,
+            acting=self._actuator is not None and (self._lease is None or self._lease.held()),
             scaled_up=self._up, scaled_down=self._down,
         )  # fmt: skip
 

@@ -82,7 +82,8 @@ class Locality:
         self._near: list[str] = []  # the ids of the whole pool's nearest tier
         # The last candidates filtered, what was kept of them and where the share that leaves
         # goes, until when that holds (the same lists while the pool's are the same: pickers
-        # index a list by its identity; the region's state is looked at again each RECHECK_S).
+        # index a list by its identity); the region's state is judged again then too, so a
+        # region whose last backend left is down at the next pick.
         self._seen: Sequence[BackendState] = ()
         self._kept: Tier = ()
         self._out: Tier = ()
@@ -102,11 +103,9 @@ class Locality:
     def filter(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> Sequence[BackendState]:
-        if now >= self._until:
+        if candidates is not self._seen or now >= self._until:
             self._until = now + RECHECK_S
             self._judge(candidates, now)
-            self._seen = ()
-        if candidates is not self._seen:
             self._seen = candidates
             self._kept, self._out = self._tiers(candidates)
         keep = self._keep

@@ -61,17 +61,35 @@ class Router:
         now: float,
         tried: Sequence[BackendState],
         explain: dict[str, float] | None = None,
+        *,
+        elsewhere: bool = False,
     ) -> BackendState | None:
-        """A pick among the candidates not in `tried` (for a retry); O(n), only on retries."""
+        """A pick among the candidates not in `tried` (a retry, a hedge, a continuation);
+        O(n), only then. `elsewhere` (after a failure): outside the regions tried, while any
+        candidate there may serve it (Envoy's previous_priorities: when a region dies, its
+        other backends are not yet out of rotation, and a retry to each of them in turn
+        failed the request)."""
         pool = self.pool
         if now >= pool.next_check:
             pool.update(now)
         others: Sequence[BackendState] = [s for s in pool.candidates if s not in tried]
         if request.regions is not None:
             others = within(others, request.regions)
+        if elsewhere:
+            others = _outside(others, tried) or others
         if not others:
             return None
         return self.pipeline.pick(request, others, now, explain)
+
+
+def _outside(
+    candidates: Sequence[BackendState], tried: Sequence[BackendState]
+) -> Sequence[BackendState]:
+    """The candidates in none of the regions of `tried` (all of them when none has one)."""
+    regions = {s.backend.labels.get(REGION) for s in tried} - {None}
+    if not regions:
+        return candidates
+    return [s for s in candidates if s.backend.labels.get(REGION) not in regions]
 
 
 def within(candidates: Sequence[BackendState], regions: frozenset[str]) -> Sequence[BackendState]:

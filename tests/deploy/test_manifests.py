@@ -6,7 +6,8 @@ for, by its shape here. What must agree with the gateway is checked against the 
 ConfigMap's config loads with fleetgate's own loader, and a real gateway started from it (its
 discovery finding a sim worker through a stand-in API server's EndpointSlices, its state and
 limits in a real Redis, its keys in the Secret's format) answers the probes' and the
-ServiceMonitor's paths. RBAC grants only what discovery reads; the pods run locked down."""
+ServiceMonitor's paths. RBAC grants only what discovery reads, and what the Kubernetes actuator
+calls; the pods run locked down."""
 
 from __future__ import annotations
 
@@ -44,8 +45,8 @@ KUBERNETES_VERSIONS = ("1.25", "1.37")
 SERVICE_LABEL = "kubernetes.io/service-name"
 KINDS = [
     "ConfigMap", "Deployment", "Deployment", "HorizontalPodAutoscaler", "NetworkPolicy",
-    "PodDisruptionBudget", "Role", "RoleBinding", "Secret", "Service", "Service",
-    "ServiceAccount", "ServiceMonitor",
+    "PodDisruptionBudget", "Role", "Role", "RoleBinding", "RoleBinding", "Secret", "Service",
+    "Service", "ServiceAccount", "ServiceMonitor",
 ]  # fmt: skip
 
 Manifest = dict[str, Any]
@@ -164,8 +165,8 @@ def test_every_object_renders_and_is_valid_for_kubernetes(rendered: tuple[Manife
     namespaces = {o["metadata"].get("namespace") for o in rendered}
     assert len(namespaces) == 1, "every object in the overlay's one namespace"
     namespace = namespaces.pop() or "default"  # the base alone: kubectl's default
-    binding = named(rendered, "RoleBinding", "fleetgate-discovery")
-    assert all(s["namespace"] == namespace for s in binding["subjects"])
+    for binding in of_kind(rendered, "RoleBinding"):
+        assert all(s["namespace"] == namespace for s in binding["subjects"])
 
 
 def test_the_config_loads_and_agrees_with_the_pod(
@@ -215,7 +216,7 @@ def test_rbac_grants_discovery_only_what_it_reads(rendered: tuple[Manifest, ...]
         if isinstance(source, KubernetesDiscovery):
             needed.add(("discovery.k8s.io", "endpointslices") if source.service else ("", "pods"))
     assert not of_kind(rendered, "ClusterRole") and not of_kind(rendered, "ClusterRoleBinding")
-    [role] = of_kind(rendered, "Role")
+    role = named(rendered, "Role", "fleetgate-discovery")
     granted = set()
     for rule in role["rules"]:
         assert set(rule) == {"apiGroups", "resources", "verbs"}, "no resourceNames, no URLs"
@@ -225,10 +226,34 @@ def test_rbac_grants_discovery_only_what_it_reads(rendered: tuple[Manifest, ...]
         assert {"list", "watch"} <= set(rule["verbs"])  # what the source does
         granted |= {(g, r) for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == needed
-    [binding] = of_kind(rendered, "RoleBinding")
-    spec, _ = gateway_pod(rendered)
+    bound_to_the_gateway(rendered, "fleetgate-discovery")
+
+
+def test_rbac_grants_the_kubernetes_actuator_only_what_it_calls(
+    rendered: tuple[Manifest, ...],
+) -> None:
+    # The requests fleetgate/autoscale/kubernetes.py sends (its test's stand-in API server sees
+    # them): GET and PATCH a workload's scale subresource, GET (list) and PATCH pods.
+    calls = {("apps", "deployments/scale", "get"), ("apps", "deployments/scale", "patch"),
+             ("apps", "statefulsets/scale", "get"), ("apps", "statefulsets/scale", "patch"),
+             ("", "pods", "list"), ("", "pods", "patch")}  # fmt: skip
+    role = named(rendered, "Role", "fleetgate-autoscale")
+    granted = set()
+    for rule in role["rules"]:
+        assert set(rule) == {"apiGroups", "resources", "verbs"}
+        granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"]
+                    for v in rule["verbs"]}  # fmt: skip
+    assert granted == calls
+    bound_to_the_gateway(rendered, "fleetgate-autoscale")
+
+
+def bound_to_the_gateway(objects: tuple[Manifest, ...], role: str) -> None:
+    """The Role `role` is bound, by the RoleBinding of its name, to the gateway's
+    ServiceAccount alone."""
+    binding = named(objects, "RoleBinding", role)
+    spec, _ = gateway_pod(objects)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": role["metadata"]["name"]}  # fmt: skip
+                                  "name": role}  # fmt: skip
     assert [(s["kind"], s["name"]) for s in binding["subjects"]] == [
         ("ServiceAccount", spec["serviceAccountName"])
     ]

@@ -258,3 +258,17 @@ def test_the_pool_s_candidates_judge_the_region_not_a_retry_s_leftovers() -> Non
     states[0].flags |= HealthFlag.EJECTED
     pool.refresh(2.0)
     assert router.pick(request(), 2.0) is states[1]
+
+
+def test_a_retry_goes_to_a_region_not_tried_while_residency_allows_one() -> None:
+    states = fleet(("eu", False), ("eu", False), ("us", False))
+    pool = Pool("m", states)
+    profile = Profile(filters=(PluginSpec("locality"),), scorers=((PluginSpec("queue"), 1.0),))
+    ctx = PluginContext(random.Random(1), pool.board, here=Place("eu"))
+    router = Router(pool, default_registry().build_profile(profile, ctx))
+    tried = [states[0]]
+    assert router.pick_other(request(), 0.0, tried) is states[1]  # a hedge: the nearest
+    assert router.pick_other(request(), 0.0, tried, elsewhere=True) is states[2]
+    pinned = request()
+    pinned.regions = frozenset({"eu"})
+    assert router.pick_other(pinned, 0.0, tried, elsewhere=True) is states[1]
