@@ -114,9 +114,12 @@ def figures(records: list[dict[str, Any]], slo_ttft_s: float) -> dict[str, float
         if not r["error"] and r["output_tokens"] >= ANSWER and r["ttft_s"] is not None
         and r["ttft_s"] <= slo_ttft_s
     ]  # fmt: skip
+    ttfts = sorted(r["ttft_s"] * 1e3 for r in records if r["ttft_s"] is not None)
     return {
         "requests": len(records), "failed": len(failed), "broken": len(broken),
         "attainment": len(good) / len(records) if records else 0.0,
+        "ttft_p50_ms": ttfts[len(ttfts) // 2] if ttfts else 0.0,
+        "ttft_p99_ms": ttfts[min(len(ttfts) - 1, int(0.99 * len(ttfts)))] if ttfts else 0.0,
     }  # fmt: skip
 
 
@@ -136,6 +139,7 @@ def autoscaled_run(args: argparse.Namespace, trace: Path, seconds: float, out: P
         "enabled": True, "min_replicas": 1, "max_replicas": args.max_replicas,
         "interval_s": 1.0, "target_in_flight": args.target_in_flight,
         "scale_down_window_s": args.down_window_s, "max_step_down": 1,
+        "smoothing_s": args.smoothing_s,
         "local": {"args": ["--num-gpu-blocks-override", str(args.kv_blocks)]},
     }  # fmt: skip
     config = out / "autoscaled.json"
@@ -203,6 +207,7 @@ def main() -> int:
     parser.add_argument("--target-in-flight", type=float, default=4.0)
     parser.add_argument("--max-replicas", type=int, default=6)
     parser.add_argument("--down-window-s", type=float, default=10.0)
+    parser.add_argument("--smoothing-s", type=float, default=5.0)
     parser.add_argument("--slo-ttft-ms", type=float, default=1000.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path)
@@ -229,7 +234,8 @@ def main() -> int:
         for name, f in (("autoscaled", auto), ("fixed", fixed)):
             print(
                 f"\n{name}: {f['requests']:.0f} requests, {f['failed']:.0f} failed, "
-                f"{f['broken']:.0f} broken streams, SLO attainment {f['attainment']:.2%}"
+                f"{f['broken']:.0f} broken streams, SLO attainment {f['attainment']:.2%}, "
+                f"TTFT p50 {f['ttft_p50_ms']:.0f} ms, p99 {f['ttft_p99_ms']:.0f} ms"
             )
         ratio = used / fixed_used if fixed_used else float("inf")
         relative = auto["attainment"] / fixed["attainment"] if fixed["attainment"] else 0.0

@@ -638,7 +638,7 @@ def _autoscale(
                     lease = state.lease("autoscale", model, ttl_s)
             return PoolScaler(
                 view, Recommender(settings), actuator, members, clocks=clocks, model=model,
-                lease=lease,
+                lease=lease, smoothing_s=settings.smoothing_s,
             )  # fmt: skip
 
         scaler = kept.scalers.get(model, settings, make)

@@ -76,6 +76,9 @@ class AutoscaleSettings(Settings, frozen=True):
     max_step_down: int = 1  # replicas removed at most per decision
     schedule: list[PeakSettings] = []
     interval_s: float = 15.0  # how often it decides (autoscale/scaler.py)
+    # The load signals are averaged over about this long (exponentially; 0: each tick's
+    # reading alone): a gauge read once a tick is noisy, and noise both ways is flapping.
+    smoothing_s: float = 30.0
     # What makes it so; none: recommend only (the gauge, for KEDA or an HPA).
     local: LocalActuatorSettings | None = None  # sim workers this gateway starts and stops
     kubernetes: KubernetesActuatorSettings | None = None  # or a Deployment's or StatefulSet's pods
@@ -94,6 +97,7 @@ class AutoscaleSettings(Settings, frozen=True):
         at_least("max_step_up", self.max_step_up, 1)
         at_least("max_step_down", self.max_step_down, 1)
         positive_seconds("interval_s", self.interval_s)
+        within("smoothing_s", self.smoothing_s, 0, DAY_S)
         if self.local is not None and self.kubernetes is not None:
             raise ValueError("give one actuator: `local` or `kubernetes`, not both")
         for i, peak in enumerate(self.schedule):

@@ -12,6 +12,7 @@ So a scale-down cuts no request.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -115,6 +116,7 @@ class PoolScaler:
         clocks: tuple[Callable[[], float], Callable[[], float]],
         model: str,
         lease: Lease | None = None,
+        smoothing_s: float = 0.0,
     ) -> None:
         self._pool = pool  # None: the config in use has no such pool
         self._recommender = recommender
@@ -126,6 +128,8 @@ class PoolScaler:
         # Among gateways sharing state, the one holding it acts (every one shows its decision):
         # one workload, one writer. None: this gateway alone acts for the pool.
         self._lease = lease
+        self._smoothing_s = smoothing_s
+        self._smoothed: tuple[float, Signals] | None = None  # (when, the averaged signals)
         self._draining: set[str] = set()
         self._starting = 0
         self._up = self._down = 0
@@ -136,13 +140,36 @@ class PoolScaler:
         if found is None:
             return
         pool = found.pool
-        signals = pool_signals(found, self._clock())
+        now = self._clock()
+        signals = self._smooth(pool_signals(found, now), now)
         decision = self._recommender.recommend(signals, self._wall_clock())
         self._show(signals, decision)
         if self._actuator is not None and (self._lease is None or await self._lease.renew()):
-            await self._finish_drains(pool)
             await self._act(pool, signals.replicas, decision.desired, self._actuator)
+            await self._finish_drains(pool)
             self._show(signals, decision)
+
+    def _smooth(self, signals: Signals, now: float) -> Signals:
+        """The load signals averaged over about `smoothing_s` (exponentially weighted by the
+        time between readings); the replica count and the burn rate as they are."""
+        last, self._smoothed = self._smoothed, (now, signals)
+        if last is None or self._smoothing_s <= 0:
+            return signals
+        then, before = last
+        a = 1.0 - math.exp(-max(0.0, now - then) / self._smoothing_s)
+        kv = signals.kv_usage
+        if kv is not None and before.kv_usage is not None:
+            kv = before.kv_usage + a * (kv - before.kv_usage)
+        smoothed = msgspec.structs.replace(
+            signals,
+            queued=before.queued + a * (signals.queued - before.queued),
+            in_flight=before.in_flight + a * (signals.in_flight - before.in_flight),
+            prefill_tokens=before.prefill_tokens
+            + a * (signals.prefill_tokens - before.prefill_tokens),
+            kv_usage=kv,
+        )
+        self._smoothed = (now, smoothed)
+        return smoothed
 
     def _show(self, signals: Signals, decision: Recommendation) -> None:
         self.status = AutoscaleStatus(

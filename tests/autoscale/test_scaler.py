@@ -6,7 +6,10 @@ Redis, only the lease holder acts."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import pytest
 
 from fleetgate.autoscale.recommender import AutoscaleSettings, Recommender
 from fleetgate.autoscale.scaler import PoolNow, PoolScaler
@@ -78,23 +81,20 @@ async def test_a_scale_down_drains_and_removes_only_what_has_nothing_in_flight()
     await scaler.tick()
     status = scaler.status
     assert status is not None and (status.replicas, status.desired) == (3, 1)
-    # The two least loaded drain; the one with a request keeps serving.
-    assert status.draining == ["127.0.0.1:8000", "127.0.0.1:8002"]
-    assert [s.backend.id for s in pool.states if s.flags & HealthFlag.DRAINING] == [
-        "127.0.0.1:8000", "127.0.0.1:8002",
-    ]  # fmt: skip
-    assert actuator.stopped == []  # nothing stopped in the tick that drained them
-    await scaler.tick()
-    assert actuator.stopped == ["127.0.0.1:8000", "127.0.0.1:8002"]  # idle: removed, stopped
+    # The two least loaded drained, and with nothing in flight on them, removed from the
+    # pool and stopped at once; the one with a request keeps serving.
+    assert status.draining == []
+    assert actuator.stopped == ["127.0.0.1:8000", "127.0.0.1:8002"]
     assert [s.backend.id for s in pool.states] == ["127.0.0.1:8001"]
 
 
 async def test_a_drained_replica_with_a_request_in_flight_waits_for_it() -> None:
     pool, scaler, actuator = setup(2)
-    await scaler.tick()  # no load: 2 -> 1, the first drains
+    load(pool, "127.0.0.1:8000", 1)
+    load(pool, "127.0.0.1:8001", 1)
+    await scaler.tick()  # 2 in flight: 2 -> 1, the first drains with its request
     draining = scaler.status.draining if scaler.status else []
-    assert len(draining) == 1
-    pool.board.begin(draining[0], 10)  # a request it took before the drain
+    assert draining == ["127.0.0.1:8000"]
     await scaler.tick()
     assert actuator.stopped == [] and draining[0] in pool.members
     pool.board.end(draining[0], 10, 0)
@@ -128,3 +128,23 @@ async def test_among_gateways_sharing_a_redis_only_the_lease_holder_acts(client:
     assert [a.started for _, a in scalers] == [2, 0]
     assert [s.status.acting for s, _ in scalers if s.status] == [True, False]
     assert [s.status.desired for s, _ in scalers if s.status] == [3, 3]  # both show it
+
+
+async def test_the_load_signals_are_averaged_over_the_smoothing_time() -> None:
+    states = [BackendState(Backend("127.0.0.1:8000", "http://127.0.0.1:8000", (MODEL,)))]
+    pool = Pool(MODEL, states)
+    members = Membership({MODEL: pool}, lambda: 0.0)
+    now = [0.0]
+    scaler = PoolScaler(
+        lambda: PoolNow(pool, 0, None, 5.0), Recommender(SETTINGS), None, members,
+        clocks=(lambda: now[0], lambda: now[0]), model=MODEL, smoothing_s=10.0,
+    )  # fmt: skip
+    load(pool, "127.0.0.1:8000", 8)
+    await scaler.tick()
+    assert scaler.status is not None and scaler.status.signals.in_flight == 8  # the first
+    for _ in range(8):
+        pool.board.end("127.0.0.1:8000", 10, 0)
+    now[0] = 10.0
+    await scaler.tick()
+    assert scaler.status.signals.in_flight == pytest.approx(8 * math.exp(-1))
+    assert scaler.status.raw == 2  # ceil(2.94 / 2), not 0: one quiet reading is not a trend
