@@ -143,11 +143,11 @@ class PoolScaler:
         now = self._clock()
         signals = self._smooth(pool_signals(found, now), now)
         decision = self._recommender.recommend(signals, self._wall_clock())
-        self._show(signals, decision)
+        self._show(pool, signals, decision)
         if self._actuator is not None and (self._lease is None or await self._lease.renew()):
             await self._act(pool, signals.replicas, decision.desired, self._actuator)
             await self._finish_drains(pool)
-            self._show(signals, decision)
+            self._show(pool, signals, decision)
 
     def _smooth(self, signals: Signals, now: float) -> Signals:
         """The load signals averaged over about `smoothing_s` (exponentially weighted by the
@@ -171,9 +171,10 @@ class PoolScaler:
         self._smoothed = (now, smoothed)
         return smoothed
 
-    def _show(self, signals: Signals, decision: Recommendation) -> None:
+    def _show(self, pool: Pool, signals: Signals, decision: Recommendation) -> None:
+        serving = sum(1 for s in pool.states if not s.flags & LEAVING)
         self.status = AutoscaleStatus(
-            model=self._model, replicas=signals.replicas, desired=decision.desired,
+            model=self._model, replicas=serving, desired=decision.desired,
             raw=decision.raw, floor=decision.floor, reason=decision.reason, signals=signals,
             draining=sorted(self._draining), starting=self._starting,
             actuator=None if self._actuator is None else self._actuator.name,

@@ -31,7 +31,8 @@ def test_the_pool_grows_under_load_and_shrinks_after_draining_without_cutting_a_
 ) -> None:
     autoscale = {
         "enabled": True, "min_replicas": 1, "max_replicas": 3, "interval_s": 0.25,
-        "target_in_flight": 2, "scale_down_window_s": 2.0, "local": {"profile": "h100-llama3-8b"},
+        "target_in_flight": 2, "scale_down_window_s": 2.0, "smoothing_s": 0.5,
+        "local": {"profile": "h100-llama3-8b"},
     }  # fmt: skip
     pool = {"model": MODEL, "policy": "least_loaded", "backends": [],
             "health_check": {"interval_s": 0.25}, "slow_start_s": 0.5,
