@@ -98,3 +98,13 @@ def listening(url: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def test_the_demo_config_starts_its_first_worker_and_serves() -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "autoscale-local.yaml"
+    with gateway(["--config", str(example)]) as (url, _):
+        until(lambda: status(url).get("replicas") == 1, timeout_s=30)
+        client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0)
+        answer = client.completions.create(model=MODEL, prompt="x", max_tokens=4)
+        assert answer.choices[0].text
+        assert status(url)["actuator"] == "local" and status(url)["floor"] == 1
