@@ -32,7 +32,7 @@ from fleetgate.director.cache import ResponseCache
 from fleetgate.director.director import Director
 from fleetgate.discovery.found import Source
 from fleetgate.discovery.reconcile import Discovery
-from fleetgate.fleet.backend import Backend, BackendState
+from fleetgate.fleet.backend import REGION, Backend, BackendState
 from fleetgate.fleet.load_board import LoadBoard, MemoryLoadBoard
 from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.periodic import PeriodicTasks
@@ -54,6 +54,7 @@ from fleetgate.lifecycle.accounting import FleetAccounting
 from fleetgate.lifecycle.hooks import Emitters, Hooks
 from fleetgate.observe.audit import AuditLog
 from fleetgate.observe.live import LiveView
+from fleetgate.observe.live_regions import RegionOf
 from fleetgate.observe.metrics import GatewayMetrics
 from fleetgate.observe.picks import LastPicks
 from fleetgate.observe.request_log import RequestLog
@@ -73,6 +74,7 @@ from fleetgate.resilience.retry import RetryBudget
 from fleetgate.routing.locality import NOWHERE, Locality, Place
 from fleetgate.routing.models import Alias, LengthKeywords, ModelRoute, Split, Tiers
 from fleetgate.routing.pipeline import RoutingPipeline
+from fleetgate.routing.regions import LocalRegion
 from fleetgate.routing.registry import (
     PluginContext,
     PluginRegistry,
@@ -458,8 +460,18 @@ def compose(
     live = None
     if config.server.dashboard:
         if kept.live is None:
-            kept.live = LiveView(now, wall_clock, random.Random(rng.getrandbits(64)))
+            live_rng = random.Random(rng.getrandbits(64))
+            kept.live = LiveView(now, wall_clock, live_rng)
         live = kept.live
+        # By region only where there are regions: a label on a backend, the gateway's own, or
+        # backends found or added while running (they may carry one).
+        placed = (
+            config.server.region is not None
+            or bool(config.discovery)
+            or config.server.admin
+            or any(REGION in b.labels for p in config.pools for b in p.every_backend())
+        )
+        live.count_regions(_region_of(kept) if placed else None)
         exporters.append(live.subscribe)
     if tracing is not None:
         exporters.append(tracing.subscribe)
@@ -587,10 +599,32 @@ def compose(
         inference=inference, clusters=clusters, models=[*clusters, *routes], ids=ids,
         created=int(wall_clock()), metrics=render, door=door, operators=operators, audit=audit,
         admin=admin, heartbeats=heartbeats, batches=batch_api,
-        dashboard=None if live is None else Dashboard(clusters, slo, live, usage, clock,
-                                                      wall_clock),
+        dashboard=None if live is None else Dashboard(
+            clusters, slo, live, usage, clock, wall_clock,
+            regions=lambda: _local_regions(kept),
+        ),
     )  # fmt: skip
     return gateway, clusters
+
+
+def _local_regions(kept: Kept) -> Iterator[tuple[str, str, LocalRegion]]:
+    """Each pool's locality filter's view of the gateway's region: (model, region, state)."""
+    for model, cluster in kept.clusters.items():
+        for f in cluster.router.pipeline.filters:
+            if isinstance(f, Locality):
+                yield model, f.here.region or "", f.local
+
+
+def _region_of(kept: Kept) -> RegionOf:
+    """The live view's region of a request: its backend's `region` label, looked up by its
+    pool and id in the config in use ("" when it has none, or has left the pool since)."""
+
+    def region_of(model: str, backend: str) -> str:
+        cluster = kept.clusters.get(model)
+        state = None if cluster is None else cluster.pool.members.get(backend)
+        return "" if state is None else state.backend.labels.get(REGION, "")
+
+    return region_of
 
 
 def _autoscale(
@@ -673,10 +707,7 @@ def _metrics(
         discovery=lambda: () if kept.discovery is None else kept.discovery.statuses(),
         reloads=lambda: kept.reloads,
         autoscale=lambda: [s.status for s in kept.scalers.made() if s.status is not None],
-        regions=lambda: (
-            (m, f.here.region or "", f.local) for m, c in kept.clusters.items()
-            for f in c.router.pipeline.filters if isinstance(f, Locality)
-        ),
+        regions=lambda: _local_regions(kept),
     )  # fmt: skip
 
 

@@ -7,6 +7,12 @@
                                 the last ejections; the last five minutes second by second
     GET /dashboard/events       the same as server-sent events, one a second; the first carries
                                 the whole history, each later one only the seconds since
+    GET /dashboard/regions      each region (a backend's `region` label; "" none): its backends,
+                                requests/s and error rate over the last five minutes, TTFT and
+                                E2E p50 and p99 over the last minute (observe/live.py), and for
+                                the gateway's own region each pool's `locality` state (phase,
+                                keep and spill shares, spilled requests, failovers and how long
+                                the last took: routing/regions.py); the snapshot's `regions`
 
 The page, its assets and the data are served with a strict Content-Security-Policy (scripts
 and styles from the page's own origin only, no framing) and read nothing from the network but
@@ -21,19 +27,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from importlib import resources
 
 import msgspec
 
 from fleetgate.clock import Clock
-from fleetgate.fleet.backend import BackendState
+from fleetgate.fleet.backend import REGION, BackendState
 from fleetgate.fleet.gpu import GpuState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.pool import Pool
 from fleetgate.http.server import Request
 from fleetgate.http.writer import ResponseWriter
 from fleetgate.observe.live import LiveView, Notice, Point
+from fleetgate.observe.live_regions import OTHER, RegionTraffic
+from fleetgate.observe.regions import Watched
 from fleetgate.observe.slo import ObjectiveStatus, SloBook
 from fleetgate.observe.usage import TenantUsage, TenantUse
 from fleetgate.openai_api import error_body
@@ -101,6 +109,41 @@ class PoolView(msgspec.Struct):
     slo: list[ObjectiveStatus]
 
 
+class LocalView(msgspec.Struct):
+    """A pool's `locality` filter on the gateway's own region (routing/regions.py)."""
+
+    model: str
+    phase: str  # up, down, holding or returning
+    keep: float  # the share of the pool's requests that stay in the region
+    spill: float  # the share sent to the next region for saturation
+    spilled: int  # requests sent out while it spilled or returned
+    failovers: int
+    last_failover_s: float | None  # from its first backend lost to all out (None: none yet)
+
+
+class RegionView(msgspec.Struct):
+    """One region: its decode backends, its traffic (observe/live.py's window) and, for the
+    gateway's own, each pool's locality state."""
+
+    region: str  # "": backends with no region label; "(other)": past the regions kept apart
+    backends: int
+    requests: int
+    errors: int
+    requests_per_s: float
+    error_rate: float | None  # None: no requests
+    ttft_p50: float | None
+    ttft_p99: float | None
+    e2e_p50: float | None
+    e2e_p99: float | None
+    local: list[LocalView]
+
+
+class RegionsView(msgspec.Struct):
+    window_s: int  # the requests' window (less in the gateway's first five minutes)
+    latency_window_s: int  # the percentiles'
+    regions: list[RegionView]
+
+
 class Snapshot(msgspec.Struct):
     time: float
     uptime_s: float
@@ -108,11 +151,13 @@ class Snapshot(msgspec.Struct):
     tenants: list[TenantUse]
     events: list[Notice]
     points: list[Point]
+    regions: RegionsView
 
 
 class Dashboard:
     """The dashboard's endpoints over the gateway's clusters, objectives, live view and
-    tenants' use."""
+    tenants' use; `regions` lists each pool's locality filter (model, the gateway's region or
+    "" when it knows none, its state), as the metrics read them."""
 
     def __init__(
         self,
@@ -125,8 +170,10 @@ class Dashboard:
         interval_s: float = 1.0,
         max_stream_s: float = 600.0,
         max_streams: int = 32,
+        regions: Callable[[], Iterable[Watched]] = lambda: (),
     ) -> None:
         self._clusters = clusters
+        self._regions = regions
         self._slo = slo
         self._live = live
         self._usage = usage
@@ -139,8 +186,9 @@ class Dashboard:
         self._closed = asyncio.Event()
         self._max_streams = max_streams
         self._streams = 0  # live views open now
-        self._made_at = -1  # the clock's second `_pools_now` was made in
+        self._made_at = -1  # the clock's second `_pools_now` and `_regions_now` were made in
         self._pools_now: list[PoolView] = []
+        self._regions_now = RegionsView(0, 0, [])
         folder = resources.files("fleetgate.observe") / "dashboard"
         self._assets = {name: folder.joinpath(name).read_bytes() for name in _ASSETS}
 
@@ -151,6 +199,7 @@ class Dashboard:
             b"/dashboard/": self._file("index.html"),
             b"/dashboard/snapshot": self.snapshot,
             b"/dashboard/events": self.events,
+            b"/dashboard/regions": self.regions,
         }
         for name in _ASSETS:
             table[b"/dashboard/" + name.encode()] = self._file(name)
@@ -173,13 +222,55 @@ class Dashboard:
         """The fleet now, with the seconds labelled after `after`; the fleet's part is made
         once per second of the clock, however many streams ask."""
         now = self._now()
-        if int(now) != self._made_at:
-            self._made_at, self._pools_now = int(now), self._pools_view(now)
+        self._make(now)
         live = self._live
         return Snapshot(
-            self._wall(), now - self._started, self._pools_now, self._usage.tenants(),
-            list(live.notices), live.points(after),
+            time=self._wall(), uptime_s=now - self._started, pools=self._pools_now,
+            tenants=self._usage.tenants(), events=list(live.notices), points=live.points(after),
+            regions=self._regions_now,
         )  # fmt: skip
+
+    def regions_view(self) -> RegionsView:
+        """Each region now, made with the fleet's part of the snapshot."""
+        self._make(self._now())
+        return self._regions_now
+
+    def _make(self, now: float) -> None:
+        if int(now) != self._made_at:
+            self._made_at, self._pools_now = int(now), self._pools_view(now)
+            self._regions_now = self._regions_view()
+
+    def _regions_view(self) -> RegionsView:
+        """The regions of the pools' decode backends, of the traffic in the live view's window
+        and of the gateway's own (its pools' locality state); named ones first, by name."""
+        backends: dict[str, int] = {}
+        for cluster in self._clusters.values():
+            for member in cluster.pool.states:
+                region = member.backend.labels.get(REGION, "")
+                backends[region] = backends.get(region, 0) + 1
+        local: dict[str, list[LocalView]] = {}
+        for model, region, state in self._regions():
+            if region:  # a gateway that knows no region has no region of its own to show
+                last = state.last_failover_s if state.failovers else None
+                local.setdefault(region, []).append(LocalView(
+                    model=model, phase=state.phase.value, keep=state.keep, spill=state.spill,
+                    spilled=state.spilled, failovers=state.failovers, last_failover_s=last,
+                ))  # fmt: skip
+        window = self._live.regions()
+        traffic = {t.region: t for t in window.regions}
+        names = sorted({*backends, *traffic, *local}, key=lambda r: (r in ("", OTHER), r))
+        rows = []
+        for name in names:
+            t = traffic.get(name) or RegionTraffic(name)
+            rows.append(RegionView(
+                region=name, backends=backends.get(name, 0), requests=t.requests,
+                errors=t.errors,
+                requests_per_s=t.requests / window.window_s if window.window_s else 0.0,
+                error_rate=t.errors / t.requests if t.requests else None,
+                ttft_p50=t.ttft_p50, ttft_p99=t.ttft_p99, e2e_p50=t.e2e_p50, e2e_p99=t.e2e_p99,
+                local=local.get(name, []),
+            ))  # fmt: skip
+        return RegionsView(window.window_s, window.latency_window_s, rows)
 
     def _pools_view(self, now: float) -> list[PoolView]:
         slo = self._slo.status()
@@ -200,6 +291,11 @@ class Dashboard:
         headers = [(b"content-type", b"application/json"), (b"x-request-id", request_id),
                    *SECURITY_HEADERS]  # fmt: skip
         writer.send(200, headers, msgspec.json.encode(self.view()))
+
+    async def regions(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
+        headers = [(b"content-type", b"application/json"), (b"x-request-id", request_id),
+                   *SECURITY_HEADERS]  # fmt: skip
+        writer.send(200, headers, msgspec.json.encode(self.regions_view()))
 
     async def events(self, request: Request, writer: ResponseWriter, request_id: bytes) -> None:
         if self._streams >= self._max_streams:

@@ -1,26 +1,29 @@
 """The last five minutes, second by second, for the live dashboard and `fleetgate top`: how many
 requests finished and how (answered, failed, shed, refused), retries, hedges, continuations
 and ejections, output tokens, and TTFT, inter-token latency and E2E percentiles; the last
-ejections. Kept from the lifecycle's events, only while the dashboard is on (each tenant's use
-is observe/usage.py's).
+ejections; and per region (the `region` label of the backend that answered a request, or was
+tried last), its requests, errors and TTFT and E2E percentiles. Kept from the lifecycle's
+events, only while the dashboard is on (each tenant's use is observe/usage.py's).
 
 A second's latencies are a uniform sample of at most `_SAMPLES` of its requests (reservoir
 sampling, the injected random source); a point's percentiles are over its second and the four
 before it, so a quiet second still has figures. A point is made once, when its second is over;
 an event is counted in the second it happened in, or the latest one begun.
+The figures per region are observe/live_regions.py's.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections import deque
 from collections.abc import Callable
 
 import msgspec
 
-from fleetgate.lifecycle.events import Continued, Ejected, Finished, Hedged, Retried
+from fleetgate.lifecycle.events import NO_BACKEND, Continued, Ejected, Finished, Hedged, Retried
 from fleetgate.lifecycle.hooks import Hooks
+from fleetgate.observe.live_regions import RegionOf, RegionSecond, RegionTally, RegionWindow
+from fleetgate.observe.reservoir import Reservoir
 
 HISTORY_S = 300
 _SMOOTH_S = 5  # seconds a point's percentiles are taken over
@@ -61,39 +64,8 @@ class Notice(msgspec.Struct):
     for_s: float
 
 
-class Reservoir:
-    """A uniform sample of at most `_SAMPLES` of the values offered (Li's Algorithm L: after
-    the first `_SAMPLES`, a value is only looked at when a precomputed skip lands on it, so
-    offering one costs a count and a comparison: `offer` is called only then)."""
-
-    __slots__ = ("due", "seen", "values", "weight")
-
-    def __init__(self) -> None:
-        self.values: list[float] = []
-        self.seen = 0  # values offered so far, the caller counting
-        self.due = 1  # the next value (by `seen`) that `offer` must be given
-        self.weight = 1.0
-
-    def offer(self, value: float, rng: random.Random) -> None:
-        """The `seen`-th value, when it is `due` (the caller has counted it)."""
-        if self.seen <= _SAMPLES:
-            self.values.append(value)
-            if self.seen < _SAMPLES:
-                self.due = self.seen + 1
-                return
-        else:
-            self.values[rng.randrange(_SAMPLES)] = value
-        self.weight *= math.exp(math.log(rng.random() or 1e-300) / _SAMPLES)
-        skip = math.log(rng.random() or 1e-300) / math.log(1.0 - self.weight)
-        self.due = self.seen + int(skip) + 1 if skip < _FAR else _NEVER
-
-
-_FAR = 2.0**62
-_NEVER = 2**62
-
-
 class _Second:
-    __slots__ = ("e2e", "index", "itl", "point", "ttft")
+    __slots__ = ("e2e", "index", "itl", "point", "regions", "ttft")
 
     def __init__(self, index: int, wall: int) -> None:
         self.index = index  # the clock's whole second
@@ -101,19 +73,24 @@ class _Second:
         self.ttft = Reservoir()
         self.itl = Reservoir()
         self.e2e = Reservoir()
+        self.regions: dict[str, RegionSecond] = {}  # by region, those with requests in it
 
 
 class LiveView:
-    """The rolling seconds. `clock` is the events' clock; `wall_clock` labels the points."""
+    """The rolling seconds. `clock` is the events' clock; `wall_clock` labels the points;
+    `region_of` names a request's region by its backend (None: no region is kept)."""
 
     def __init__(
         self,
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         rng: random.Random,
+        region_of: RegionOf | None = None,
     ) -> None:
         self._clock = clock
         self._rng = rng
+        self._regions: RegionTally | None = None
+        self.count_regions(region_of)
         # The clock's seconds are labelled in wall-clock time with one offset, taken now: a
         # second keeps its label however the wall clock is stepped later.
         self._offset = wall_clock() - clock()
@@ -123,6 +100,15 @@ class LiveView:
         self._ends = self._last.index + 1.0
         self._points: dict[int, Point] = {}  # made, by second index
         self.notices: deque[Notice] = deque(maxlen=_EVENTS)
+
+    def count_regions(self, region_of: RegionOf | None) -> None:
+        """Count requests by region from now on (`region_of` names a backend's), or not (None:
+        a fleet with no region labels pays nothing a request for it). What was counted stays
+        while the view keeps counting."""
+        if region_of is None:
+            self._regions = None
+        elif self._regions is None:
+            self._regions = RegionTally(region_of, HISTORY_S)
 
     def wall(self, at: float) -> float:
         """The wall-clock time of the clock's `at`."""
@@ -152,8 +138,13 @@ class LiveView:
         if at >= self._ends:  # a new second (the common case is the same one: no call)
             second = self._second(at)
             self._last, self._ends = second, second.index + 1.0
+            if self._regions is not None:
+                self._regions.new_second()
         point = second.point
         point.requests += 1
+        region: RegionSecond | None = None  # where its backend is (None: never routed)
+        if self._regions is not None and event.backend != NO_BACKEND:
+            region = self._regions.count(second, event.model, event.backend)
         status = event.status
         if event.outcome != "answered" or not 200 <= status < 300:
             if event.outcome == "rejected":
@@ -162,6 +153,8 @@ class LiveView:
                     point.shed += 1
             if status >= 500:
                 point.errors += 1
+                if region is not None:
+                    region.errors += 1
             elif 200 <= status < 300:
                 point.ok += 1
             return
@@ -171,12 +164,22 @@ class LiveView:
         sample.seen += 1
         if sample.seen == sample.due:
             sample.offer(e2e, self._rng)
+        if region is not None:
+            sample = region.e2e
+            sample.seen += 1
+            if sample.seen == sample.due:
+                sample.offer(e2e, self._rng)
         ttft = event.ttft_s
         if ttft is not None:
             sample = second.ttft
             sample.seen += 1
             if sample.seen == sample.due:
                 sample.offer(ttft, self._rng)
+            if region is not None:
+                sample = region.ttft
+                sample.seen += 1
+                if sample.seen == sample.due:
+                    sample.offer(ttft, self._rng)
             tokens = event.output_tokens
             if tokens:
                 point.tokens += tokens
@@ -224,6 +227,14 @@ class LiveView:
         for index in [i for i in self._points if i < current - HISTORY_S]:
             del self._points[index]
         return made
+
+    def regions(self) -> RegionWindow:
+        """Each region with requests in the seconds over in the window, by name."""
+        current = int(self._clock())
+        start = max(self._started, current - HISTORY_S)
+        if self._regions is None:
+            return RegionWindow(current - start, 0, [])
+        return self._regions.window(self._seconds, start, current)
 
     @staticmethod
     def _made(point: Point, window: list[_Second]) -> Point:

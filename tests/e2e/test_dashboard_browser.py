@@ -1,10 +1,10 @@
 """The live dashboard in a real headless Chromium (Debian's `chromium`, installed when missing,
 driven by Playwright without a browser download): during a `fleetgate bench` run against a
-gateway over two sim workers, one worker is killed. The page loads with no console errors,
-shows every backend, a GPU agent's verdict and then, once it says nothing more, the agent
-stale, its numbers change as traffic flows, the killed backend is shown ejected and the TTFT
-objective burning. Screenshots are saved under
-build/test-artifacts/dashboard/ (or $FLEETGATE_ARTIFACTS/dashboard/)."""
+gateway over two sim workers (in regions eu and us), one worker is killed. The page loads with
+no console errors, shows every backend and a row for each region, a GPU agent's verdict and
+then, once it says nothing more, the agent stale, its numbers (each region's too) change as
+traffic flows, the killed backend is shown ejected and the TTFT objective burning. Screenshots
+are saved under build/test-artifacts/dashboard/ (or $FLEETGATE_ARTIFACTS/dashboard/)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def test_the_dashboard_shows_an_ejection_and_the_objective_burning_during_a_benc
             "auth": {"admin_keys": [ADMIN], "heartbeat_keys": [HEARTBEAT]},
             "tenants": [{"name": "bench", "keys": [KEY]}],
             "pools": [{
-                "model": MODEL, "backends": [{"url": url_a}, {"url": url_b}],
+                "model": MODEL, "backends": [{"url": url_a, "labels": {"region": "eu"}},
+                                             {"url": url_b, "labels": {"region": "us"}}],
                 "outlier": {"consecutive_failures": 2, "base_ejection_s": 60.0},
                 "health_check": {"interval_s": 1.0},
                 "engine_metrics": {"interval_s": 0.5},
@@ -78,6 +79,9 @@ def test_the_dashboard_shows_an_ejection_and_the_objective_burning_during_a_benc
                 ".tile[data-backend]", "ts => ts.map(t => t.dataset.backend)"
             )
             assert sorted(tiles) == sorted([url_a[7:], url_b[7:]])
+            regions = "#region-table tbody tr[data-region]"
+            assert page.eval_on_selector_all(regions, "rs => rs.map(r => r.dataset.region)") == [
+                "eu", "us"]  # fmt: skip
 
             # One GPU agent pushes once, then falls silent: its GPU cell turns stale.
             _push_gpu_reading(url, url_a[7:])
@@ -97,6 +101,9 @@ def test_the_dashboard_shows_an_ejection_and_the_objective_burning_during_a_benc
             ]))  # fmt: skip
             _until(lambda: page.inner_text("#stat-rps") not in (before, "0", "0.0"), 15,
                    "the request rate never moved")  # fmt: skip
+            rates = "rs => rs.map(r => r.cells[2].textContent)"  # requests/s
+            _until(lambda: "0" not in page.eval_on_selector_all(regions, rates), 10,
+                   "a region's request rate never moved")  # fmt: skip
             time.sleep(3)
             page.screenshot(path=str(SHOTS / "2-traffic.png"), full_page=True)
 

@@ -1,6 +1,7 @@
 """The dashboard's endpoints on a started gateway over a sim worker (in-process, real sockets):
 the admin key (as a browser sends it, too), the snapshot, the event stream, and a drain that
-the open streams do not hold up."""
+the open streams do not hold up; each region's traffic and the gateway's region failing over
+(two sims in two regions, one drained)."""
 
 from __future__ import annotations
 
@@ -38,15 +39,31 @@ async def get(
         await http.close()
 
 
-async def started(**server: Any) -> RunningGateway:
+async def started(backends: list[dict[str, Any]] | None = None, **server: Any) -> RunningGateway:
     config: Any = parse_config({
         "server": {"port": 0, **server},
         "auth": {"admin_keys": [ADMIN]},
         "tenants": [{"name": "gold", "keys": [TENANT]}],
-        "pools": [{"model": "m", "backends": [{"sim": "h100-llama3-8b"}],
+        "pools": [{"model": "m", "backends": backends or [{"sim": "h100-llama3-8b"}],
                    "slo": {"ttft_s": 2.0}}],
     })  # fmt: skip
     return await start_gateway(config)
+
+
+async def ask(port: int, times: int) -> None:
+    client = openai.AsyncOpenAI(
+        base_url=f"http://127.0.0.1:{port}/v1", api_key=TENANT, max_retries=0
+    )
+    try:
+        for _ in range(times):  # streamed: a stream has a TTFT
+            stream = await client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=3,
+                stream=True,
+            )  # fmt: skip
+            async for _chunk in stream:
+                pass
+    finally:
+        await client.close()
 
 
 async def test_the_dashboard_needs_the_admin_key_and_a_browser_is_asked_for_it() -> None:
@@ -101,6 +118,63 @@ async def test_the_snapshot_shows_every_backend_the_tenants_and_the_seconds() ->
         assert abs(snapshot["time"] - time.time()) < 5
     finally:
         await client.close()
+        await running.close()
+
+
+async def test_each_region_shows_its_traffic_and_the_gateways_region_its_failover() -> None:
+    running = await started(
+        [{"sim": "h100-llama3-8b", "labels": {"region": "eu"}},
+         {"sim": "h100-llama3-8b", "labels": {"region": "us"}}],
+        region="eu", admin=True,
+    )  # fmt: skip
+    try:
+        await ask(running.port, 2)  # kept in eu, the gateway's region
+        http = HttpClient()
+        try:  # a drill: eu's one backend drains, the region is down, its traffic goes to us
+            response = await http.request(
+                Origin.parse(f"http://127.0.0.1:{running.port}"), b"POST",
+                b"/admin/regions/eu/drain", [(b"authorization", f"Bearer {ADMIN}".encode())],
+            )  # fmt: skip
+            assert response.status == 200, await response.read()
+            await response.read()
+        finally:
+            await http.close()
+        await ask(running.port, 3)
+        await asyncio.sleep(1.1)  # the second of those requests is over
+        for wrong in (None, basic(TENANT)):
+            assert (await get(running.port, b"/dashboard/regions", wrong))[0] == 401
+        status, headers, body = await get(running.port, b"/dashboard/regions", basic(ADMIN))
+        assert status == 200 and headers[b"content-type"] == b"application/json"
+        view = json.loads(body)
+        assert 1 <= view["window_s"] <= 5 and view["latency_window_s"] == view["window_s"]
+        eu, us = view["regions"]
+        assert (eu["region"], eu["backends"], eu["requests"], eu["errors"]) == ("eu", 1, 2, 0)
+        assert (us["region"], us["backends"], us["requests"], us["errors"]) == ("us", 1, 3, 0)
+        assert eu["requests_per_s"] == 2 / view["window_s"] and eu["error_rate"] == 0.0
+        assert 0 < us["ttft_p50"] <= us["ttft_p99"] <= us["e2e_p99"]
+        (local,) = eu["local"]
+        assert (local["model"], local["phase"], local["keep"]) == ("m", "down", 0.0)
+        assert (local["failovers"], local["spilled"]) == (1, 0)
+        assert local["last_failover_s"] is not None and local["last_failover_s"] >= 0
+        assert us["local"] == []
+        _, _, body = await get(running.port, b"/dashboard/snapshot", basic(ADMIN))
+        shown = json.loads(body)["regions"]["regions"]  # the page's, refreshed with the rest
+        assert [(r["region"], r["requests"], r["local"]) for r in shown] == [
+            (r["region"], r["requests"], r["local"]) for r in view["regions"]]  # fmt: skip
+    finally:
+        await running.close()
+
+
+async def test_without_region_labels_requests_are_not_counted_by_region() -> None:
+    # (a fleet with no region anywhere pays nothing a request for the table)
+    running = await started()
+    try:
+        await ask(running.port, 2)
+        await asyncio.sleep(1.1)
+        _, _, body = await get(running.port, b"/dashboard/regions", basic(ADMIN))
+        (row,) = json.loads(body)["regions"]
+        assert (row["region"], row["backends"], row["requests"], row["local"]) == ("", 1, 0, [])
+    finally:
         await running.close()
 
 

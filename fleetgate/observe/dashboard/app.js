@@ -45,6 +45,11 @@
     return n == null ? "–" : Math.round(n).toLocaleString("en-US");
   }
 
+  function fmtRate(perSecond) {
+    if (perSecond == null) return "–";
+    return perSecond === 0 ? "0" : perSecond.toFixed(perSecond < 10 ? 2 : 1);
+  }
+
   function fmtPct(ratio) {
     // 0.99 -> "99%", 0.995 -> "99.5%", 0.99912 -> "99.912%"
     return ratio == null ? "–" : String(Number((ratio * 100).toFixed(3))) + "%";
@@ -165,6 +170,7 @@
     renderStats(pools);
     renderPools(pools);
     renderCharts();
+    renderRegions(snap.regions);
     renderSlos(pools);
     renderTenants(snap.tenants || []);
     renderEvents(snap.events || []);
@@ -385,6 +391,50 @@
 
   function cell(text, className) {
     return el("td", className, text);
+  }
+
+  const REGION_COLUMNS = 15;
+
+  // One row per region; the gateway's own spans a row per pool whose routing keeps traffic in
+  // it. Shown once some backend (or the gateway) has a region; "" is the unlabelled backends.
+  function renderRegions(view) {
+    const regions = (view && view.regions) || [];
+    const rows = [];
+    if (regions.some(function (r) { return r.region !== ""; })) {
+      for (const r of regions) {
+        const local = r.local || [];
+        const tr = el("tr", local.length ? "region-here" : null);
+        tr.dataset.region = r.region;
+        const name = cell(r.region === "" ? "(none)" : r.region, "region-name");
+        if (local.length) name.append(el("span", "here", "here"));
+        const errors = r.error_rate == null ? "–" : fmtPct(r.error_rate);
+        const traffic = [
+          name, cell(fmtInt(r.backends), "num"), cell(fmtRate(r.requests_per_s), "num"),
+          cell(errors, r.errors > 0 ? "num bad" : "num"),
+          cell(fmtSeconds(r.ttft_p50), "num"), cell(fmtSeconds(r.ttft_p99), "num"),
+          cell(fmtSeconds(r.e2e_p50), "num"), cell(fmtSeconds(r.e2e_p99), "num"),
+        ];
+        for (const td of traffic) {
+          td.rowSpan = Math.max(1, local.length);
+          tr.append(td);
+        }
+        if (!local.length) {
+          const none = cell("");
+          none.colSpan = REGION_COLUMNS - traffic.length;
+          tr.append(none);
+        }
+        local.forEach(function (l, i) {
+          const row = i === 0 ? tr : el("tr", "region-here");
+          const phase = el("td");
+          phase.append(el("span", "phase phase-" + token(l.phase), l.phase));
+          row.append(cell(l.model, "pool-name"), phase, cell(fmtPct(l.keep), "num"), cell(fmtPct(l.spill), "num"),
+            cell(fmtInt(l.spilled), "num"), cell(fmtInt(l.failovers), "num"), cell(fmtSeconds(l.last_failover_s), "num"));
+          rows.push(row);
+        });
+        if (!local.length) rows.push(tr);
+      }
+    }
+    fillTable("region-table", rows, REGION_COLUMNS, "no regions: no backend has a region label");
   }
 
   function renderSlos(pools) {
