@@ -6,7 +6,8 @@ return without flapping?
                                            [--rate 3] [--out DIR]
 
 Three regions of sim workers (eu, us, ap: three each, each its own process); `ap`'s answer
-`--ap-latency-s` later (the distance to it, injected at its sims, as both gateways see it).
+`--ap-latency-s` later, health checks included (the distance to it, injected at its sims,
+as both gateways see it: `--network-delay`).
 Two gateways on one Redis (`state.url`): `gw-eu` (server.region eu) and `gw-us` (us), each
 routing its pool by locality, with a short recovery (`--hold-s`, `--shift-s`) so the run
 shows the return. Clients in each region (`fleetgate bench`, open-loop Poisson): streams of
@@ -67,8 +68,8 @@ class Workers:
     def start(self) -> None:
         for port in self.ports:
             args = [PY, "-m", "fleetgate", "worker", "sim", "--port", str(port), "--model", MODEL]
-            if self._latency:
-                args += ["--added-latency", str(self._latency)]
+            if self._latency:  # every answer, health checks included: the way there and back
+                args += ["--network-delay", str(self._latency)]
             proc = subprocess.Popen(
                 args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
             )

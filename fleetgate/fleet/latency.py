@@ -2,7 +2,8 @@
     ewma <- ewma + alpha * (x - ewma)      (the first sample sets it)
 of time to first token, time per output token, whole-request time, prefill speed (time to
 first token per prompt token the backend had to prefill: this request's and those sent before
-it still waiting) and output tokens per answer."""
+it still waiting) and output tokens per answer; and the round trip of its health probes (the
+network between the gateway and it, whatever its load: health/active.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ ALPHA = 0.2  # weight of the newest sample: about the last ten requests matter
 
 class LatencyStats:
     __slots__ = (
-        "e2e_s", "output_tokens", "prefill_s_per_token", "streams", "tpot_s", "ttft_s",
+        "e2e_s", "output_tokens", "prefill_s_per_token", "rtt_s", "streams", "tpot_s", "ttft_s",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -21,6 +22,7 @@ class LatencyStats:
         self.prefill_s_per_token: float | None = None
         self.output_tokens: float | None = None
         self.streams = 0  # streamed answers recorded
+        self.rtt_s: float | None = None  # a good health probe's round trip
 
     def record_stream(
         self,
@@ -39,6 +41,9 @@ class LatencyStats:
             self.prefill_s_per_token = _ewma(self.prefill_s_per_token, ttft_s / prefill_tokens)
         if tokens > 1:
             self.tpot_s = _ewma(self.tpot_s, (e2e_s - ttft_s) / (tokens - 1))
+
+    def record_probe(self, rtt_s: float) -> None:
+        self.rtt_s = _ewma(self.rtt_s, rtt_s)
 
     def record_response(self, e2e_s: float) -> None:
         self.e2e_s = _ewma(self.e2e_s, e2e_s)

@@ -166,7 +166,9 @@ class ActiveChecker:
         return check
 
     async def probe(self, model: str, state: BackendState, s: ActiveCheckSettings) -> bool:
-        """One probe: True when the backend answered well within the timeout."""
+        """One probe: True when the backend answered well within the timeout; a good one's
+        round trip is recorded (how far the backend is: routing/locality.py)."""
+        sent = self._now()
         origin = state.backend.origin
         if s.kind == "inference":
             method, path = b"POST", b"/v1/completions"
@@ -183,4 +185,7 @@ class ActiveChecker:
             await response.read()
         except UpstreamError:
             return False
-        return 200 <= response.status < 300
+        if not 200 <= response.status < 300:
+            return False
+        state.latency.record_probe(self._now() - sent)
+        return True

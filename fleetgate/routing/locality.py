@@ -3,9 +3,10 @@ kept are the nearest tier that has any:
 
     1. the gateway's own zone (when `prefer_zone` and the gateway knows its zone)
     2. the gateway's own region
-    3. the nearest other region: the one whose backends answered this gateway soonest (the
-       least time to first token any of them has shown; one never measured comes after, and
-       among those never measured one is drawn at random)
+    3. the nearest other region: the one whose backends' health probes came back to this
+       gateway soonest (the least round trip any of them has shown: its distance, whatever
+       its load); without probes, the one that gave the least time to first token; one never
+       measured comes after, and among those never measured one is drawn at random
     4. backends with no `region` label
 
 and, when the gateway's region is saturated, down or coming back (routing/regions.py), a share
@@ -159,14 +160,17 @@ def _serving(states: Sequence[BackendState], standbys: bool) -> Tier:
 
 
 def _nearest_region(candidates: Sequence[BackendState], rng: random.Random) -> Tier:
-    """The serving backends of the region that answered soonest (unlabelled ones last; among
-    regions never measured, one drawn at random)."""
+    """The serving backends of the nearest region: the least probe round trip, else the least
+    TTFT (unlabelled ones last; among regions never measured, one drawn at random)."""
     by_region: dict[str | None, list[BackendState]] = {}
     for state in candidates:
         by_region.setdefault(state.backend.labels.get(REGION), []).append(state)
 
-    def distance(region: str | None) -> tuple[bool, float, float]:
-        seen = [s.latency.ttft_s for s in by_region[region] if s.latency.ttft_s is not None]
-        return region is None, min(seen, default=math.inf), rng.random()
+    def distance(region: str | None) -> tuple[bool, float, float, float]:
+        states = by_region[region]
+        rtts = [s.latency.rtt_s for s in states if s.latency.rtt_s is not None]
+        ttfts = [s.latency.ttft_s for s in states if s.latency.ttft_s is not None]
+        nearest = min(rtts, default=math.inf)
+        return region is None, nearest, min(ttfts, default=math.inf), rng.random()
 
     return _serving(by_region[min(by_region, key=distance)], False) if by_region else ()

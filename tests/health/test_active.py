@@ -53,6 +53,13 @@ async def test_probes_see_a_live_worker_a_hanging_one_and_a_dead_port() -> None:
     live = state(f"http://127.0.0.1:{server.port}")
     try:
         assert await checker.probe("m", live, SETTINGS)
+        near = live.latency.rtt_s
+        assert near is not None and near < 0.05
+        sim.faults.faults.network_delay_s = 0.1  # now as far as another region
+        assert await checker.probe("m", live, SETTINGS)
+        far = live.latency.rtt_s  # (an average: the newest weighs 0.2)
+        assert far is not None and far >= near + 0.2 * 0.1
+        sim.faults.faults.network_delay_s = 0.0
         inference = ActiveCheckSettings(kind="inference", timeout_s=2.0)
         assert await checker.probe("m", live, inference)
         assert not await checker.probe("other-model", live, inference)  # a 404

@@ -91,3 +91,13 @@ def test_a_gateway_that_knows_its_region_routes_every_policy_by_locality() -> No
     nowhere = PluginContext(random.Random(1), MemoryLoadBoard())
     pipeline = default_registry().build_pipeline("round_robin", {}, nowhere)
     assert {pipeline.pick(REQUEST, FLEET, 0.0) for _ in range(10)} == set(FLEET)
+
+
+def test_the_nearest_region_is_the_one_whose_probes_come_back_soonest_whatever_its_load() -> None:
+    away = placed(("us", "us-a"), ("ap", "ap-a"))
+    away[0].latency.record_stream(ttft_s=0.50, e2e_s=1.0, tokens=10)  # us: busy, near
+    away[1].latency.record_stream(ttft_s=0.08, e2e_s=1.0, tokens=10)  # ap: idle, far
+    assert kept(Place("eu", "eu-a"), away) == {"b1"}  # by TTFT while no probe came back
+    away[0].latency.record_probe(0.002)
+    away[1].latency.record_probe(0.090)
+    assert kept(Place("eu", "eu-a"), away) == {"b0"}

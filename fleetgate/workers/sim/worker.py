@@ -167,6 +167,9 @@ class SimWorker:
     async def handle(self, request: Request, writer: ResponseWriter) -> None:
         if self.faults.faults.hang and request.path != b"/admin/faults":
             await asyncio.get_running_loop().create_future()  # until the client gives up
+        delay = self.faults.faults.network_delay_s
+        if delay > 0:
+            await asyncio.sleep(delay)
         route = self._routes.get((request.method, request.path))
         if route is None:
             writer.send(404, _JSON, error_body(404, f"no route {request.path.decode('latin-1')}"))
