@@ -12,6 +12,7 @@ So a scale-down cuts no request.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.membership import Membership
 from fleetgate.fleet.pool import Pool
 from fleetgate.shared.lease import Lease
+
+log = logging.getLogger("fleetgate.autoscale")
 
 LEAVING = HealthFlag.DRAINING | HealthFlag.GONE  # not counted as replicas
 
@@ -145,8 +148,12 @@ class PoolScaler:
         decision = self._recommender.recommend(signals, self._wall_clock())
         self._show(pool, signals, decision)
         if self._actuator is not None and (self._lease is None or await self._lease.renew()):
-            await self._act(pool, signals.replicas, decision.desired, self._actuator)
-            await self._finish_drains(pool)
+            try:
+                await self._act(pool, signals.replicas, decision.desired, self._actuator)
+                await self._finish_drains(pool)
+            except Exception:  # (a backend removed meanwhile, a worker that cannot start...)
+                # One tick's failure must not end the loop: the next tick tries again.
+                log.exception("autoscale %s: the actuator failed this tick", self._model)
             self._show(pool, signals, decision)
 
     def _smooth(self, signals: Signals, now: float) -> Signals:

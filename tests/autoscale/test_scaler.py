@@ -148,3 +148,16 @@ async def test_the_load_signals_are_averaged_over_the_smoothing_time() -> None:
     await scaler.tick()
     assert scaler.status.signals.in_flight == pytest.approx(8 * math.exp(-1))
     assert scaler.status.raw == 2  # ceil(2.94 / 2), not 0: one quiet reading is not a trend
+
+
+async def test_an_actuator_that_fails_does_not_end_the_scalers_loop() -> None:
+    pool, scaler, actuator = setup(1)
+
+    async def broken(count: int) -> int:
+        raise OSError("no such program")
+
+    actuator.start = broken  # type: ignore[method-assign]
+    load(pool, "127.0.0.1:8000", 6)
+    await scaler.tick()  # logged, not raised
+    assert scaler.status is not None and scaler.status.desired == 3
+    await scaler.tick()  # and the next tick runs as well
