@@ -130,19 +130,23 @@ class KubernetesActuator:
         assert self._listing is not None
         await asyncio.shield(self._listing)
 
-    async def start(self, count: int) -> int:
-        """spec.replicas + `count`: `count`, or 0 when the API refused or could not be reached
-        (a warning said why)."""
+    async def start(self, count: int, desired: int) -> int:
+        """spec.replicas up to `desired` (never down: pods still starting are not in the pool
+        yet, and asking for `count` more on each tick while they load would grow the workload
+        past its maximum): how many it added, 0 when none were missing or the API refused or
+        could not be reached (a warning said why)."""
         try:
             async with asyncio.timeout(self._settings.timeout_s):
                 scale = await self._client.get(self._scale_kind(), self._settings.name)
                 replicas, version = _replicas(scale)
-                await self._scale_to(replicas + count, version)
+                if desired <= replicas:
+                    return 0  # asked for already: its pods are on their way
+                await self._scale_to(desired, version)
         except Exception as exc:  # the scaler's loop must not see it: it asks again next tick
             log.warning("autoscale: %s not scaled up by %d: %s", self.workload, count, _why(exc))
             return 0
-        log.info("autoscale: %s scaled %d -> %d", self.workload, replicas, replicas + count)
-        return count
+        log.info("autoscale: %s scaled %d -> %d", self.workload, replicas, desired)
+        return desired - replicas
 
     async def stop(self, backends: Sequence[str]) -> None:
         """Remove the pods of these replicas (drained, out of the pool): each marked to go

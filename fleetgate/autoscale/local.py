@@ -63,8 +63,9 @@ class LocalActuator:
     def owns(self, backend: str) -> bool:
         return backend in self._workers
 
-    async def start(self, count: int) -> int:
-        """Start `count` workers; each joins the pool once it listens. How many did."""
+    async def start(self, count: int, desired: int) -> int:
+        """Start `count` workers (the pool's replicas are all its members: `desired` is met
+        by them); each joins the pool once it listens. How many did."""
         started = await asyncio.gather(*(self._start_one() for _ in range(count)))
         return sum(started)
 
@@ -78,7 +79,12 @@ class LocalActuator:
             stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip
         url = f"http://{s.host}:{port}"
-        if not await self._listening(s.host, port, process):
+        try:
+            listening = await self._listening(s.host, port, process)
+        except BaseException:  # cancelled (a reload, the gateway stopping): it is no one's
+            process.kill()
+            raise
+        if not listening:
             await _stop(process)
             return False
         self._workers[backend_id(url)] = process

@@ -42,8 +42,9 @@ class Actuator(Protocol):
         """May it remove this backend (one it started or its workload runs)."""
         ...
 
-    async def start(self, count: int) -> int:
-        """Start `count` replicas (they join the pool as they come up); how many it started."""
+    async def start(self, count: int, desired: int) -> int:
+        """Start the replicas missing for `desired` in all, `count` as the pool counts them
+        (they join the pool as they come up); how many it started."""
         ...
 
     async def stop(self, backends: list[str]) -> None:
@@ -91,7 +92,13 @@ def pool_signals(now_: PoolNow, now: float) -> Signals:
     pool, stale_after_s = now_.pool, now_.stale_after_s
     serving = [s for s in pool.states if not s.flags & LEAVING]
     loads = pool.board.loads([s.backend.id for s in serving])
-    engines = [e for s in serving if (e := _fresh(s, now, stale_after_s)) is not None]
+    engines = [
+        e
+        for s in serving
+        if (e := _fresh(s, now, stale_after_s)) is not None
+        and math.isfinite(e.waiting)
+        and math.isfinite(e.kv_usage)
+    ]  # fmt: skip (an engine's NaN would poison the averages for good)
     return Signals(
         replicas=len(serving),
         queued=float(now_.queued + sum(e.waiting for e in engines)),
@@ -192,14 +199,17 @@ class PoolScaler:
     async def _act(self, pool: Pool, replicas: int, desired: int, actuator: Actuator) -> None:
         if desired > replicas + self._starting:
             needed = desired - replicas - self._starting
-            for backend in sorted(self._draining)[:needed]:  # warm already: take them back
+            for backend in sorted(self._draining):  # warm already: take them back
+                if needed <= 0:
+                    break
                 self._draining.discard(backend)
-                self._members.drain(backend, False, self._model)
-                needed -= 1
+                if backend in pool.members:  # (not removed meanwhile by another hand)
+                    self._members.drain(backend, False, self._model)
+                    needed -= 1
             if needed > 0:
                 self._starting += needed
                 try:
-                    self._up += await actuator.start(needed)
+                    self._up += await actuator.start(needed, desired)
                 finally:
                     self._starting -= needed
         elif desired < replicas:

@@ -124,6 +124,6 @@ class Roster(Protocol):
 class Watcher(Protocol):
     """A filter that judges its pool as a whole (locality: is the gateway's region up,
     saturated?) whatever part of it one pick is given (a residency subset, a retry's
-    untried backends): given, once, where to read the pool's candidates of the moment."""
+    untried backends): given, once, where to read the pool's members of the moment."""
 
     def watch(self, members: Callable[[], Sequence[BackendState]]) -> None: ...

@@ -116,7 +116,8 @@ class Locality:
         return self._kept
 
     def _judge(self, candidates: Sequence[BackendState], now: float) -> None:
-        """The region's state, from the pool's candidates (these, until told of the pool)."""
+        """The region's state, from the health of the pool's members (these candidates, until
+        told of the pool): a member at its max_in_flight or backing off is busy, not down."""
         members = candidates if self._members is None else self._members()
         local = [s for s in members if self._is_local(s) and not s.flags]
         serving = _serving(local, self.local.standbys)

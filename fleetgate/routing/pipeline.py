@@ -92,8 +92,8 @@ class RoutingPipeline:
         return self._plain.filters
 
     def watch(self, members: Callable[[], Sequence[BackendState]]) -> None:
-        """Where its filters that judge the pool as a whole read its candidates (its router
-        tells it: routing/router.py)."""
+        """Where its filters that judge the pool as a whole read its members (its router tells
+        it: routing/router.py)."""
         for f in self._plain.filters:
             if isinstance(f, Watcher):
                 f.watch(members)

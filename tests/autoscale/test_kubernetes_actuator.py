@@ -177,12 +177,14 @@ async def test_start_adds_replicas_to_the_scale_read_first(
 ) -> None:
     state, url = api
     scaler = actuator(url, tmp_path)
-    assert await scaler.start(2) == 2
+    assert await scaler.start(2, 5) == 2
     assert state.replicas == 5
     scale = "/apis/apps/v1/namespaces/llm/deployments/vllm/scale"
     assert [(m, p) for m, p, _ in state.requests] == [("GET", scale), ("PATCH", scale)]
     assert state.requests[1][2] == {"metadata": {"resourceVersion": "10"},
                                     "spec": {"replicas": 5}}  # fmt: skip
+    # Asked again while those pods start (not in the pool yet): nothing more.
+    assert await scaler.start(2, 5) == 0 and state.replicas == 5
     scaler.close()
 
 
@@ -298,7 +300,7 @@ async def test_an_api_error_is_a_warning_not_an_exception(
     state.fail = code
     scaler = actuator(url, tmp_path)
     with caplog.at_level(logging.WARNING, "fleetgate.autoscale"):
-        assert await scaler.start(2) == 0
+        assert await scaler.start(2, 5) == 0
         await scaler.stop(["10.2.0.1:8000"])
         await scaler.refresh()
     assert not scaler.owns("10.2.0.1:8000")
@@ -323,7 +325,7 @@ async def test_a_count_changed_since_it_was_read_is_not_overwritten(
 
 async def test_an_unreachable_api_server_is_a_warning(tmp_path: Path) -> None:
     scaler = actuator("http://127.0.0.1:9", tmp_path)
-    assert await scaler.start(1) == 0
+    assert await scaler.start(1, 4) == 0
     await scaler.stop(["10.2.0.1:8000"])
     scaler.close()
 

@@ -41,7 +41,7 @@ class Recording:
     def owns(self, backend: str) -> bool:
         return True
 
-    async def start(self, count: int) -> int:
+    async def start(self, count: int, desired: int) -> int:
         for _ in range(count):
             port = 9000 + self.started
             self.members.add(MODEL, Joining(f"http://127.0.0.1:{port}"))
@@ -153,7 +153,7 @@ async def test_the_load_signals_are_averaged_over_the_smoothing_time() -> None:
 async def test_an_actuator_that_fails_does_not_end_the_scalers_loop() -> None:
     pool, scaler, actuator = setup(1)
 
-    async def broken(count: int) -> int:
+    async def broken(count: int, desired: int) -> int:
         raise OSError("no such program")
 
     actuator.start = broken  # type: ignore[method-assign]

@@ -272,3 +272,19 @@ def test_a_retry_goes_to_a_region_not_tried_while_residency_allows_one() -> None
     pinned = request()
     pinned.regions = frozenset({"eu"})
     assert router.pick_other(pinned, 0.0, tried, elsewhere=True) is states[1]
+
+
+def test_a_region_whose_backends_are_all_full_is_busy_not_down() -> None:
+    eu = Backend("b0", "http://127.0.0.1:8100", ("m",), labels={"region": "eu"}, max_in_flight=1)
+    us = Backend("b1", "http://127.0.0.1:8101", ("m",), labels={"region": "us"})
+    states = (BackendState(eu), BackendState(us))
+    pool = Pool("m", states)
+    profile = Profile(filters=(PluginSpec("locality"),), scorers=((PluginSpec("queue"), 1.0),))
+    ctx = PluginContext(random.Random(1), pool.board, here=Place("eu"))
+    router = Router(pool, default_registry().build_profile(profile, ctx))
+    assert router.pick(request(), 0.0) is states[0]
+    pool.begin("b0", 0.0, 10)  # at its max_in_flight: out of the candidates
+    assert router.pick(request(), 0.5) is states[1]
+    locality = router.pipeline.filters[0]
+    assert isinstance(locality, Locality)
+    assert locality.local.phase is Phase.UP and locality.local.failovers == 0
