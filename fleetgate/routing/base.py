@@ -124,6 +124,11 @@ class Roster(Protocol):
 class Watcher(Protocol):
     """A filter that judges its pool as a whole (locality: is the gateway's region up,
     saturated?) whatever part of it one pick is given (a residency subset, a retry's
-    untried backends): given, once, where to read the pool's members of the moment."""
+    untried backends): given, once, where to read the pool's members of the moment and its
+    candidates (a new tuple whenever a member's health changes)."""
 
-    def watch(self, members: Callable[[], Sequence[BackendState]]) -> None: ...
+    def watch(
+        self,
+        members: Callable[[], Sequence[BackendState]],
+        candidates: Callable[[], Sequence[BackendState]],
+    ) -> None: ...

@@ -80,6 +80,8 @@ class Locality:
         self._loads = loads
         self.local = LocalRegion(params.spill, params.recovery, params.standby_at)
         self._members: Callable[[], Sequence[BackendState]] | None = None
+        self._pool: Callable[[], Sequence[BackendState]] | None = None  # its candidates
+        self._pool_seen: Sequence[BackendState] = ()  # as they were when last judged
         self._near: list[str] = []  # the ids of the whole pool's nearest tier
         # The last candidates filtered, what was kept of them and where the share that leaves
         # goes, until when that holds (the same lists while the pool's are the same: pickers
@@ -91,8 +93,12 @@ class Locality:
         self._keep = 1.0
         self._until = -math.inf
 
-    def watch(self, members: Callable[[], Sequence[BackendState]]) -> None:
-        self._members = members
+    def watch(
+        self,
+        members: Callable[[], Sequence[BackendState]],
+        candidates: Callable[[], Sequence[BackendState]],
+    ) -> None:
+        self._members, self._pool = members, candidates
 
     def roster(self, candidates: Sequence[BackendState]) -> None:
         self._near = [s.backend.id for s in self._tiers(candidates)[0]]
@@ -104,9 +110,11 @@ class Locality:
     def filter(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> Sequence[BackendState]:
-        if candidates is not self._seen or now >= self._until:
+        if self._health_changed(candidates) or now >= self._until:
             self._until = now + RECHECK_S
             self._judge(candidates, now)
+            self._seen = ()  # the tiers follow what was judged
+        if candidates is not self._seen:
             self._seen = candidates
             self._kept, self._out = self._tiers(candidates)
         keep = self._keep
@@ -114,6 +122,17 @@ class Locality:
             self.local.spilled += 1
             return self._out
         return self._kept
+
+    def _health_changed(self, candidates: Sequence[BackendState]) -> bool:
+        """Whether a member's health changed since the last judgement: the pool's candidates
+        are a new tuple (until told of the pool, these candidates are new). One identity test
+        a pick, not a scan: a shortlist is a new list every pick."""
+        if self._pool is None:
+            return candidates is not self._seen
+        now_ = self._pool()
+        changed = now_ is not self._pool_seen
+        self._pool_seen = now_
+        return changed
 
     def _judge(self, candidates: Sequence[BackendState], now: float) -> None:
         """The region's state, from the health of the pool's members (these candidates, until

@@ -91,12 +91,16 @@ class RoutingPipeline:
     def filters(self) -> tuple[Filter, ...]:
         return self._plain.filters
 
-    def watch(self, members: Callable[[], Sequence[BackendState]]) -> None:
-        """Where its filters that judge the pool as a whole read its members (its router tells
-        it: routing/router.py)."""
+    def watch(
+        self,
+        members: Callable[[], Sequence[BackendState]],
+        candidates: Callable[[], Sequence[BackendState]],
+    ) -> None:
+        """Where its filters that judge the pool as a whole read its members and candidates
+        (its router tells it: routing/router.py)."""
         for f in self._plain.filters:
             if isinstance(f, Watcher):
-                f.watch(members)
+                f.watch(members, candidates)
 
     def set_timer(self, timer: PluginTimer | None, every: int = TIME_EVERY) -> None:
         """Time each plugin's calls in one pick of `every` from now on (None: stop): a

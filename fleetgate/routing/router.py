@@ -25,7 +25,7 @@ class Router:
         # the same list while the pool's are the same (pickers index a list by its identity).
         self._within: dict[frozenset[str], tuple[Sequence[BackendState], Sequence[BackendState]]]
         self._within = {}
-        pipeline.watch(lambda: pool.states)
+        pipeline.watch(lambda: pool.states, lambda: pool.candidates)
         picker = pipeline.picker  # (a reloaded config's router replaces the last one's)
         pool.load_changed = picker.load_changed if isinstance(picker, LoadTracker) else None
 

@@ -162,7 +162,7 @@ class Setup:
             locality_params, Place("eu"), random.Random(7), CandidateLoads(self.board)
         )
         self.members: Sequence[BackendState] = states
-        self.locality.watch(lambda: self.members)
+        self.locality.watch(lambda: self.members, lambda: self.members)
 
     def saturate(self, state: BackendState, wait_s: float) -> None:
         """`state` measured at 1 ms a prefilled token with `wait_s` worth of prompt waiting."""
@@ -288,3 +288,23 @@ def test_a_region_whose_backends_are_all_full_is_busy_not_down() -> None:
     locality = router.pipeline.filters[0]
     assert isinstance(locality, Locality)
     assert locality.local.phase is Phase.UP and locality.local.failovers == 0
+
+
+def test_a_large_pool_is_judged_once_a_second_not_on_every_shortlist() -> None:
+    states = fleet(*[("eu", False)] * 20, *[("us", False)] * 20)
+    pool = Pool("m", states)
+    profile = Profile(filters=(PluginSpec("locality"),), scorers=((PluginSpec("queue"), 1.0),))
+    ctx = PluginContext(random.Random(1), pool.board, here=Place("eu"))
+    router = Router(pool, default_registry().build_profile(profile, ctx))
+    locality = router.pipeline.filters[0]
+    assert isinstance(locality, Locality)
+    judged: list[float] = []
+    judge = locality._judge
+    locality._judge = lambda c, now: (judged.append(now), judge(c, now))[1]  # type: ignore[method-assign]
+    for i in range(50):  # each pick scores a new shortlist of the 40
+        assert router.pick(request(), 0.5 + i / 100).backend.labels["region"] == "eu"
+    assert len(judged) == 1
+    states[0].flags |= HealthFlag.EJECTED
+    pool.refresh(1.2)  # a health change: judged again at the next pick
+    router.pick(request(), 1.2)
+    assert judged == [0.5, 1.2]
