@@ -125,6 +125,9 @@ WORKLOADS = {
     ),
     "mooncake-conv": Workload(((H100, 8),), "--workload mooncake-conv --rate 2"),
     "azure-conv": Workload(((H100, 8),), "--workload azure-conv --rate 45"),
+    # An editor's completions (fleetgate/bench/config.py): ~2,000-token prompts, ~30-token
+    # answers, in bursts of 8 on average over 1 s; 30 req/s is near the fleet's saturation.
+    "code-completion": Workload(((H100, 8),), "--workload code-completion --rate 30"),
     # Static weights as an operator would type them from single-stream benchmarks: the H100's
     # ITL at concurrency 1 (4.6 ms) against the A100's (11.7 ms), for the `NAME/typed` runs;
     # the others type none and calibrate.

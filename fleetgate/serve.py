@@ -81,6 +81,7 @@ from fleetgate.routing.registry import (
     default_registry,
 )
 from fleetgate.routing.router import Router
+from fleetgate.routing.slo_aware import Objectives
 from fleetgate.routing.stores import EngineBlocks
 from fleetgate.shared.state import RoutingState, StateSettings
 from fleetgate.traffic.admission import Admission
@@ -243,6 +244,7 @@ def build_clusters(
                 c.engine_metrics.stale_after_s, prefix_index=state.prefix_index(c.model),
                 sessions=state.sessions(c.model),
                 engine_blocks=_engine_blocks(c.model, kv_events, state), here=here,
+                objectives=Objectives(c.slo.ttft_s, c.slo.tpot_s),
             )  # fmt: skip
 
         ctx, pipeline = _routing(c.model, c, registry, context, kept)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import random
 import signal
@@ -20,7 +21,16 @@ from rich.console import Console
 
 from fleetgate.bench.backends import NEEDS_GATEWAY, BackendLoad, BackendSampler
 from fleetgate.bench.compare import SavedRunError, compare_table, load_run
-from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
+from fleetgate.bench.config import (
+    COMPLETION_INPUT,
+    COMPLETION_OUTPUT,
+    DEFAULT_RATE,
+    SYNTHETIC_INPUT,
+    SYNTHETIC_OUTPUT,
+    WORKLOADS,
+    BenchConfig,
+    build_workload,
+)
 from fleetgate.bench.generated import LENGTH_KINDS, LengthDist, SharedPrefixShape
 from fleetgate.bench.page import write_report
 from fleetgate.bench.progress import ProgressBar
@@ -29,7 +39,7 @@ from fleetgate.bench.runner import LoadGenerator, LoadSettings
 from fleetgate.bench.stats import Slo, summarize
 from fleetgate.bench.tracefile import check_trace
 from fleetgate.bench.traces import TRACE_SOURCES
-from fleetgate.bench.workloads import ENDPOINTS, Arrivals, PoissonArrivals, TraceTimes
+from fleetgate.bench.workloads import ENDPOINTS, Arrivals, Bursts, PoissonArrivals, TraceTimes
 from fleetgate.fleet.discovery import DiscoveryError, list_models
 from fleetgate.http.client import HttpClient, Origin
 
@@ -143,31 +153,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=_SHAPE.question_len,
         help="tokens unique to each prompt (128)",
     )
-    lengths = parser.add_argument_group("synthetic workload")
-    lengths.add_argument("--input-len", type=int, default=1024, help="mean prompt tokens (1024)")
+    lengths = parser.add_argument_group("synthetic and code-completion workloads")
+    lengths.add_argument(
+        "--input-len", type=int, help="mean prompt tokens (synthetic 1024, code-completion 2000)"
+    )
     lengths.add_argument(
         "--output-len",
         type=int,
-        help=f"mean output tokens (synthetic 128, shared-prefix {_SHAPE.output_len})",
+        help=f"mean output tokens (synthetic 128, code-completion 30, shared-prefix"
+        f" {_SHAPE.output_len})",
     )
     lengths.add_argument(
         "--length-dist",
         choices=LENGTH_KINDS,
-        default="fixed",
-        help="of input and output lengths (fixed)",
+        help="of input and output lengths (synthetic fixed, code-completion uniform)",
     )
     lengths.add_argument(
         "--range-ratio",
         type=float,
-        default=0.0,
-        help="uniform: lengths in mean * [1 - r, 1 + r] (0)",
+        help="uniform: lengths in mean * [1 - r, 1 + r] (synthetic 0, code-completion 0.5)",
+    )
+    lengths.add_argument(
+        "--burst-size",
+        type=float,
+        help="send requests in bursts of this many on average, at --rate on average"
+        " (code-completion 8; others 1: plain Poisson arrivals)",
+    )
+    lengths.add_argument(
+        "--burst-spread",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="a burst's requests are sent over this many seconds (1)",
     )
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """The validated config; raises ValueError naming the bad flag's value."""
+    completion = args.trace is None and args.workload == "code-completion"
     arrivals: Arrivals | None = None
-    if args.rate is not None:
+    burst = args.burst_size if args.burst_size is not None else 8.0 if completion else 1.0
+    if burst != 1.0 or args.burst_spread != 1.0:
+        if args.trace_speed is not None or args.rate == math.inf:
+            raise ValueError("--burst-size needs a finite --rate, not --trace-speed")
+        arrivals = Bursts(args.rate or DEFAULT_RATE, burst, args.burst_spread)
+    elif args.rate is not None:
         arrivals = PoissonArrivals(args.rate)
     elif args.trace_speed is not None:
         arrivals = TraceTimes(args.trace_speed)
@@ -195,10 +225,24 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         grace_s=args.grace,
         slo=Slo(ttft_ms=args.slo_ttft_ms, itl_ms=args.slo_itl_ms),
         shared_prefix=shape,
-        input_len=LengthDist(args.input_len, args.length_dist, args.range_ratio),
-        output_len=LengthDist(
-            output_len if output_len is not None else 128, args.length_dist, args.range_ratio
+        input_len=_lengths(
+            args.input_len, args, COMPLETION_INPUT if completion else SYNTHETIC_INPUT
         ),
+        output_len=_lengths(
+            output_len, args, COMPLETION_OUTPUT if completion else SYNTHETIC_OUTPUT
+        ),
+    )
+
+
+def _lengths(mean: int | None, args: argparse.Namespace, default: LengthDist) -> LengthDist | None:
+    """A length distribution from the flags over the workload's `default`; None (the default)
+    when no flag was given."""
+    if mean is None and args.length_dist is None and args.range_ratio is None:
+        return None
+    return LengthDist(
+        mean if mean is not None else default.mean,
+        args.length_dist or default.kind,
+        args.range_ratio if args.range_ratio is not None else default.range_ratio,
     )
 
 

@@ -14,6 +14,7 @@ from fleetgate.bench.stats import Slo
 from fleetgate.bench.traces import TRACE_SOURCES, azure_conv, mooncake_conv, trace_file
 from fleetgate.bench.workloads import (
     Arrivals,
+    Bursts,
     Endpoint,
     PoissonArrivals,
     RequestSpec,
@@ -23,10 +24,20 @@ from fleetgate.bench.workloads import (
 )
 
 # "trace" is a user's own file (--trace FILE), not one of --workload's choices.
-WorkloadName = Literal["azure-conv", "mooncake-conv", "shared-prefix", "synthetic", "trace"]
-WORKLOADS: tuple[WorkloadName, ...] = ("azure-conv", "mooncake-conv", "shared-prefix", "synthetic")
+WorkloadName = Literal[
+    "azure-conv", "mooncake-conv", "shared-prefix", "synthetic", "code-completion", "trace"
+]
+WORKLOADS: tuple[WorkloadName, ...] = (
+    "azure-conv", "mooncake-conv", "shared-prefix", "synthetic", "code-completion"
+)  # fmt: skip
 TRACE_WORKLOADS: tuple[WorkloadName, ...] = ("azure-conv", "mooncake-conv", "trace")
 DEFAULT_RATE = 10.0  # req/s for generated workloads, which have no times of their own
+# code-completion: synthetic requests shaped as an editor's completions (long prompts of the
+# code around the cursor, short answers), sent in bursts (Bursts' defaults: 8 requests on
+# average over 1 s), each prompt fresh (no prefix shared). Lengths uniform in mean * [0.5, 1.5].
+SYNTHETIC_INPUT, SYNTHETIC_OUTPUT = LengthDist(1024), LengthDist(128)
+COMPLETION_INPUT = LengthDist(2000, "uniform", 0.5)
+COMPLETION_OUTPUT = LengthDist(30, "uniform", 0.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +57,9 @@ class BenchConfig:
     grace_s: float = 30.0
     slo: Slo = field(default_factory=Slo)
     shared_prefix: SharedPrefixShape = field(default_factory=SharedPrefixShape)
-    input_len: LengthDist = field(default_factory=lambda: LengthDist(1024))  # synthetic
-    output_len: LengthDist = field(default_factory=lambda: LengthDist(128))  # synthetic
+    # synthetic and code-completion: None is the workload's default (SYNTHETIC_*, COMPLETION_*)
+    input_len: LengthDist | None = None
+    output_len: LengthDist | None = None
     trace_file: Path | None = None  # workload "trace": the file it replays
 
     def __post_init__(self) -> None:
@@ -72,6 +84,8 @@ class BenchConfig:
             return self.arrivals
         if self.workload in TRACE_WORKLOADS:
             return TraceTimes()
+        if self.workload == "code-completion":
+            return Bursts(DEFAULT_RATE)
         return PoissonArrivals(DEFAULT_RATE)
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +94,9 @@ class BenchConfig:
         arrivals = self.effective_arrivals
         if isinstance(arrivals, TraceTimes):
             doc["arrivals"] = {"kind": "trace", "speed": arrivals.speed}
+        elif isinstance(arrivals, Bursts):
+            doc["arrivals"] = {"kind": "bursts", "rate": arrivals.rate, "size": arrivals.size,
+                               "spread_s": arrivals.spread_s}  # fmt: skip
         else:
             rate = "inf" if math.isinf(arrivals.rate) else arrivals.rate
             doc["arrivals"] = {"kind": "poisson", "rate": rate}
@@ -102,8 +119,12 @@ def build_workload(config: BenchConfig, rng: random.Random) -> Iterator[RequestS
     elif config.workload == "shared-prefix":
         specs = shared_prefix(rng, config.shared_prefix, endpoint=config.endpoint)
     else:
+        completion = config.workload == "code-completion"
         specs = synthetic(
-            rng, input_len=config.input_len, output_len=config.output_len, endpoint=config.endpoint
+            rng,
+            input_len=config.input_len or (COMPLETION_INPUT if completion else SYNTHETIC_INPUT),
+            output_len=config.output_len or (COMPLETION_OUTPUT if completion else SYNTHETIC_OUTPUT),
+            endpoint=config.endpoint,
         )
     timed = schedule(specs, config.effective_arrivals, rng)
     return bounded(timed, config.duration_s, config.max_requests)

@@ -9,6 +9,7 @@ Nothing here waits on a response, so a slow server cannot slow the offered load.
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Iterable, Iterator
@@ -75,7 +76,40 @@ class PoissonArrivals:
             raise ValueError(f"request rate must be positive, not {self.rate}")
 
 
-Arrivals = TraceTimes | PoissonArrivals
+@dataclass(frozen=True, slots=True)
+class Bursts:
+    """Requests in bursts, at a mean of `rate` requests/s: bursts start as a Poisson process of
+    rate / `size` a second, each holds a geometric number of requests with mean `size` (at
+    least one), sent at uniform times over `spread_s` from its start. Bursts may overlap.
+    Code completion's traffic has this shape: an editor asks again at each pause in typing."""
+
+    rate: float
+    size: float = 8.0
+    spread_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ValueError(f"request rate must be a positive number, not {self.rate}")
+        if not (self.size >= 1 and math.isfinite(self.size)):
+            raise ValueError(f"burst size must be at least 1, not {self.size}")
+        if not (self.spread_s >= 0 and math.isfinite(self.spread_s)):
+            raise ValueError(f"burst spread must be a number of seconds >= 0, not {self.spread_s}")
+
+    def times(self, rng: random.Random) -> Iterator[float]:
+        """Endless send times, ascending."""
+        pending: list[float] = []  # drawn times of the bursts begun, not yet given
+        start = rng.expovariate(self.rate / self.size)
+        keep = 1.0 - 1.0 / self.size  # a burst goes on after each request with this chance
+        while True:
+            while not pending or pending[0] > start:  # a burst that begins first: draw it
+                heapq.heappush(pending, start + rng.uniform(0.0, self.spread_s))
+                while rng.random() < keep:
+                    heapq.heappush(pending, start + rng.uniform(0.0, self.spread_s))
+                start += rng.expovariate(self.rate / self.size)
+            yield heapq.heappop(pending)
+
+
+Arrivals = TraceTimes | PoissonArrivals | Bursts
 
 
 def schedule(
@@ -88,6 +122,10 @@ def schedule(
             return
         for spec in specs:
             yield replace(spec, at_s=spec.at_s / arrivals.speed)
+        return
+    if isinstance(arrivals, Bursts):
+        for spec, at_s in zip(specs, arrivals.times(rng), strict=False):  # endless times
+            yield replace(spec, at_s=at_s)
         return
     if math.isinf(arrivals.rate):
         for spec in specs:

@@ -4,6 +4,9 @@ with multi-window error-budget burn rates as the Google SRE workbook alerts on t
 An objective of the ratio kind says which share of requests must be good:
 
     ttft          a stream's first token within `ttft_s`, for `ttft_percentile`% of streams
+    tpot          a stream's time per output token after its first, (end - first token) /
+                  (output tokens - 1), within `tpot_s`, for `tpot_percentile`% of streams
+                  (of two tokens or more); with ttft, the pair DistServe's goodput counts
     e2e           an answer within `e2e_s`, for `e2e_percentile`% of answers
     availability  a share of requests answered without a 5xx (the gateway's own 503 when it
                   sheds, and its 502/504, included); 4xx are the client's and not counted
@@ -48,6 +51,8 @@ class SloSettings(Settings, frozen=True):
 
     ttft_s: float | None = None  # a stream's first token within this...
     ttft_percentile: float = 99.0  # ...for this share of streams (ttft p99 <= ttft_s)
+    tpot_s: float | None = None  # a stream's mean time per output token within this...
+    tpot_percentile: float = 99.0  # ...for this share of streams
     e2e_s: float | None = None  # an answer's end within this...
     e2e_percentile: float = 99.0  # ...for this share of answers
     mean_e2e_s: float | None = None  # the mean time to a whole answer over `window_s`
@@ -56,13 +61,15 @@ class SloSettings(Settings, frozen=True):
     period_days: float = 30.0  # the error budget's period: burn rate 1 spends it in this
 
     def __post_init__(self) -> None:
-        for name, bound in (("ttft_s", self.ttft_s), ("e2e_s", self.e2e_s),
-                            ("mean_e2e_s", self.mean_e2e_s)):  # fmt: skip
+        for name, bound in (("ttft_s", self.ttft_s), ("tpot_s", self.tpot_s),
+                            ("e2e_s", self.e2e_s), ("mean_e2e_s", self.mean_e2e_s)):  # fmt: skip
             if bound is not None:
                 positive_seconds(name, bound)
-        within("ttft_percentile", self.ttft_percentile, 0, 100, open_low=True)
-        within("e2e_percentile", self.e2e_percentile, 0, 100, open_low=True)
-        if self.ttft_percentile == 100 or self.e2e_percentile == 100:
+        percentiles = (self.ttft_percentile, self.tpot_percentile, self.e2e_percentile)
+        for name, value in zip(("ttft_percentile", "tpot_percentile", "e2e_percentile"),
+                               percentiles, strict=True):  # fmt: skip
+            within(name, value, 0, 100, open_low=True)
+        if 100 in percentiles:
             raise ValueError("a percentile of 100 leaves no error budget: give at most 99.99")
         if self.availability is not None:
             within("availability", self.availability, 0, 1, open_low=True)
@@ -75,10 +82,8 @@ class SloSettings(Settings, frozen=True):
 
     @property
     def any(self) -> bool:
-        return any(
-            bound is not None
-            for bound in (self.ttft_s, self.e2e_s, self.mean_e2e_s, self.availability)
-        )
+        bounds = (self.ttft_s, self.tpot_s, self.e2e_s, self.mean_e2e_s, self.availability)
+        return any(bound is not None for bound in bounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +275,10 @@ class PoolSlo:
             self._ratio(f"ttft_p{s.ttft_percentile:g}", s.ttft_percentile / 100,
                         lambda e: None if e.ttft_s is None else float(e.ttft_s <= bound),
                         slots, width)  # fmt: skip
+        if s.tpot_s is not None:
+            bound_tpot = s.tpot_s
+            self._ratio(f"tpot_p{s.tpot_percentile:g}", s.tpot_percentile / 100,
+                        lambda e: _tpot_met(e, bound_tpot), slots, width)  # fmt: skip
         if s.e2e_s is not None:
             bound_e2e = s.e2e_s
             self._ratio(f"e2e_p{s.e2e_percentile:g}", s.e2e_percentile / 100,
@@ -301,6 +310,15 @@ class PoolSlo:
 
     def status(self, now: float) -> list[ObjectiveStatus]:
         return [o.status(now, self.settings.window_s, self.alerts) for o in self.objectives]
+
+
+def _tpot_met(event: Finished, bound_s: float) -> float | None:
+    """1.0 when a whole streamed answer of two tokens or more came at `bound_s` a token or
+    faster after its first, 0.0 slower; None for anything else."""
+    tokens, ttft = event.output_tokens, event.ttft_s
+    if tokens is None or tokens < 2 or ttft is None or not _answered(event):
+        return None
+    return float(event.at - event.started - ttft <= bound_s * (tokens - 1))
 
 
 def _answered(event: Finished) -> bool:

@@ -41,6 +41,7 @@ from fleetgate.routing.random_pick import RandomPick
 from fleetgate.routing.round_robin import RoundRobin
 from fleetgate.routing.session_affinity import SessionAffinity, SessionAffinityParams
 from fleetgate.routing.session_table import MemorySessionTable
+from fleetgate.routing.slo_aware import NO_OBJECTIVES, Objectives, SloScorer, SloScorerParams
 from fleetgate.routing.stores import EngineBlocks, PrefixIndexFactory, SessionTable
 from fleetgate.routing.weighted_round_robin import WeightedRoundRobin
 from fleetgate.routing.work_share import WorkShare, WorkShareParams
@@ -69,6 +70,8 @@ class PluginContext:
     engine_blocks: EngineBlocks | None = None
     # Where the gateway runs (routing/locality.py): its region and zone, when it knows them.
     here: Place = NOWHERE
+    # The pool's latency objectives (`pools[].slo`), for the plugins that route for them.
+    objectives: Objectives = NO_OBJECTIVES
     # The board's records of a candidate set, shared by the pipeline's plugins.
     loads: CandidateLoads = field(init=False)
 
@@ -284,6 +287,9 @@ def default_registry() -> PluginRegistry:
     )
     registry.add_scorer("prefill_queue", NoParams, lambda _, ctx: PrefillQueue(ctx.loads))
     registry.add_scorer("work_share", WorkShareParams, lambda params, _: WorkShare(params))
+    registry.add_scorer(
+        "slo", SloScorerParams, lambda params, ctx: SloScorer(ctx.loads, params, ctx.objectives)
+    )
     registry.add_filter("length_split", LengthSplitParams, lambda params, _: LengthSplit(params))
     registry.add_filter(
         "locality",

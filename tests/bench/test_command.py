@@ -7,6 +7,7 @@ import argparse
 import itertools
 import json
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,10 @@ from test_plots import assert_png
 
 from fleetgate.bench.command import add_arguments, config_from_args, run
 from fleetgate.bench.config import WORKLOADS, BenchConfig, build_workload
+from fleetgate.bench.generated import LengthDist
 from fleetgate.bench.report import write_results
 from fleetgate.bench.stats import RequestRecord, Slo, summarize
-from fleetgate.bench.workloads import PoissonArrivals, TraceTimes
+from fleetgate.bench.workloads import Bursts, PoissonArrivals, TraceTimes
 from fleetgate.config import parse_config
 from fleetgate.running import start_gateway
 
@@ -44,6 +46,30 @@ def test_flags_make_a_validated_config() -> None:
         config_from_args(parse("--duration", "0"))
     with pytest.raises(SystemExit):
         parse("--rate", "1", "--trace-speed", "2")  # one pace or the other
+
+
+def test_code_completion_sends_long_prompts_and_short_answers_in_bursts() -> None:
+    config = config_from_args(parse("--workload", "code-completion", "--rate", "30"))
+    assert config.effective_arrivals == Bursts(30.0, 8.0, 1.0)
+    assert config.to_json()["arrivals"] == {"kind": "bursts", "rate": 30.0, "size": 8.0,
+                                            "spread_s": 1.0}  # fmt: skip
+    specs = list(itertools.islice(build_workload(config, random.Random(0)), 2000))
+    prompts, answers = [s.prompt_tokens for s in specs], [s.max_tokens for s in specs]
+    assert min(prompts) >= 1000 and max(prompts) <= 3000
+    assert min(answers) >= 15 and max(answers) <= 45
+    assert statistics.fmean(prompts) == pytest.approx(2000, rel=0.03)
+    assert statistics.fmean(answers) == pytest.approx(30, rel=0.03)
+    # Its lengths and bursts follow the flags; a plain workload can be sent in bursts too.
+    longer = config_from_args(parse("--workload", "code-completion", "--input-len", "4000"))
+    assert longer.input_len == LengthDist(4000, "uniform", 0.5)
+    assert longer.effective_arrivals == Bursts(10.0, 8.0, 1.0)
+    plain = config_from_args(parse("--workload", "synthetic", "--burst-size", "4", "--rate", "5"))
+    assert plain.effective_arrivals == Bursts(5.0, 4.0, 1.0)
+    assert config_from_args(parse("--workload", "synthetic")).input_len is None  # its default
+    with pytest.raises(ValueError, match="finite --rate"):
+        config_from_args(parse("--workload", "code-completion", "--rate", "inf"))
+    with pytest.raises(ValueError, match="burst size"):
+        config_from_args(parse("--workload", "synthetic", "--burst-size", "0.5"))
 
 
 def test_every_workload_builds_lazily_and_within_its_bounds() -> None:

@@ -10,6 +10,7 @@ import statistics
 import pytest
 
 from fleetgate.bench.workloads import (
+    Bursts,
     Message,
     PoissonArrivals,
     RequestSpec,
@@ -83,3 +84,33 @@ def test_arrivals_validate_their_numbers() -> None:
         TraceTimes(0.0)
     with pytest.raises(ValueError, match="rate"):
         PoissonArrivals(-1.0)
+
+
+def test_bursts_keep_the_mean_rate_and_bunch_the_requests() -> None:
+    rate, n = 20.0, 20_000
+    times = [
+        s.at_s for s in schedule(specs_at([0.0] * n), Bursts(rate, 8.0, 1.0), random.Random(3))
+    ]
+    assert times == sorted(times)
+    assert n / times[-1] == pytest.approx(rate, rel=0.05)
+    # Per 1 s window the count varies far more than a Poisson count's (variance = mean):
+    # bursts of 8 on average, each within one or two windows.
+    counts = [0] * math.ceil(times[-1])
+    for t in times:
+        counts[int(t)] += 1
+    assert statistics.variance(counts[:-1]) > 4 * rate
+    single = [
+        s.at_s for s in schedule(specs_at([0.0] * n), Bursts(rate, 1.0, 0.0), random.Random(3))
+    ]
+    gaps = [b - a for a, b in itertools.pairwise(single)]
+    assert statistics.stdev(gaps) / statistics.fmean(gaps) == pytest.approx(1.0, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [({"rate": 0.0}, "rate"), ({"rate": math.inf}, "rate"),
+     ({"rate": 1.0, "size": 0.5}, "burst size"), ({"rate": 1.0, "spread_s": -1.0}, "spread")],
+)  # fmt: skip
+def test_bad_bursts_are_refused(fields: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Bursts(**fields)

@@ -17,8 +17,9 @@ def finished(
     status: int = 200,
     outcome: Outcome = "answered",
     model: str = "m",
+    tokens: int | None = None,
 ) -> Finished:
-    return Finished(b"r", at, model, at - e2e, status, "b", outcome, ttft, None)
+    return Finished(b"r", at, model, at - e2e, status, "b", outcome, ttft, tokens)
 
 
 class Clock:
@@ -57,6 +58,23 @@ def test_requests_without_a_first_token_are_not_judged_by_the_ttft_objective() -
     slo.on_finished(finished(1.0, ttft=None))  # a whole (not streamed) answer
     (status,) = slo.status()["m"]
     assert (status.requests, status.value, status.met) == (0, None, True)
+
+
+def test_the_tpot_objective_judges_whole_streams_by_their_time_per_token_after_the_first() -> None:
+    clock = Clock()
+    slo = book(clock, tpot_s=0.2, tpot_percentile=50)
+    slo.on_finished(finished(1.0, e2e=2.1, ttft=0.1, tokens=11))  # 2.0 s / 10 gaps: met
+    slo.on_finished(finished(2.0, e2e=2.2, ttft=0.1, tokens=11))  # 0.21 s a token: not met
+    slo.on_finished(finished(3.0, e2e=9.0, ttft=0.1, tokens=1))  # no gap to judge
+    slo.on_finished(finished(4.0, e2e=9.0, ttft=None, tokens=None))  # a whole answer
+    slo.on_finished(finished(5.0, e2e=9.0, ttft=0.1, tokens=40, status=502, outcome="failed"))
+    clock.now = 6.0
+    (status,) = slo.status()["m"]
+    assert (status.name, status.requests, status.value, status.met) == ("tpot_p50", 2, 0.5, True)
+    with pytest.raises(msgspec.ValidationError, match="tpot_s"):
+        msgspec.convert({"tpot_s": 0}, SloSettings)
+    with pytest.raises(msgspec.ValidationError, match="tpot_percentile"):
+        msgspec.convert({"tpot_s": 0.1, "tpot_percentile": 101}, SloSettings)
 
 
 def test_the_page_alert_fires_when_a_long_and_a_short_window_both_burn_fast() -> None:
