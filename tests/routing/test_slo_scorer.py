@@ -38,6 +38,20 @@ def streaming(board: MemoryLoadBoard, state: BackendState, answers: int, prompt:
         board.prefilled(state.backend.id, prompt)
 
 
+def waiting_beside_streaming() -> tuple[MemoryLoadBoard, BackendState, BackendState]:
+    """A board where one backend has four 2,000-token prompts waiting for their prefill and
+    none streaming, the other four such answers streaming and none waiting; both measured at
+    0.1 ms of prefill a token."""
+    board = MemoryLoadBoard()
+    queued, streams = states(2)
+    for state in (queued, streams):
+        measured(state, 0.0001)
+    for _ in range(4):
+        board.begin(queued.backend.id, 2000)
+    streaming(board, streams, answers=4, prompt=2000)
+    return board, queued, streams
+
+
 def test_a_long_prompt_goes_where_fewer_answers_stream_when_its_wait_is_alike() -> None:
     board = MemoryLoadBoard()
     crowded, quiet = states(2)
@@ -52,26 +66,14 @@ def test_a_long_prompt_goes_where_fewer_answers_stream_when_its_wait_is_alike() 
 
 
 def test_prompts_waiting_for_prefill_count_as_wait_not_as_answers_streaming() -> None:
-    board = MemoryLoadBoard()
-    queued, streams = states(2)
-    for state in (queued, streams):
-        measured(state, 0.0001)
-    for _ in range(4):
-        board.begin(queued.backend.id, 2000)  # 8,000 tokens waiting, none streaming
-    streaming(board, streams, answers=4, prompt=2000)
+    board, queued, streams = waiting_beside_streaming()
     scores = SloScorer(CandidateLoads(board)).score(request(2000), (queued, streams), now=0.0)
     # queued: 0.0001 * 10,000 / 2 = 0.5;  streams: 0.1 + 4 * (0.2 / 30) / 0.2 = 0.2333
     assert scores == pytest.approx([0.2333 / 0.5, 1.0], rel=1e-3)
 
 
 def test_the_objectives_ratio_decides_between_waiting_and_slowing_others() -> None:
-    board = MemoryLoadBoard()
-    queued, streams = states(2)
-    for state in (queued, streams):
-        measured(state, 0.0001)
-    for _ in range(4):
-        board.begin(queued.backend.id, 2000)
-    streaming(board, streams, answers=4, prompt=2000)
+    board, queued, streams = waiting_beside_streaming()
     loads = CandidateLoads(board)
     # A tight first-token objective: waiting costs more; a tight time per token: slowing.
     eager = SloScorer(loads, objectives=Objectives(ttft_s=0.5, tpot_s=0.2))
@@ -92,13 +94,7 @@ def test_unmeasured_backends_take_the_least_known_speed_and_nothing_known_scores
 
 
 def test_the_registry_builds_it_with_the_pools_objectives_and_refuses_bad_parameters() -> None:
-    board = MemoryLoadBoard()
-    queued, streams = states(2)
-    for state in (queued, streams):
-        measured(state, 0.0001)
-    for _ in range(4):
-        board.begin(queued.backend.id, 2000)
-    streaming(board, streams, answers=4, prompt=2000)
+    board, queued, streams = waiting_beside_streaming()
     registry = default_registry()
     for objectives, best in ((Objectives(0.5, 0.2), 1), (Objectives(2.0, 0.01), 0)):
         ctx = PluginContext(random.Random(0), board, objectives=objectives)
