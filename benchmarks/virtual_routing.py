@@ -2,16 +2,19 @@
 worker's engines on one clock, no sockets, deterministic, in seconds of wall time.
 
     .venv/bin/python benchmarks/virtual_routing.py [--workloads code-completion,azure-conv]
-        [--policies round_robin,least_requests,balanced] [--rates 30] [--duration 150]
-        [--seeds 2] [--slo-profile]
+        [--policies round_robin,least_requests,balanced,scorer:slo] [--rates 30,32]
+        [--duration 150] [--seeds 2] [--burst-size 8] [--burst-spread 1]
 
 What runs is what routes in the gateway: a pool (its load board, calibrated weights), its
-router and the policy's pipeline from the plugin registry (`balanced` with a pool SLO when
---slo-profile gives one). In front of it, 8 of the sim worker's engines (workers/sim/engine.py,
-the h100-llama3-8b profile), each stepping as soon as it has work, time-dilated by --slowdown
+router and the policy's pipeline from the plugin registry (a policy by name, or `scorer:NAME`:
+that one scorer alone, with the benchmark's SLO as its objectives). In front of it, the
+workload's fleet of the sim worker's engines (workers/sim/engine.py: 8 H100s, or 4 H100s and
+4 A100s for mixed-azure-conv), each stepping as soon as it has work, time-dilated by --slowdown
 as benchmarks/routing.py runs them, so figures compare with its tables; engines are scraped
-every second (their load and step totals: the weights calibrate from them as in the gateway).
-The workloads are `fleetgate bench`'s own (fleetgate/bench/config.py), sent open-loop.
+every second (their load and step totals: the weights calibrate from them as in the gateway)
+and each answer's latency is recorded as the gateway's fleet accounting records it. The
+workloads are `fleetgate bench`'s own (fleetgate/bench/config.py), sent open-loop, each seed
+drawing its own.
 
 Per policy: TTFT p50/p90/p99, TPOT p90, the share of requests meeting the goodput SLO (TTFT
 <= 2 s and TPOT <= 200 ms, as benchmarks/routing.py's) and the tight one (TTFT <= 1 s), and
@@ -26,6 +29,7 @@ the sim worker's, and other clients.
 from __future__ import annotations
 
 import argparse
+import functools
 import heapq
 import itertools
 import random
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from fleetgate.bench.config import BenchConfig, build_workload
+from fleetgate.bench.config import BenchConfig, WorkloadName, build_workload
 from fleetgate.bench.stats import RequestRecord, Slo, Summary, summarize
 from fleetgate.bench.workloads import Bursts, PoissonArrivals, RequestSpec
 from fleetgate.chat_text import render_chat
@@ -56,11 +60,19 @@ SCRAPE_S = 1.0
 SLO = Slo(ttft_ms=2000.0, itl_ms=200.0)
 TIGHT = Slo(ttft_ms=1000.0, itl_ms=200.0)
 H100 = "h100-llama3-8b"
-FLEETS = {
-    "code-completion": ((H100, 8),),
-    "azure-conv": ((H100, 8),),
-    "shared-prefix": ((H100, 8),),
-    "mixed-azure-conv": ((H100, 4), ("a100-llama3-8b", 4)),
+
+
+@dataclass(frozen=True)
+class Workload:
+    bench: WorkloadName  # `fleetgate bench`'s workload
+    fleet: tuple[tuple[str, int], ...]  # (sim profile, replicas)
+    rate: float  # req/s when --rates gives none (routing.py's, or near its capacity)
+
+
+WORKLOADS = {
+    "code-completion": Workload("code-completion", ((H100, 8),), 30.0),
+    "azure-conv": Workload("azure-conv", ((H100, 8),), 32.0),
+    "mixed-azure-conv": Workload("azure-conv", ((H100, 4), ("a100-llama3-8b", 4)), 26.0),
 }
 
 
@@ -112,7 +124,7 @@ class VirtualFleet:
 
     def run(self, specs: Iterable[RequestSpec], duration_s: float) -> list[RequestRecord]:
         for index, spec in enumerate(specs):
-            self.at(spec.at_s, lambda now, s=spec, i=index: self.send(now, s, i))  # type: ignore[misc]
+            self.at(spec.at_s, functools.partial(self.send, spec=spec, index=index))
         for k in range(int(duration_s / SCRAPE_S) + 1):
             self.at(k * SCRAPE_S, self.scrape)
         while self.queue:
@@ -210,13 +222,13 @@ def run_policy(
         if workload == "code-completion"
         else PoissonArrivals(rate)
     )
-    name = "azure-conv" if workload == "mixed-azure-conv" else workload
+    shape = WORKLOADS[workload]
     config = BenchConfig(
-        target="http://127.0.0.1:1", workload=name, arrivals=arrivals,  # type: ignore[arg-type]
+        target="http://127.0.0.1:1", workload=shape.bench, arrivals=arrivals,
         duration_s=args.duration, seed=seed,
     )  # fmt: skip
     specs = list(build_workload(config, random.Random(seed)))
-    fleet = VirtualFleet(policy, FLEETS[workload], seed, args.slowdown)
+    fleet = VirtualFleet(policy, shape.fleet, seed, args.slowdown)
     records = fleet.run(specs, args.duration)
     tight = summarize(records, args.duration, TIGHT).slo_attainment or 0.0
     return summarize(records, args.duration, SLO), tight
@@ -246,12 +258,13 @@ def main() -> int:
     parser.add_argument("--burst-spread", type=float, default=1.0)
     args = parser.parse_args()
     workloads = args.workloads.split(",")
-    defaults = {"code-completion": 30.0, "azure-conv": 32.0, "shared-prefix": 64.0,
-                "mixed-azure-conv": 26.0}  # fmt: skip
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        parser.error(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
     rates = (
         [float(r) for r in args.rates.split(",")]
         if args.rates
-        else [defaults[w] for w in workloads]
+        else [WORKLOADS[w].rate for w in workloads]
     )
     for workload, rate in zip(workloads, rates, strict=True):
         rows: dict[str, list[float]] = {}

@@ -22,14 +22,12 @@ from rich.console import Console
 from fleetgate.bench.backends import NEEDS_GATEWAY, BackendLoad, BackendSampler
 from fleetgate.bench.compare import SavedRunError, compare_table, load_run
 from fleetgate.bench.config import (
-    COMPLETION_INPUT,
-    COMPLETION_OUTPUT,
     DEFAULT_RATE,
-    SYNTHETIC_INPUT,
-    SYNTHETIC_OUTPUT,
     WORKLOADS,
     BenchConfig,
+    WorkloadName,
     build_workload,
+    default_lengths,
 )
 from fleetgate.bench.generated import LENGTH_KINDS, LengthDist, SharedPrefixShape
 from fleetgate.bench.page import write_report
@@ -182,7 +180,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     lengths.add_argument(
         "--burst-spread",
         type=float,
-        default=1.0,
         metavar="S",
         help="a burst's requests are sent over this many seconds (1)",
     )
@@ -190,18 +187,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
     """The validated config; raises ValueError naming the bad flag's value."""
-    completion = args.trace is None and args.workload == "code-completion"
+    workload: WorkloadName = "trace" if args.trace is not None else args.workload
     arrivals: Arrivals | None = None
-    burst = args.burst_size if args.burst_size is not None else 8.0 if completion else 1.0
-    if burst != 1.0 or args.burst_spread != 1.0:
+    burst = {name: value for name, value in (("size", args.burst_size),
+             ("spread_s", args.burst_spread)) if value is not None}  # fmt: skip
+    if burst or workload == "code-completion":  # code-completion is sent in bursts
         if args.trace_speed is not None or args.rate == math.inf:
-            raise ValueError("--burst-size needs a finite --rate, not --trace-speed")
-        arrivals = Bursts(args.rate or DEFAULT_RATE, burst, args.burst_spread)
+            raise ValueError("bursts need a finite --rate, not --trace-speed or inf")
+        arrivals = Bursts(DEFAULT_RATE if args.rate is None else args.rate, **burst)
     elif args.rate is not None:
         arrivals = PoissonArrivals(args.rate)
     elif args.trace_speed is not None:
         arrivals = TraceTimes(args.trace_speed)
     output_len = args.output_len
+    inputs, outputs = default_lengths(workload)
     shape = SharedPrefixShape(
         groups=args.groups,
         prompts_per_group=args.prompts_per_group,
@@ -213,7 +212,7 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         raise ValueError("--target is needed to send load")
     return BenchConfig(
         target=args.target,
-        workload="trace" if args.trace is not None else args.workload,
+        workload=workload,
         trace_file=args.trace,
         arrivals=arrivals,
         duration_s=args.duration,
@@ -225,12 +224,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
         grace_s=args.grace,
         slo=Slo(ttft_ms=args.slo_ttft_ms, itl_ms=args.slo_itl_ms),
         shared_prefix=shape,
-        input_len=_lengths(
-            args.input_len, args, COMPLETION_INPUT if completion else SYNTHETIC_INPUT
-        ),
-        output_len=_lengths(
-            output_len, args, COMPLETION_OUTPUT if completion else SYNTHETIC_OUTPUT
-        ),
+        input_len=_lengths(args.input_len, args, inputs),
+        output_len=_lengths(output_len, args, outputs),
     )
 
 

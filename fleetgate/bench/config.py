@@ -107,6 +107,13 @@ class BenchConfig:
         return doc
 
 
+def default_lengths(workload: WorkloadName) -> tuple[LengthDist, LengthDist]:
+    """A generated workload's prompt and answer lengths when no flag changes them."""
+    if workload == "code-completion":
+        return COMPLETION_INPUT, COMPLETION_OUTPUT
+    return SYNTHETIC_INPUT, SYNTHETIC_OUTPUT
+
+
 def build_workload(config: BenchConfig, rng: random.Random) -> Iterator[RequestSpec]:
     """The run's requests, lazily, with send times set and bounded by duration and count."""
     specs: Iterator[RequestSpec]
@@ -119,11 +126,11 @@ def build_workload(config: BenchConfig, rng: random.Random) -> Iterator[RequestS
     elif config.workload == "shared-prefix":
         specs = shared_prefix(rng, config.shared_prefix, endpoint=config.endpoint)
     else:
-        completion = config.workload == "code-completion"
+        inputs, outputs = default_lengths(config.workload)
         specs = synthetic(
             rng,
-            input_len=config.input_len or (COMPLETION_INPUT if completion else SYNTHETIC_INPUT),
-            output_len=config.output_len or (COMPLETION_OUTPUT if completion else SYNTHETIC_OUTPUT),
+            input_len=config.input_len or inputs,
+            output_len=config.output_len or outputs,
             endpoint=config.endpoint,
         )
     timed = schedule(specs, config.effective_arrivals, rng)

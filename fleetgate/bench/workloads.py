@@ -76,6 +76,9 @@ class PoissonArrivals:
             raise ValueError(f"request rate must be positive, not {self.rate}")
 
 
+MAX_BURST = 10_000  # the largest mean burst size taken
+
+
 @dataclass(frozen=True, slots=True)
 class Bursts:
     """Requests in bursts, at a mean of `rate` requests/s: bursts start as a Poisson process of
@@ -90,8 +93,8 @@ class Bursts:
     def __post_init__(self) -> None:
         if not (self.rate > 0 and math.isfinite(self.rate)):
             raise ValueError(f"request rate must be a positive number, not {self.rate}")
-        if not (self.size >= 1 and math.isfinite(self.size)):
-            raise ValueError(f"burst size must be at least 1, not {self.size}")
+        if not 1 <= self.size <= MAX_BURST:  # (a burst's times are drawn at once)
+            raise ValueError(f"burst size must be from 1 to {MAX_BURST:,}, not {self.size}")
         if not (self.spread_s >= 0 and math.isfinite(self.spread_s)):
             raise ValueError(f"burst spread must be a number of seconds >= 0, not {self.spread_s}")
 

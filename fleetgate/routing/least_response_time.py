@@ -39,8 +39,8 @@ class LeastResponseTime:
     def score(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
-        prefill = _best_known([s.latency.prefill_s_per_token for s in candidates])
-        tpot = _best_known([s.latency.tpot_s for s in candidates])
+        prefill = best_known([s.latency.prefill_s_per_token for s in candidates])
+        tpot = best_known([s.latency.tpot_s for s in candidates])
         loaded = self._loads.of(candidates)
         queues = queue_lengths(loaded, now, self._stale_after_s)
         prompt = request.prompt_tokens
@@ -56,7 +56,7 @@ class LeastResponseTime:
         return [best / t for t in times]
 
 
-def _best_known(values: list[float | None]) -> list[float]:
+def best_known(values: list[float | None]) -> list[float]:
     """Each value, or the least known one where it is missing (0 if none is known)."""
     known = [v for v in values if v is not None]
     fill = min(known) if known else 0.0

@@ -31,8 +31,9 @@ Measured alone in virtual time (benchmarks/virtual_routing.py, 8 simulated H100s
 against least_requests: on code-completion at 22 and 30 req/s TTFT p90 0.90x / 0.99x, TPOT
 p90 1.04x / 0.92x, goodput (TTFT <= 2 s and TPOT <= 200 ms) 1.00x / 1.02x, with the first
 token due in 1 s 1.04x / 1.07x; on azure-conv at 32 req/s worse (TTFT p99 1.74x, TPOT p90
-1.44x: it does not see that a step reading more answers' KV is slower). So it is a scorer to
-compose, not a profile. O(n) over the candidates it is given.
+1.44x: it does not see that a step reading more answers' KV is slower), and on 4 H100s with
+4 A100s too (goodput 0.93x at 26 req/s: it does not keep long prompts off the slow GPUs). So
+it is a scorer to compose, not a profile. O(n) over the candidates it is given.
 """
 
 from __future__ import annotations
@@ -42,10 +43,10 @@ from dataclasses import dataclass
 
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import RoutingRequest
+from fleetgate.routing.least_response_time import DEFAULT_OUTPUT_TOKENS, best_known
 from fleetgate.routing.load import CandidateLoads
 from fleetgate.settings import Settings, positive_seconds
 
-DEFAULT_OUTPUT_TOKENS = 256.0  # an answer's length before any was measured
 DEFAULT_TTFT_S, DEFAULT_TPOT_S = 2.0, 0.2  # without objectives: DistServe's chat SLO's ratio
 
 
@@ -89,15 +90,11 @@ class SloScorer:
     def score(
         self, request: RoutingRequest, candidates: Sequence[BackendState], now: float
     ) -> list[float]:
-        known = [s.latency.prefill_s_per_token for s in candidates]
-        fill = min((s for s in known if s is not None), default=None)
-        if fill is None:
-            return [1.0] * len(candidates)
+        prefill = best_known([s.latency.prefill_s_per_token for s in candidates])
         prompt = request.prompt_tokens
         per_ttft, per_tpot = 1.0 / self._ttft, 1.0 / self._tpot
         costs: list[float] = []
-        for (state, load), prefill in zip(self._loads.of(candidates), known, strict=True):
-            s = fill if prefill is None else prefill
+        for (state, load), s in zip(self._loads.of(candidates), prefill, strict=True):
             out = request.max_tokens or state.latency.output_tokens or DEFAULT_OUTPUT_TOKENS
             tokens = load.in_flight_tokens
             streaming = (
@@ -107,6 +104,6 @@ class SloScorer:
             delta = s * prompt / max(1.0, out - 1.0)
             costs.append(ttft * per_ttft + streaming * delta * per_tpot)
         best = min(costs)
-        if best <= 0.0:
+        if best <= 0.0:  # nothing measured anywhere: every cost is 0
             return [1.0 if c <= 0.0 else 0.0 for c in costs]
         return [best / c for c in costs]

@@ -37,7 +37,7 @@ def test_flags_make_a_validated_config() -> None:
     assert config_from_args(parse()).effective_arrivals == TraceTimes(1.0)
     synthetic = config_from_args(parse("--workload", "synthetic", "--output-len", "9"))
     assert synthetic.effective_arrivals == PoissonArrivals(10.0)
-    assert synthetic.output_len.mean == 9
+    assert synthetic.output_len == LengthDist(9)
     assert synthetic.shared_prefix.output_len == 9
     assert config_from_args(parse("--workload", "shared-prefix")).shared_prefix.output_len == 256
     with pytest.raises(ValueError, match="trace-speed"):
@@ -66,10 +66,16 @@ def test_code_completion_sends_long_prompts_and_short_answers_in_bursts() -> Non
     plain = config_from_args(parse("--workload", "synthetic", "--burst-size", "4", "--rate", "5"))
     assert plain.effective_arrivals == Bursts(5.0, 4.0, 1.0)
     assert config_from_args(parse("--workload", "synthetic")).input_len is None  # its default
+    wider = config_from_args(parse("--workload", "synthetic", "--burst-spread", "3"))
+    assert wider.effective_arrivals == Bursts(10.0, 8.0, 3.0)
     with pytest.raises(ValueError, match="finite --rate"):
         config_from_args(parse("--workload", "code-completion", "--rate", "inf"))
-    with pytest.raises(ValueError, match="burst size"):
-        config_from_args(parse("--workload", "synthetic", "--burst-size", "0.5"))
+    for flags, message in ((("--burst-size", "0.5"), "burst size"),
+                           (("--burst-size", "1e9"), "burst size must be from 1 to 10,000"),
+                           (("--burst-spread", "nan"), "burst spread"),
+                           (("--rate", "0"), "request rate")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            config_from_args(parse("--workload", "code-completion", *flags))
 
 
 def test_every_workload_builds_lazily_and_within_its_bounds() -> None:

@@ -109,7 +109,8 @@ def test_bursts_keep_the_mean_rate_and_bunch_the_requests() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [({"rate": 0.0}, "rate"), ({"rate": math.inf}, "rate"),
-     ({"rate": 1.0, "size": 0.5}, "burst size"), ({"rate": 1.0, "spread_s": -1.0}, "spread")],
+     ({"rate": 1.0, "size": 0.5}, "burst size"), ({"rate": 1.0, "size": 1e9}, "burst size"),
+     ({"rate": 1.0, "size": math.nan}, "burst size"), ({"rate": 1.0, "spread_s": -1.0}, "spread")],
 )  # fmt: skip
 def test_bad_bursts_are_refused(fields: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
