@@ -1,0 +1,2 @@
+"""The fleet simulator: fleetgate's own request lifecycle over simulated engines in virtual
+time (`fleetgate simulate`)."""

@@ -1,0 +1,334 @@
+"""An engine at the fleet level: the sim worker's engine (workers/sim/engine.py) seen a few
+events per request instead of one step at a time, for simulating thousands of replicas.
+
+Same profile, same scheduler in outline, same step-time formula; what changes is the clock's
+grain. Between two events (a request arrives, a prompt's prefill completes, an answer ends)
+what the engine runs is fixed, so each of its steps schedules the same tokens: one per
+decoding sequence, plus a chunk of the prompts waiting for prefill up to the step's budget
+(`max_num_batched_tokens`). The engine jumps from event to event:
+
+    tokens per step     = min(budget, decoding + prompt tokens left to prefill)
+    step k takes        = overhead + max(weights, tokens * compute) + kv_k * kv_read
+    kv_k                = KV tokens the decoding sequences read, growing by one each a step
+
+so k steps take a*k + b*k^2/2 seconds (b = decoding * kv_read), solved for k when an event
+comes between steps. Prompts are prefilled first come first served; one completes (its first
+token) at the end of the step in which its last chunk is computed; a sequence that got its
+first token at step s ends at step s + output - 1. A step counter keeps every sequence's
+place, so a decode costs nothing until its sequence ends: a request is three events.
+
+Prompts enter the running batch while fewer than `max_num_seqs` run and their prompt fits the
+KV cache beside what is running (else they wait, first come first served). The prefix cache
+is an LRU of prompt blocks (`block_tokens` each, a trace's own blocks): a prompt's cached
+prefix is not prefilled again. Left out, against the step-level engine: preemption (a cache
+that overflows as answers grow is not modelled: admission counts prompts only), priority
+scheduling, prompt chunks' attention reads, and the step-level engine's 16-token blocks.
+tests/simulate/test_fleet_engine.py compares the two on a sweep of loads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from fleetgate.fleet.engine_load import StepTotals
+from fleetgate.workers.sim.profiles import EngineProfile
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One generation request as the engine receives it."""
+
+    key: int  # unique among the engine's requests
+    prompt_tokens: int
+    output_tokens: int  # exactly this many are generated
+    blocks: Sequence[int] = ()  # the prompt's block ids, each `block_tokens` long, in order
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """What the engine reports, as vLLM's gauges and counters do."""
+
+    running: int
+    waiting: int
+    kv_usage: float  # 0..1
+    prefix_hits: int  # prompt tokens found cached, so far
+    prefix_queries: int  # prompt tokens looked up, so far
+    step_totals: StepTotals
+
+
+class _Running:
+    __slots__ = ("cached", "job", "left", "start")
+
+    def __init__(self, job: Job, cached: int) -> None:
+        self.job = job
+        self.cached = cached
+        self.left: float = job.prompt_tokens - cached  # prompt tokens still to prefill
+        self.start = 0.0  # the step counter at its first token (then it decodes)
+
+
+class FleetEngine:
+    """One replica's engine; the caller owns time (`advance`, `next_event_at`)."""
+
+    def __init__(self, profile: EngineProfile, block_tokens: int = 512) -> None:
+        self.profile = profile
+        self._capacity = profile.kv_capacity_tokens
+        self._budget = profile.max_num_batched_tokens
+        self._max_seqs = profile.max_num_seqs
+        self._block_tokens = block_tokens
+        self._cache_blocks = max(1, self._capacity // block_tokens)
+        self._t = 0.0  # the time the state is at
+        self._empty()
+
+    def _empty(self) -> None:
+        """Nothing held, nothing cached (a new engine, or one that crashed)."""
+        self._cache: OrderedDict[int, None] = OrderedDict()
+        self._waiting: deque[Job] = deque()
+        self._arriving: list[Job] = []  # came during a step: they join at its end
+        self._prefill: deque[_Running] = deque()
+        self._prefill_left = 0.0  # sum of `left` over _prefill
+        self._chunk = 0.0  # prompt tokens prefilled a step: set as each step starts
+        self._prefill_kv = 0  # prompt tokens of the sequences in prefill (their KV, reserved)
+        self._decoding: list[tuple[float, int, _Running]] = []  # (end step, key, run): a heap
+        self._ctx_base = 0.0  # decoding KV = _ctx_base + len(decoding) * _steps
+        self._dropped: set[int] = set()  # keys aborted while decoding (left in the heap)
+        self._by_key: dict[int, _Running | Job] = {}
+        self._steps = 0.0  # steps run so far; sequences' places are counted on it
+        self._hits = self._queries = 0
+        self._tokens = self._gaps = self._gap_s = 0.0
+
+    # -- what comes in ----------------------------------------------------------------------
+
+    def add(self, job: Job, now: float) -> None:
+        """`job` arrives at `now` (>= the last `advance`'s time: advance first)."""
+        if job.key in self._by_key:
+            raise ValueError(f"request {job.key} is already in the engine")
+        if job.prompt_tokens < 1 or job.output_tokens < 1:
+            raise ValueError("a job needs a prompt and at least one output token")
+        self._by_key[job.key] = job
+        if self._running_count() and self._steps != math.ceil(self._steps):
+            self._arriving.append(job)  # a step is under way: the job joins the next one
+            return
+        self._steps = math.ceil(self._steps)  # an idle engine starts a step now
+        self._t = now
+        self._waiting.append(job)
+        self._admit()
+        self._start_step()
+
+    def abort(self, key: int) -> bool:
+        """Drop a request (its client left); False if the engine does not hold it."""
+        item = self._by_key.pop(key, None)
+        if item is None:
+            return False
+        if isinstance(item, Job):
+            (self._waiting if item in self._waiting else self._arriving).remove(item)
+        elif item.left:
+            self._prefill.remove(item)
+            self._prefill_left -= item.left
+            self._prefill_kv -= item.job.prompt_tokens
+        else:
+            self._dropped.add(key)
+            self._ctx_base -= item.job.prompt_tokens - item.start
+        self._admit()
+        self._start_step()  # its share of the step under way goes to the others
+        return True
+
+    def crash(self) -> list[Job]:
+        """The engine dies: everything it held is lost (its cache too); what was running."""
+        lost = [item if isinstance(item, Job) else item.job for item in self._by_key.values()]
+        self._empty()
+        return lost
+
+    # -- time -------------------------------------------------------------------------------
+
+    def next_event_at(self) -> float:
+        """When the next prefill completes or answer ends, if nothing arrives first (inf:
+        idle)."""
+        k = self._steps_to_event()
+        if k is None:
+            return math.inf
+        return self._t + self._duration(k)
+
+    def advance(self, now: float) -> tuple[list[tuple[Job, float]], list[tuple[Job, float]]]:
+        """Run up to `now`: the first tokens and the ends that came by then, with their
+        times (an end's job left the engine)."""
+        firsts: list[tuple[Job, float]] = []
+        ends: list[tuple[Job, float]] = []
+        while True:
+            k = self._steps_to_event()
+            if k is None:
+                self._t = now
+                return firsts, ends
+            dt = self._duration(k)
+            if self._t + dt > now:  # the event is later: part of the way
+                self._run(self._steps_for(now - self._t), now)
+                return firsts, ends
+            at = self._t + dt
+            self._run(k, at)
+            self._events(at, firsts, ends)
+
+    def load(self) -> Load:
+        """The gauges and counters now (as of the last `advance`)."""
+        n = len(self._decoding) - len(self._dropped)
+        kv = self._ctx_base + n * self._steps + self._prefill_kv
+        totals = StepTotals(self._steps, self._tokens, self._gaps, self._gap_s)
+        return Load(
+            self._running_count(), len(self._waiting) + len(self._arriving),
+            min(1.0, kv / self._capacity), self._hits, self._queries, totals,
+        )  # fmt: skip
+
+    @property
+    def idle(self) -> bool:
+        return not self._by_key
+
+    # -- the model --------------------------------------------------------------------------
+
+    def _running_count(self) -> int:
+        return len(self._prefill) + len(self._decoding) - len(self._dropped)
+
+    def _phase(self) -> tuple[int, float, float, float]:
+        """Decoding sequences, prompt tokens prefilled a step, and the step-time terms a, b
+        (k steps from now take a*k + b*k^2/2)."""
+        n = len(self._decoding) - len(self._dropped)
+        chunk = self._chunk
+        p = self.profile
+        compute = (n + chunk) * p.compute_per_token_s
+        kv = self._ctx_base + n * self._steps
+        a = p.overhead_s + max(p.weights_time_s, compute) + kv * p.kv_read_per_token_s
+        return n, chunk, a, n * p.kv_read_per_token_s
+
+    def _steps_to_event(self) -> float | None:
+        """Steps until the next prefill completes or answer ends; None when idle."""
+        self._prune()
+        n, chunk, _, _ = self._phase()
+        k = math.inf
+        if n:
+            k = self._decoding[0][0] - self._steps
+        if self._arriving:  # the end of the step under way
+            k = min(k, math.ceil(self._steps) - self._steps)
+        if chunk:
+            head = self._prefill[0].left
+            # Completes at the end of the step that computes its last token.
+            k = min(k, math.ceil(self._steps + head / chunk - 1e-9) - self._steps)
+            # The step that would prefill less than a chunk: the chunk is set again there.
+            end = self._steps + self._prefill_left / chunk
+            last = math.floor(end)
+            if end - last > 1e-9 and last - self._steps > 1e-9:
+                k = min(k, last - self._steps)
+        return None if math.isinf(k) else max(k, 0.0)
+
+    def _duration(self, k: float) -> float:
+        _, _, a, b = self._phase()
+        return a * k + b * k * k / 2
+
+    def _steps_for(self, seconds: float) -> float:
+        """How many steps fit in `seconds` at the current phase (the inverse of _duration)."""
+        _, _, a, b = self._phase()
+        if b <= 0:
+            return seconds / a
+        return (math.sqrt(a * a + 2 * b * seconds) - a) / b
+
+    def _run(self, k: float, until: float) -> None:
+        """Run `k` steps (ending at `until`): prefill advances, the counter moves."""
+        if k <= 0:
+            self._t = until
+            return
+        n, chunk, _, _ = self._phase()
+        done = chunk * k
+        self._tokens += (n + chunk) * k
+        self._gaps += n * k
+        self._gap_s += n * (until - self._t)
+        for run in self._prefill:
+            if done <= 0:
+                break
+            step = min(run.left, done)
+            run.left -= step
+            done -= step
+            self._prefill_left -= step
+        steps = self._steps + k
+        whole = round(steps)
+        self._steps = whole if abs(steps - whole) < 1e-9 else steps  # at a step's end
+        self._t = until
+
+    def _events(self, at: float, firsts: list[tuple[Job, float]],
+                ends: list[tuple[Job, float]]) -> None:  # fmt: skip
+        """The prefills completed and answers ended at `at`, where the counter is now."""
+        prefill = self._prefill
+        while prefill and prefill[0].left <= 1e-6:
+            run = prefill.popleft()
+            self._prefill_left -= run.left
+            run.left = 0
+            self._prefill_kv -= run.job.prompt_tokens
+            run.start = self._steps
+            firsts.append((run.job, at))
+            end = self._steps + run.job.output_tokens - 1
+            self._ctx_base += run.job.prompt_tokens - run.start
+            heapq.heappush(self._decoding, (end, run.job.key, run))
+        if not prefill:
+            self._prefill_left = 0.0  # no float dust left behind
+        arrived = bool(self._arriving) and self._steps == math.ceil(self._steps)
+        if arrived:
+            self._waiting.extend(self._arriving)
+            self._arriving.clear()
+        decoding = self._decoding
+        ended = False
+        while decoding and decoding[0][0] <= self._steps + 1e-6:
+            _, key, run = heapq.heappop(decoding)
+            if key in self._dropped:
+                self._dropped.discard(key)
+                continue
+            self._ctx_base -= run.job.prompt_tokens - run.start
+            del self._by_key[key]
+            ends.append((run.job, at))
+            ended = True
+        if ended or firsts or arrived:
+            self._admit()
+        self._start_step()
+
+    def _start_step(self) -> None:
+        """A step starts: what it prefills is set for its length."""
+        n = len(self._decoding) - len(self._dropped)
+        self._chunk = max(0.0, min(self._budget - n, self._prefill_left)) if self._prefill else 0.0
+
+    def _prune(self) -> None:
+        """Drop aborted sequences from the heap's top."""
+        decoding = self._decoding
+        while decoding and decoding[0][1] in self._dropped:
+            self._dropped.discard(heapq.heappop(decoding)[1])
+
+    def _admit(self) -> None:
+        """Waiting prompts into the running batch while they fit (first come first served)."""
+        waiting = self._waiting
+        while waiting and self._running_count() < self._max_seqs:
+            job = waiting[0]
+            n = len(self._decoding) - len(self._dropped)
+            used = self._ctx_base + n * self._steps + self._prefill_kv
+            if used + job.prompt_tokens > self._capacity and self._running_count():
+                return
+            waiting.popleft()
+            cached = min(self._cached(job.blocks), job.prompt_tokens - 1)
+            self._queries += job.prompt_tokens
+            self._hits += cached
+            run = _Running(job, cached)
+            self._by_key[job.key] = run
+            self._prefill.append(run)
+            self._prefill_left += run.left
+            self._prefill_kv += job.prompt_tokens
+
+    def _cached(self, blocks: Sequence[int]) -> int:
+        """Tokens of the prompt's prefix in the cache; its blocks become the newest."""
+        cache = self._cache
+        hits = 0
+        for block in blocks:
+            if block not in cache:
+                break
+            hits += 1
+        for block in blocks:
+            cache[block] = None
+            cache.move_to_end(block)
+        while len(cache) > self._cache_blocks:
+            cache.popitem(last=False)
+        return hits * self._block_tokens
