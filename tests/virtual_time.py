@@ -1,6 +1,7 @@
-"""An event loop in virtual time, for tests of timers: its clock starts at 0 and, whenever
-nothing is ready to run, jumps to the next timer instead of waiting for it. An hour of sleeps
-takes microseconds; the order and the times of everything are those real time would give.
+"""Tests of timers on the virtual-time loop (fleetgate/simulate/loop.py): its clock starts at
+0 and, whenever nothing is ready to run, jumps to the next timer instead of waiting for it. An
+hour of sleeps takes microseconds; the order and the times of everything are those real time
+would give.
 
     @in_virtual_time
     async def test_something(clock: LoopClock, tmp_path: Path) -> None:
@@ -18,63 +19,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import selectors
 import time
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Executor
-from typing import Any, TypeVar, TypeVarTuple
+from typing import Any
 
 from fleetgate.clock import LoopClock
+from fleetgate.simulate.loop import VirtualTimeLoop
 
 REAL_BUDGET_S = 0.5  # the real time a test in virtual time may take
-T = TypeVar("T")
-Ts = TypeVarTuple("Ts")
-
-
-class _JumpingSelector(selectors.DefaultSelector):
-    """Polls instead of blocking; when nothing is ready, tells the loop to jump over the wait
-    (the loop's `_run_once` asks for exactly the time to its next timer)."""
-
-    def __init__(self, jump: Callable[[float], None], threads: Callable[[], int]) -> None:
-        super().__init__()
-        self._jump = jump
-        self._threads = threads
-
-    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
-        if timeout is None or (timeout > 0 and self._threads()):
-            return super().select(None)  # only I/O can wake the loop (a thread's end does)
-        ready: list[tuple[selectors.SelectorKey, int]] = super().select(0)
-        if not ready and timeout > 0:
-            self._jump(timeout)
-        return ready
-
-
-class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    def __init__(self) -> None:
-        self._now = 0.0
-        self._threads = 0  # executor jobs not yet done: time stands still for them
-        super().__init__(_JumpingSelector(self._jump, lambda: self._threads))
-
-    def time(self) -> float:
-        return self._now
-
-    def _jump(self, seconds: float) -> None:
-        self._now += seconds
-
-    def run_in_executor(
-        self, executor: Executor | None, func: Callable[[*Ts], T], *args: *Ts
-    ) -> asyncio.Future[T]:
-        future = super().run_in_executor(executor, func, *args)
-        self._threads += 1
-        future.add_done_callback(self._thread_done)
-        return future
-
-    def _thread_done(self, _: object) -> None:
-        self._threads -= 1
-
-    def clock(self) -> LoopClock:
-        """The lifecycle's Clock on this loop: the loop's timers, read on its virtual time."""
-        return LoopClock(self.time)
 
 
 def run(main: Callable[[LoopClock], Coroutine[Any, Any, None]]) -> float:

@@ -14,7 +14,7 @@ import math
 import random
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
 Endpoint = Literal["chat", "completions"]
 ENDPOINTS: tuple[Endpoint, ...] = ("chat", "completions")
@@ -115,9 +115,19 @@ class Bursts:
 Arrivals = TraceTimes | PoissonArrivals | Bursts
 
 
-def schedule(
-    specs: Iterable[RequestSpec], arrivals: Arrivals, rng: random.Random
-) -> Iterator[RequestSpec]:
+class Timed(Protocol):
+    """Something sent at a time: a RequestSpec, or the simulator's request."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    @property
+    def at_s(self) -> float: ...
+
+
+T = TypeVar("T", bound=Timed)
+
+
+def schedule(specs: Iterable[T], arrivals: Arrivals, rng: random.Random) -> Iterator[T]:
     """`specs` with their send times set by `arrivals` (gaps drawn from `rng`)."""
     if isinstance(arrivals, TraceTimes):
         if arrivals.speed == 1.0:
@@ -142,8 +152,8 @@ def schedule(
 
 
 def bounded(
-    specs: Iterable[RequestSpec], duration_s: float, max_requests: int | None = None
-) -> Iterator[RequestSpec]:
+    specs: Iterable[T], duration_s: float, max_requests: int | None = None
+) -> Iterator[T]:
     """The specs sent before `duration_s`, at most `max_requests` of them (times ascending)."""
     if max_requests is not None and max_requests <= 0:
         return

@@ -65,6 +65,11 @@ class InferenceEndpoints:
         for other in passthrough:  # other model paths, routed by their `model`
             self._parsers[other.encode()] = parse_passthrough
 
+    @property
+    def director(self) -> Director:
+        """The lifecycle these endpoints run each request through."""
+        return self._director
+
     def routes(self) -> dict[bytes, Endpoint]:
         """POST handlers by path."""
         return {path: self._endpoint(parse) for path, parse in self._parsers.items()}

@@ -20,8 +20,8 @@ from fleetgate.clock import Clock
 from fleetgate.fleet.backend import BackendState
 from fleetgate.fleet.health import HealthFlag
 from fleetgate.fleet.periodic import PeriodicTasks
-from fleetgate.http.client import HttpClient
 from fleetgate.http.errors import UpstreamError
+from fleetgate.http.transport import Transport
 from fleetgate.settings import Settings, at_least, jitter, positive_seconds
 
 
@@ -84,7 +84,7 @@ class ActiveChecker:
 
     def __init__(
         self,
-        client: HttpClient,
+        client: Transport,
         clock: Clock,
         rng: random.Random,
     ) -> None:

@@ -1,0 +1,299 @@
+"""The simulated fleet and the gateway's way to it: each backend an engine model
+(simulate/engine.py) driven on the virtual clock, and a `Transport` (http/transport.py) that
+takes the gateway's requests to them, as the HTTP client takes them to real engines.
+
+A stream costs a few events, not one per token: its head and first chunk come with the first
+token, the rest of the answer in one chunk at its end (its text 4 bytes a token, so the
+gateway counts its tokens as it would one chunk a token). A non-stream answer comes whole at
+its end. Everything the HTTP client enforces is kept at its deadline: the first-byte timeout
+(an answer's head later than `timeout_s`), the total (`expire_in`), a backend that is down
+(the connection refused) or dies with requests on it (the connection reset: before the head
+the attempt fails and is retried, after it the stream is broken and continued elsewhere). The
+idle timeout is not: an engine that is up keeps its streams moving.
+
+A continuation (an assistant message at the end of the messages, resilience/continuation.py)
+is a new request for the rest: its prompt the original plus what was generated, its answer
+what was left. A request is known by its `x-request-id`: `Fleet.expect` registers it first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from fleetgate.http.client import Origin
+from fleetgate.http.errors import ConnectError, ReadError, UpstreamTimeout
+from fleetgate.http.response import RelaySink
+from fleetgate.routing.base import BYTES_PER_TOKEN
+from fleetgate.simulate.engine import FleetEngine, Job
+from fleetgate.simulate.workload import SimRequest
+from fleetgate.workers.sim.profiles import EngineProfile
+
+_SSE = ((b"content-type", b"text/event-stream"),)
+_JSON = ((b"content-type", b"application/json"),)
+_TEXT = b"abcd"  # one token of answer: 4 bytes, the gateway's estimate
+_FIRST = (
+    b'data: {"id":"sim","object":"chat.completion.chunk","created":0,"model":"sim",'
+    b'"choices":[{"index":0,"delta":{"role":"assistant","content":"abcd"},'
+    b'"finish_reason":null}]}\n\n'
+)
+_REQUEST_ID = b"x-request-id"
+
+
+class _Message(msgspec.Struct):
+    role: str = ""
+    content: str | None = None
+
+
+class _Body(msgspec.Struct):
+    messages: list[_Message] = []
+
+
+_BODY = msgspec.json.Decoder(_Body)
+
+
+@dataclass(slots=True)
+class Flight:
+    """One attempt on one engine: resolved at its first token and at its end."""
+
+    job: Job
+    first: asyncio.Future[float]
+    end: asyncio.Future[float]
+
+
+class SimBackend:
+    """One replica: its engine, stepped on the loop's virtual clock, and whether it is up."""
+
+    def __init__(self, profile: EngineProfile, loop: asyncio.AbstractEventLoop,
+                 block_tokens: int) -> None:  # fmt: skip
+        self.engine = FleetEngine(profile, block_tokens)
+        self.up = True
+        self._loop = loop
+        self._flights: dict[int, Flight] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._due = math.inf
+
+    def submit(self, job: Job) -> Flight:
+        """`job` reaches the engine now."""
+        loop = self._loop
+        self._run(loop.time())
+        flight = Flight(job, loop.create_future(), loop.create_future())
+        self._flights[job.key] = flight
+        self.engine.add(job, loop.time())
+        self._schedule()
+        return flight
+
+    def abort(self, flight: Flight) -> None:
+        """The gateway gave up on `flight` (a timeout, a hedge that lost)."""
+        if self._flights.pop(flight.job.key, None) is not None:
+            self._run(self._loop.time())
+            self.engine.abort(flight.job.key)
+            self._schedule()
+
+    def crash(self) -> None:
+        """The replica dies: every connection to it is reset, and it refuses new ones."""
+        self.up = False
+        self.engine.crash()
+        flights, self._flights = self._flights, {}
+        for flight in flights.values():  # each fails where its attempt waits
+            waiting = flight.end if flight.first.done() else flight.first
+            waiting.set_exception(ReadError("connection reset by the backend"))
+        self._schedule()
+
+    def restart(self) -> None:
+        """Back up, empty (its cache cold)."""
+        self.up = True
+
+    def settle(self, now: float) -> None:
+        """Bring the engine's state up to `now` (what it reports is then current)."""
+        self._run(now)
+        self._schedule()
+
+    def _run(self, now: float) -> None:
+        firsts, ends = self.engine.advance(now)
+        flights = self._flights
+        for job, at in firsts:
+            flight = flights.get(job.key)
+            if flight is not None:
+                flight.first.set_result(at)
+        for job, at in ends:
+            flight = flights.pop(job.key, None)
+            if flight is not None:
+                flight.end.set_result(at)
+
+    def _schedule(self) -> None:
+        due = self.engine.next_event_at()
+        if due == self._due:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._due = due
+        self._timer = None if math.isinf(due) else self._loop.call_at(due, self._fire)
+
+    def _fire(self) -> None:
+        due, self._due, self._timer = self._due, math.inf, None
+        # The loop's clock lands on a timer's time give or take a rounding.
+        self._run(max(self._loop.time(), due))
+        self._schedule()
+
+
+@dataclass
+class Fleet:
+    """Every simulated backend by origin, and the requests on their way to them."""
+
+    backends: Mapping[Origin, SimBackend]
+    requests: dict[bytes, SimRequest] = field(default_factory=dict)  # by x-request-id
+    keys: Callable[[], int] = field(default_factory=lambda: itertools.count().__next__)
+
+    def expect(self, request_id: bytes, request: SimRequest) -> None:
+        """`request` will come with this x-request-id (until `done`)."""
+        self.requests[request_id] = request
+
+    def done(self, request_id: bytes) -> None:
+        self.requests.pop(request_id, None)
+
+
+class VirtualTransport:
+    """The gateway's transport to the simulated fleet (`Transport`, http/transport.py)."""
+
+    def __init__(self, fleet: Fleet, loop: asyncio.AbstractEventLoop) -> None:
+        self._fleet = fleet
+        self._loop = loop
+
+    async def request(
+        self,
+        origin: Origin,
+        method: bytes,
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes = b"",
+        *,
+        timeout_s: float | None = None,
+        connect_timeout_s: float | None = None,
+    ) -> VirtualAnswer:
+        backend = self._fleet.backends.get(origin)
+        if backend is None or not backend.up:
+            raise ConnectError("connection refused")
+        if method != b"POST":  # a health probe: up is healthy
+            return VirtualAnswer(None, backend, b"{}", self._loop)
+        flight = backend.submit(self._job(headers, body))
+        first = flight.first
+        timer = None
+        if timeout_s is not None and math.isfinite(timeout_s):
+            message = f"no answer within {timeout_s:g} s (the first-byte timeout)"
+            timer = self._loop.call_later(timeout_s, _fail, first, UpstreamTimeout(message))
+        try:
+            await first
+        except BaseException:
+            backend.abort(flight)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+        return VirtualAnswer(flight, backend, b'"stream":true' in body, self._loop)
+
+    def _job(self, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Job:
+        request_id = next((v for k, v in headers if k == _REQUEST_ID), b"")
+        request = self._fleet.requests[request_id]
+        prompt, output = request.prompt_tokens, request.output_tokens
+        if b'"role":"assistant"' in body:  # a continuation: the rest of the answer
+            said = _BODY.decode(body).messages[-1].content or ""
+            done = len(said.encode()) // BYTES_PER_TOKEN
+            prompt, output = prompt + done, max(1, output - done)
+        return Job(self._fleet.keys(), prompt, output, request.blocks)
+
+
+def _fail(future: asyncio.Future[float], error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+class VirtualAnswer:
+    """An answer whose head has come (`UpstreamAnswer`, http/transport.py)."""
+
+    def __init__(self, flight: Flight | None, backend: SimBackend, stream: bool | bytes,
+                 loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+        self._flight = flight
+        self._backend = backend
+        self._stream = stream is True
+        self._body = stream if isinstance(stream, bytes) else b""
+        self._loop = loop
+        self._total: tuple[float, str] | None = None
+        self.status = 200
+        self.headers: Sequence[tuple[bytes, bytes]] = _SSE if self._stream else _JSON
+
+    def header(self, name: bytes) -> bytes | None:
+        return next((v for k, v in self.headers if k == name), None)
+
+    def expire_in(
+        self, delay_s: float, message: str, idle_s: float | None = None, idle_message: str = ""
+    ) -> None:
+        self._total = (self._loop.time() + delay_s, message)
+
+    def pause_reading(self) -> None:
+        pass  # the simulator's clients keep up
+
+    def resume_reading(self) -> None:
+        pass
+
+    async def _ended(self) -> float:
+        """The answer's end, or its total deadline's UpstreamTimeout."""
+        flight = self._flight
+        assert flight is not None
+        timer = None
+        if self._total is not None and not flight.end.done():
+            at, message = self._total
+            if math.isfinite(at):
+                error = UpstreamTimeout(message, "total")
+                timer = self._loop.call_at(at, _fail, flight.end, error)
+        try:
+            return await flight.end
+        except BaseException:
+            self._backend.abort(flight)
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+
+    async def read(self) -> bytes:
+        if self._flight is None:
+            return self._body
+        await self._ended()
+        return _whole(self._flight.job)
+
+    async def relay(self, sink: RelaySink) -> None:
+        flight = self._flight
+        assert flight is not None
+        sink.pending.append(_FIRST)
+        sink.flush()
+        await self._ended()
+        sink.pending.append(_rest(flight.job))
+        sink.flush()
+
+
+def _usage(job: Job) -> bytes:
+    p, n = job.prompt_tokens, job.output_tokens
+    return b'"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (p, n, p + n)
+
+
+def _rest(job: Job) -> bytes:
+    """A stream's chunks after its first: the rest of the text, its end and usage, [DONE]."""
+    text = _TEXT * (job.output_tokens - 1)
+    return (
+        b'data: {"id":"sim","object":"chat.completion.chunk","created":0,"model":"sim",'
+        b'"choices":[{"index":0,"delta":{"content":"' + text + b'"},"finish_reason":"length"}],'
+        + _usage(job) + b"}\n\ndata: [DONE]\n\n"
+    )  # fmt: skip
+
+
+def _whole(job: Job) -> bytes:
+    return (
+        b'{"id":"sim","object":"chat.completion","created":0,"model":"sim","choices":[{"index":0,'
+        b'"message":{"role":"assistant","content":"' + _TEXT * job.output_tokens
+        + b'"},"finish_reason":"length"}],' + _usage(job) + b"}"
+    )  # fmt: skip

@@ -1,0 +1,277 @@
+"""One simulation: a scenario's fleet, its gateways and its workload, run to the end on a
+virtual-time loop.
+
+Each gateway is the one `fleetgate serve` composes (serve.compose, from the scenario's config),
+its transport the virtual one to the simulated replicas, its scraper reading their engine
+models, its health checks and its background work on their intervals; every request goes
+through its Director as one from the HTTP edge would. A client sends each request of the
+workload at its time, through the network latency from its region to the gateway's, and
+records what a benchmark client would: status, time to the first token, the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from fleetgate.bench.stats import RequestRecord
+from fleetgate.clock import Clock
+from fleetgate.config import Config, parse_config
+from fleetgate.director import Director, InferenceRequest
+from fleetgate.fleet.periodic import PeriodicTasks
+from fleetgate.health.active import ActiveChecker
+from fleetgate.http.client import Origin
+from fleetgate.lifecycle.downstream import Headers
+from fleetgate.routing.base import RoutingRequest
+from fleetgate.running import resolve
+from fleetgate.serve import compose
+from fleetgate.simulate.fleet import Fleet, SimBackend, VirtualTransport
+from fleetgate.simulate.loop import VirtualTimeLoop
+from fleetgate.simulate.probes import SimScraper
+from fleetgate.simulate.scenario import EventSpec, Scenario
+from fleetgate.simulate.workload import BLOCK_TOKENS, SimRequest, prompt_bytes, requests
+from fleetgate.traffic.door import ANONYMOUS_CALLER
+from fleetgate.workers.sim.profiles import get_profile
+
+PATH = b"/v1/chat/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One simulated backend: where it is and what it serves."""
+
+    url: str
+    model: str
+    region: str
+    zone: str
+
+
+@dataclass
+class Outcome:
+    """What a simulation produced."""
+
+    records: list[RequestRecord]
+    clients: list[int]  # each record's client region, by index into the scenario's
+    duration_s: float  # simulated seconds of sending
+    end_s: float  # simulated seconds until the last answer
+    wall_s: float  # real seconds the run took, its start-up included
+
+
+class SimClient:
+    """One request's client (a `Downstream`): keeps when its answer started and ended."""
+
+    __slots__ = ("_clock", "aborted", "ended_at", "first_at", "status")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self.status = 0
+        self.first_at: float | None = None
+        self.ended_at: float | None = None
+        self.aborted = False
+
+    @property
+    def disconnected(self) -> bool:
+        return False
+
+    def send(self, status: int, headers: Headers, body: bytes, lines: bytes = b"") -> None:
+        self.status = status
+        self.ended_at = self._clock.now()
+
+    def start(self, status: int, headers: Headers, lines: bytes = b"") -> None:
+        self.status = status
+
+    def write(self, chunk: bytes) -> bool:
+        if self.first_at is None:
+            self.first_at = self._clock.now()
+        return True
+
+    def when_drained(self, callback: object) -> None:
+        callback()  # type: ignore[operator]
+
+    def end(self, last: bytes = b"") -> None:
+        if self.first_at is None:
+            self.first_at = self._clock.now()
+        self.ended_at = self._clock.now()
+
+    def abort(self) -> None:
+        self.aborted = True
+        self.ended_at = self._clock.now()
+
+
+def replicas(scenario: Scenario) -> Iterator[Replica]:
+    """Every replica of the scenario, each region's pools in order, zones taken in turn."""
+    for region in scenario.regions:
+        for pool in region.pools:
+            for i in range(pool.replicas):
+                zone = region.zones[i % len(region.zones)]
+                url = f"http://{pool.model}-{i}.{region.name}.sim:8000"
+                yield Replica(url, pool.model, region.name, zone)
+
+
+def gateway_config(scenario: Scenario, region: str, fleet: list[Replica]) -> Config:
+    """The scenario's gateway config for a gateway in `region`: its pools' backends are the
+    replicas serving their model, wherever they are."""
+    data = dict(scenario.gateway)
+    pools = []
+    for pool in data.get("pools", []):
+        backends = [
+            {"url": r.url, "engine": "vllm", "labels": {"region": r.region, "zone": r.zone}}
+            for r in fleet
+            if r.model == pool.get("model")
+        ]
+        pools.append({**pool, "backends": backends})
+    data["pools"] = pools
+    server = dict(data.get("server", {}))
+    server.setdefault("region", region)
+    data["server"] = server
+    return parse_config(data)
+
+
+class Simulation:
+    """The scenario's fleet and gateways on one loop; `run` sends the workload through them."""
+
+    def __init__(self, scenario: Scenario, loop: VirtualTimeLoop) -> None:
+        self.scenario = scenario
+        self._loop = loop
+        self._clock = loop.clock()
+        self._rng = random.Random(scenario.seed)
+        self.fleet = list(replicas(scenario))
+        profiles = {(r.name, p.model): p.profile for r in scenario.regions for p in r.pools}
+        self.backends = {}
+        for r in self.fleet:
+            profile = get_profile(profiles[r.region, r.model])
+            self.backends[Origin.parse(r.url)] = SimBackend(profile, loop, BLOCK_TOKENS)
+        self._by_url = {r.url: self.backends[Origin.parse(r.url)] for r in self.fleet}
+        self._shared = Fleet(self.backends)
+        self._transport = VirtualTransport(self._shared, loop)
+        self.directors: list[tuple[str, Director]] = []
+        self.records: list[RequestRecord] = []
+        self.clients: list[int] = []
+        self._tasks: set[asyncio.Task[None]] = set()  # requests not answered yet
+        self._idle = asyncio.Event()
+
+    def start_gateways(self) -> None:
+        """Compose each gateway, its probes and scrapes started."""
+        clock = self._clock
+        for region in self.scenario.regions:
+            for _ in range(region.gateways):
+                config = gateway_config(self.scenario, region.name, self.fleet)
+                rng = random.Random(self._rng.getrandbits(64))
+                transport = self._transport
+                gateway, _ = compose(
+                    config, resolve(config), transport=transport, clock=clock, rng=rng,
+                    wall_clock=clock.now,
+                    checker=ActiveChecker(transport, clock, random.Random(rng.getrandbits(64))),
+                    scraper=SimScraper(transport, clock, random.Random(rng.getrandbits(64)),
+                                       self.backends),
+                    background=PeriodicTasks(random.Random(rng.getrandbits(64)), clock),
+                )  # fmt: skip
+                self.directors.append((region.name, gateway.inference.director))
+
+    async def run(self) -> float:
+        """Start the gateways, send the workload, then wait for every answer; the simulated
+        time it ended."""
+        self.start_gateways()
+        scenario = self.scenario
+        regions = [r.name for r in scenario.regions]
+        for event in scenario.events:
+            self._loop.call_at(event.at_s, self._event, event)
+        clock, loop = self._clock, self._loop
+        workload = requests(scenario.workload, regions, random.Random(self._rng.getrandbits(64)))
+        for index, request in enumerate(workload):
+            wait = request.at_s - loop.time()
+            if wait > 0:
+                await clock.sleep(wait)
+            task = loop.create_task(self._send(index, request, regions[request.client]))
+            self._tasks.add(task)
+            task.add_done_callback(self._answered)
+        while self._tasks:
+            self._idle.clear()
+            await self._idle.wait()
+        return loop.time()
+
+    def _gateway(self, region: str) -> tuple[str, Director]:
+        """The gateway a client in `region` reaches: its own region's, else the nearest."""
+        scenario = self.scenario
+        return min(self.directors,
+                   key=lambda d: (scenario.latency_s(region, d[0]), d[0] != region))  # fmt: skip
+
+    async def _send(self, index: int, request: SimRequest, region: str) -> None:
+        clock = self._clock
+        where, director = self._gateway(region)
+        hop = self.scenario.latency_s(region, where)
+        if hop:
+            await clock.sleep(hop)
+        request_id = b"%d" % index
+        now = clock.now()
+        self._shared.expect(request_id, request)
+        model = self.scenario.gateway["pools"][0]["model"]
+        body = b'{"model":"%s","messages":[{"role":"user","content":"sim"}],"max_tokens":%d,' \
+            b'"stream":true,"stream_options":{"include_usage":true}}' % (
+                model.encode(), request.output_tokens)  # fmt: skip
+        routing = RoutingRequest(model, "chat", True, request.output_tokens,
+                                 prompt=prompt_bytes(request))  # fmt: skip
+        client = SimClient(clock)
+        director.received(request_id, now, PATH)
+        try:
+            await director.run(
+                InferenceRequest(request_id=request_id, started=now, path=PATH, routing=routing,
+                                 body=body, caller=ANONYMOUS_CALLER),
+                client,
+            )  # fmt: skip
+        finally:
+            self._shared.done(request_id)
+        self._record(index, request, client, hop)
+
+    def _answered(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not self._tasks:
+            self._idle.set()
+
+    def _record(self, index: int, request: SimRequest, client: SimClient, hop: float) -> None:
+        sent = request.at_s
+        end = (client.ended_at or self._clock.now()) + hop
+        error = None
+        if client.aborted:
+            error = "aborted"
+        elif client.status != 200:
+            error = f"http_{client.status}"
+        first = None if client.first_at is None else client.first_at + hop
+        ttft = None if first is None else first - sent
+        self.records.append(
+            RequestRecord(
+                index, sent, sent, request.prompt_tokens,
+                request.output_tokens if error is None else 0, error, ttft,
+                array("d", [] if first is None else [end - first]), end - sent,
+            )
+        )  # fmt: skip
+        self.clients.append(request.client)
+
+    def _event(self, event: EventSpec) -> None:
+        zone = event.zone
+        hit = [r for r in self.fleet if r.region == event.region and zone in (None, r.zone)]
+        for replica in hit[: event.replicas] if event.kind == "crash" else hit:
+            backend = self._by_url[replica.url]
+            if event.kind == "crash":
+                backend.crash()
+            else:
+                backend.restart()
+
+
+def simulate(scenario: Scenario) -> Outcome:
+    """Run `scenario` to its end."""
+    started = time.perf_counter()
+    # The Runner cancels what is still running at the end (probes, scrapes) before it closes.
+    with asyncio.Runner(loop_factory=lambda: VirtualTimeLoop(io=False)) as runner:
+        loop = runner.get_loop()
+        assert isinstance(loop, VirtualTimeLoop)
+        simulation = Simulation(scenario, loop)
+        end = runner.run(simulation.run())
+    return Outcome(
+        simulation.records, simulation.clients, scenario.workload.duration_s, end,
+        time.perf_counter() - started,
+    )  # fmt: skip

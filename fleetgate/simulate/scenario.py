@@ -1,0 +1,153 @@
+"""A simulation's scenario: the YAML file `fleetgate simulate --scenario` reads.
+
+    name: mooncake-16
+    seed: 0
+    regions:
+      - name: us-east
+        zones: [a, b]                # the replicas are spread over them in turn
+        gateways: 1                  # gateway instances in this region
+        pools:
+          - model: llama-3.1-8b      # a pool of the gateway config below
+            profile: h100-llama3-8b  # the sim worker's engine profile
+            replicas: 16
+    latency_ms:                      # one way, from a region to another (default 0 within
+      us-east: {eu-west: 40}         #   a region, `default_latency_ms` between two)
+    workload:                        # any bench workload, or a trace file, scaled
+      name: mooncake-conv
+      speed: 1.0
+      clients: {us-east: 1.0}        # where requests come from, by share
+    gateway:                         # the config `fleetgate serve` takes; its pools'
+      pools:                         #   backends are the replicas above
+        - model: llama-3.1-8b
+    slo: {ttft_ms: 2000, itl_ms: 200}  # what the report counts as goodput
+    events:
+      - {at_s: 600, kind: crash, region: us-east, replicas: 2}
+      - {at_s: 900, kind: recover, region: us-east}
+
+Events: `crash` (that many of the region's replicas, or all of them: a region outage, with
+`zone` only that zone's), `recover` (every crashed one there comes back, cold).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from fleetgate.bench.stats import Slo
+from fleetgate.config import ConfigError
+from fleetgate.settings import Settings
+from fleetgate.simulate.workload import WorkloadSettings
+from fleetgate.workers.sim.profiles import PROFILES
+
+
+class PoolSpec(Settings, frozen=True):
+    """Replicas of one pool in one region."""
+
+    model: str
+    profile: str = "h100-llama3-8b"
+    replicas: int = 1
+
+    def __post_init__(self) -> None:
+        if self.profile not in PROFILES:
+            known = ", ".join(sorted(PROFILES))
+            raise ValueError(f"unknown engine profile {self.profile!r}; known: {known}")
+        if self.replicas < 0:
+            raise ValueError(f"`replicas` must be >= 0, got {self.replicas}")
+
+
+class RegionSpec(Settings, frozen=True):
+    name: str
+    zones: tuple[str, ...] = ("a",)
+    gateways: int = 1
+    pools: tuple[PoolSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.zones:
+            raise ValueError(f"region {self.name!r} needs at least one zone")
+        if self.gateways < 0:
+            raise ValueError(f"`gateways` must be >= 0, got {self.gateways}")
+
+
+class SloSpec(Settings, frozen=True):
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+
+    def slo(self) -> Slo:
+        return Slo(self.ttft_ms, self.itl_ms)
+
+
+class EventSpec(Settings, frozen=True):
+    at_s: float
+    kind: Literal["crash", "recover"]
+    region: str
+    zone: str | None = None
+    replicas: int | None = None  # crash: how many (None: all there)
+
+    def __post_init__(self) -> None:
+        if not (self.at_s >= 0 and math.isfinite(self.at_s)):
+            raise ValueError(f"an event's `at_s` must be a time >= 0, got {self.at_s}")
+        if self.replicas is not None and self.replicas < 1:
+            raise ValueError(f"an event's `replicas` must be >= 1, got {self.replicas}")
+
+
+class Scenario(Settings, frozen=True):
+    regions: tuple[RegionSpec, ...]
+    name: str = "scenario"
+    seed: int = 0
+    latency_ms: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
+    default_latency_ms: float = 0.0
+    workload: WorkloadSettings = msgspec.field(default_factory=WorkloadSettings)
+    gateway: dict[str, Any] = msgspec.field(default_factory=dict)
+    slo: SloSpec = msgspec.field(default_factory=SloSpec)
+    events: tuple[EventSpec, ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [r.name for r in self.regions]
+        if not names:
+            raise ValueError("a scenario needs at least one region")
+        if len(set(names)) != len(names):
+            raise ValueError("region names must be unique")
+        if not any(r.gateways for r in self.regions):
+            raise ValueError("a scenario needs at least one gateway")
+        for where in [*self.workload.clients, *(e.region for e in self.events)]:
+            if where not in names:
+                raise ValueError(f"unknown region {where!r}; the scenario's: {', '.join(names)}")
+        for origin, row in self.latency_ms.items():
+            for target, ms in [(origin, 0.0), *row.items()]:
+                if target not in names:
+                    raise ValueError(f"latency_ms: unknown region {target!r}")
+                if not (ms >= 0 and math.isfinite(ms)):
+                    raise ValueError(f"latency_ms: {origin} -> {target} must be >= 0 ms")
+
+    def latency_s(self, origin: str, target: str) -> float:
+        """One-way network latency from one region to another."""
+        if origin == target:
+            ms = self.latency_ms.get(origin, {}).get(target, 0.0)
+        else:
+            ms = self.latency_ms.get(origin, {}).get(
+                target, self.latency_ms.get(target, {}).get(origin, self.default_latency_ms)
+            )
+        return ms / 1000.0
+
+
+def parse_scenario(data: Any) -> Scenario:
+    """A scenario from parsed YAML; ConfigError saying what and where when it is wrong."""
+    try:
+        return msgspec.convert(data, Scenario)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(str(exc).replace("Object contains", "Unknown key:")) from None
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """A scenario file; ConfigError when it cannot be read or is wrong."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read scenario {path}: {exc.strerror}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path} is not a YAML file: {exc}") from None
+    return parse_scenario(data)
