@@ -1,5 +1,5 @@
-"""`fleetgate serve | worker sim | worker embed | worker gpu-agent | bench | top`: the command
-line."""
+"""`fleetgate serve | worker sim | worker embed | worker gpu-agent | bench | simulate | top`:
+the command line."""
 
 from __future__ import annotations
 
@@ -237,6 +237,12 @@ def _bench(args: argparse.Namespace) -> int:
     return _run(run(args))
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from fleetgate.simulate.command import main as simulate
+
+    return simulate(args)
+
+
 def _top(args: argparse.Namespace) -> int:
     from fleetgate.observe.top import run
 
@@ -351,6 +357,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(bench)
     bench.set_defaults(func=_bench)
+
+    simulate = commands.add_parser(
+        "simulate", help="run the gateway over a simulated fleet in virtual time (a scenario)"
+    )
+    from fleetgate.simulate.command import add_arguments as add_simulate_arguments
+
+    add_simulate_arguments(simulate)
+    simulate.set_defaults(func=_simulate)
 
     top = commands.add_parser("top", help="a gateway's live view in the terminal")
     from fleetgate.observe.top import add_arguments as add_top_arguments

@@ -36,8 +36,9 @@ class SimScraper(MetricsScraper):
         load = backend.engine.load()
         totals = load.step_totals
         state.engine = EngineLoad(
-            load.running, load.waiting, load.kv_usage, load.prefix_hits, load.prefix_queries,
-            None, now, kv_capacity_tokens=backend.engine.profile.kv_capacity_tokens,
+            running=load.running, waiting=load.waiting, kv_usage=load.kv_usage,
+            prefix_hits=load.prefix_hits, prefix_queries=load.prefix_queries, hit_rate=None,
+            scraped_at=now, kv_capacity_tokens=backend.engine.profile.kv_capacity_tokens,
             sent_tokens=board.load(state.backend.id).in_flight_tokens, step_totals=totals,
         )  # fmt: skip
         state.step_fit.add(totals)

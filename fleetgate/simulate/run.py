@@ -15,12 +15,10 @@ import asyncio
 import random
 import time
 from array import array
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from fleetgate.bench.stats import RequestRecord
 from fleetgate.clock import Clock
-from fleetgate.config import Config, parse_config
 from fleetgate.director import Director, InferenceRequest
 from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.health.active import ActiveChecker
@@ -32,22 +30,12 @@ from fleetgate.serve import compose
 from fleetgate.simulate.fleet import Fleet, SimBackend, VirtualTransport
 from fleetgate.simulate.loop import VirtualTimeLoop
 from fleetgate.simulate.probes import SimScraper
-from fleetgate.simulate.scenario import EventSpec, Scenario
+from fleetgate.simulate.scenario import EventSpec, Scenario, gateway_config, replicas
 from fleetgate.simulate.workload import BLOCK_TOKENS, SimRequest, prompt_bytes, requests
 from fleetgate.traffic.door import ANONYMOUS_CALLER
 from fleetgate.workers.sim.profiles import get_profile
 
 PATH = b"/v1/chat/completions"
-
-
-@dataclass(frozen=True, slots=True)
-class Replica:
-    """One simulated backend: where it is and what it serves."""
-
-    url: str
-    model: str
-    region: str
-    zone: str
 
 
 @dataclass
@@ -56,9 +44,9 @@ class Outcome:
 
     records: list[RequestRecord]
     clients: list[int]  # each record's client region, by index into the scenario's
-    duration_s: float  # simulated seconds of sending
+    duration_s: float  # simulated seconds of sending: the workload's, or to its last request
     end_s: float  # simulated seconds until the last answer
-    wall_s: float  # real seconds the run took, its start-up included
+    wall_s: float  # real seconds the run took (from `started`, when given)
 
 
 class SimClient:
@@ -102,35 +90,6 @@ class SimClient:
         self.ended_at = self._clock.now()
 
 
-def replicas(scenario: Scenario) -> Iterator[Replica]:
-    """Every replica of the scenario, each region's pools in order, zones taken in turn."""
-    for region in scenario.regions:
-        for pool in region.pools:
-            for i in range(pool.replicas):
-                zone = region.zones[i % len(region.zones)]
-                url = f"http://{pool.model}-{i}.{region.name}.sim:8000"
-                yield Replica(url, pool.model, region.name, zone)
-
-
-def gateway_config(scenario: Scenario, region: str, fleet: list[Replica]) -> Config:
-    """The scenario's gateway config for a gateway in `region`: its pools' backends are the
-    replicas serving their model, wherever they are."""
-    data = dict(scenario.gateway)
-    pools = []
-    for pool in data.get("pools", []):
-        backends = [
-            {"url": r.url, "engine": "vllm", "labels": {"region": r.region, "zone": r.zone}}
-            for r in fleet
-            if r.model == pool.get("model")
-        ]
-        pools.append({**pool, "backends": backends})
-    data["pools"] = pools
-    server = dict(data.get("server", {}))
-    server.setdefault("region", region)
-    data["server"] = server
-    return parse_config(data)
-
-
 class Simulation:
     """The scenario's fleet and gateways on one loop; `run` sends the workload through them."""
 
@@ -150,16 +109,17 @@ class Simulation:
         self._transport = VirtualTransport(self._shared, loop)
         self.directors: list[tuple[str, Director]] = []
         self.records: list[RequestRecord] = []
-        self.clients: list[int] = []
+        self.clients: dict[int, int] = {}  # request index -> its client region
         self._tasks: set[asyncio.Task[None]] = set()  # requests not answered yet
         self._idle = asyncio.Event()
+        self.last_sent = 0.0  # the workload's last send time
 
     def start_gateways(self) -> None:
         """Compose each gateway, its probes and scrapes started."""
         clock = self._clock
         for region in self.scenario.regions:
             for _ in range(region.gateways):
-                config = gateway_config(self.scenario, region.name, self.fleet)
+                config = gateway_config(self.scenario, region.name)
                 rng = random.Random(self._rng.getrandbits(64))
                 transport = self._transport
                 gateway, _ = compose(
@@ -186,6 +146,7 @@ class Simulation:
             wait = request.at_s - loop.time()
             if wait > 0:
                 await clock.sleep(wait)
+            self.last_sent = request.at_s
             task = loop.create_task(self._send(index, request, regions[request.client]))
             self._tasks.add(task)
             task.add_done_callback(self._answered)
@@ -244,12 +205,13 @@ class Simulation:
         ttft = None if first is None else first - sent
         self.records.append(
             RequestRecord(
-                index, sent, sent, request.prompt_tokens,
-                request.output_tokens if error is None else 0, error, ttft,
-                array("d", [] if first is None else [end - first]), end - sent,
+                index=index, scheduled_s=sent, sent_s=sent, prompt_tokens=request.prompt_tokens,
+                output_tokens=request.output_tokens if error is None else 0, error=error,
+                ttft_s=ttft, itl_s=array("d", [] if first is None else [end - first]),
+                e2e_s=end - sent,
             )
         )  # fmt: skip
-        self.clients.append(request.client)
+        self.clients[index] = request.client
 
     def _event(self, event: EventSpec) -> None:
         zone = event.zone
@@ -262,16 +224,17 @@ class Simulation:
                 backend.restart()
 
 
-def simulate(scenario: Scenario) -> Outcome:
-    """Run `scenario` to its end."""
-    started = time.perf_counter()
+def simulate(scenario: Scenario, started: float | None = None) -> Outcome:
+    """Run `scenario` to its end; `started`: when the run began on time.perf_counter (the
+    command's start), else now."""
+    started = time.perf_counter() if started is None else started
     # The Runner cancels what is still running at the end (probes, scrapes) before it closes.
     with asyncio.Runner(loop_factory=lambda: VirtualTimeLoop(io=False)) as runner:
         loop = runner.get_loop()
         assert isinstance(loop, VirtualTimeLoop)
         simulation = Simulation(scenario, loop)
         end = runner.run(simulation.run())
-    return Outcome(
-        simulation.records, simulation.clients, scenario.workload.duration_s, end,
-        time.perf_counter() - started,
-    )  # fmt: skip
+    records = sorted(simulation.records, key=lambda r: r.index)
+    clients = [simulation.clients[r.index] for r in records]
+    sending = min(scenario.workload.duration_s, max(simulation.last_sent, 1e-9))
+    return Outcome(records, clients, sending, end, time.perf_counter() - started)

@@ -31,6 +31,8 @@ Events: `crash` (that many of the region's replicas, or all of them: a region ou
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -38,7 +40,7 @@ import msgspec
 import yaml
 
 from fleetgate.bench.stats import Slo
-from fleetgate.config import ConfigError
+from fleetgate.config import Config, ConfigError, parse_config
 from fleetgate.settings import Settings
 from fleetgate.simulate.workload import WorkloadSettings
 from fleetgate.workers.sim.profiles import PROFILES
@@ -134,12 +136,54 @@ class Scenario(Settings, frozen=True):
         return ms / 1000.0
 
 
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One simulated backend: where it is and what it serves."""
+
+    url: str
+    model: str
+    region: str
+    zone: str
+
+
+def replicas(scenario: Scenario) -> Iterator[Replica]:
+    """Every replica of the scenario, each region's pools in order, zones taken in turn."""
+    for region in scenario.regions:
+        for pool in region.pools:
+            for i in range(pool.replicas):
+                zone = region.zones[i % len(region.zones)]
+                url = f"http://{pool.model}-{i}.{region.name}.sim:8000"
+                yield Replica(url, pool.model, region.name, zone)
+
+
+def gateway_config(scenario: Scenario, region: str) -> Config:
+    """The scenario's gateway config for a gateway in `region`: its pools' backends are the
+    replicas serving their model, wherever they are (ConfigError: it is wrong)."""
+    fleet = list(replicas(scenario))
+    data = dict(scenario.gateway)
+    pools = []
+    for pool in data.get("pools", []):
+        backends = [
+            {"url": r.url, "engine": "vllm", "labels": {"region": r.region, "zone": r.zone}}
+            for r in fleet
+            if r.model == pool.get("model")
+        ]
+        pools.append({**pool, "backends": backends})
+    data["pools"] = pools
+    server = dict(data.get("server", {}))
+    server.setdefault("region", region)
+    data["server"] = server
+    return parse_config(data)
+
+
 def parse_scenario(data: Any) -> Scenario:
     """A scenario from parsed YAML; ConfigError saying what and where when it is wrong."""
     try:
-        return msgspec.convert(data, Scenario)
+        scenario = msgspec.convert(data, Scenario)
     except msgspec.ValidationError as exc:
         raise ConfigError(str(exc).replace("Object contains", "Unknown key:")) from None
+    gateway_config(scenario, scenario.regions[0].name)  # its errors now, not once it runs
+    return scenario
 
 
 def load_scenario(path: str | Path) -> Scenario:

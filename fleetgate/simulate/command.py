@@ -1,0 +1,87 @@
+"""`fleetgate simulate`: run a scenario (simulate/scenario.py) and report it as `fleetgate
+bench` reports a run: the summary table (all clients, then each client region's), the rate
+the simulation ran at, and with --out the same files (summary.json, requests.jsonl).
+
+Per-token inter-token latencies are not simulated (a stream is its first token and its end):
+the report gives each request's mean time per output token (TPOT), which the goodput SLO
+judges, and no ITL distribution."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+
+from fleetgate.bench.report import summary_table, write_results
+from fleetgate.bench.stats import RequestRecord, Summary, summarize
+from fleetgate.config import ConfigError
+from fleetgate.simulate.run import Outcome, simulate
+from fleetgate.simulate.scenario import Scenario, load_scenario
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scenario", required=True, type=Path, help="the scenario YAML file")
+    parser.add_argument("--out", type=Path, help="write summary.json and requests.jsonl here")
+    parser.add_argument("--seed", type=int, help="the run's seed (default: the scenario's)")
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (to the kernel's 10 ms tick; 0 where /proc has no
+    answer): the simulator's rate counts its start-up."""
+    try:
+        with open("/proc/self/stat") as f:
+            started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
+
+
+def report(scenario: Scenario, outcome: Outcome) -> dict[str, Summary]:
+    """The summary over every client, then per client region (where there are several)."""
+    slo = scenario.slo.slo()
+
+    def summary(records: list[RequestRecord]) -> Summary:
+        return dataclasses.replace(summarize(records, outcome.duration_s, slo), itl_ms=None)
+
+    summaries = {"all clients": summary(outcome.records)}
+    regions = [r.name for r in scenario.regions]
+    if len({*outcome.clients}) > 1:
+        for i, region in enumerate(regions):
+            mine = [r for r, c in zip(outcome.records, outcome.clients, strict=True) if c == i]
+            if mine:
+                summaries[f"clients in {region}"] = summary(mine)
+    return summaries
+
+
+def main(args: argparse.Namespace) -> int:
+    console, errors = Console(), Console(stderr=True)
+    try:
+        scenario = load_scenario(args.scenario)
+        if args.seed is not None:
+            scenario = msgspec.structs.replace(scenario, seed=args.seed)
+    except ConfigError as exc:
+        errors.print(f"[red]error:[/] {exc}")
+        return 2
+    outcome = simulate(scenario, time.perf_counter() - process_age_s())
+    summaries = report(scenario, outcome)
+    for title, summary in summaries.items():
+        console.print(summary_table(summary, f"{scenario.name}: {title}"))
+    count = len(outcome.records)
+    console.print(
+        f"simulated {count:,} requests over {outcome.end_s:,.0f} s in {outcome.wall_s:.2f} s of "
+        f"wall time (the process's start-up included): {count / outcome.wall_s:,.0f} simulated "
+        "requests/s"
+    )
+    if args.out is not None:
+        config = {"scenario": msgspec.to_builtins(scenario), "wall_s": outcome.wall_s,
+                  "simulated_requests_per_s": count / outcome.wall_s}  # fmt: skip
+        for path in write_results(args.out, summaries["all clients"], config, outcome.records):
+            console.print(f"wrote {path}")
+    return 0
