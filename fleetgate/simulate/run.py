@@ -33,7 +33,6 @@ from fleetgate.simulate.probes import SimScraper
 from fleetgate.simulate.scenario import EventSpec, Scenario, gateway_config, replicas
 from fleetgate.simulate.workload import BLOCK_TOKENS, SimRequest, prompt_bytes, requests
 from fleetgate.traffic.door import ANONYMOUS_CALLER
-from fleetgate.workers.sim.profiles import get_profile
 
 PATH = b"/v1/chat/completions"
 
@@ -47,6 +46,9 @@ class Outcome:
     duration_s: float  # simulated seconds of sending: the workload's, or to its last request
     end_s: float  # simulated seconds until the last answer
     wall_s: float  # real seconds the run took (from `started`, when given)
+    # (time, region, replicas up, GPUs up) at the start and after every change
+    capacity: list[tuple[float, str, int, int]]
+    events: tuple[EventSpec, ...]  # the scenario's, as they happened
 
 
 class SimClient:
@@ -99,10 +101,10 @@ class Simulation:
         self._clock = loop.clock()
         self._rng = random.Random(scenario.seed)
         self.fleet = list(replicas(scenario))
-        profiles = {(r.name, p.model): p.profile for r in scenario.regions for p in r.pools}
+        pools = {(r.name, p.model): p for r in scenario.regions for p in r.pools}
         self.backends = {}
         for r in self.fleet:
-            profile = get_profile(profiles[r.region, r.model])
+            profile = pools[r.region, r.model].engine_profile()
             self.backends[Origin.parse(r.url)] = SimBackend(profile, loop, BLOCK_TOKENS)
         self._by_url = {r.url: self.backends[Origin.parse(r.url)] for r in self.fleet}
         self._shared = Fleet(self.backends)
@@ -113,6 +115,9 @@ class Simulation:
         self._tasks: set[asyncio.Task[None]] = set()  # requests not answered yet
         self._idle = asyncio.Event()
         self.last_sent = 0.0  # the workload's last send time
+        self.capacity: list[tuple[float, str, int, int]] = []
+        for region in scenario.regions:
+            self._note_capacity(0.0, region.name)
 
     def start_gateways(self) -> None:
         """Compose each gateway, its probes and scrapes started."""
@@ -222,6 +227,11 @@ class Simulation:
                 backend.crash()
             else:
                 backend.restart()
+        self._note_capacity(self._loop.time(), event.region)
+
+    def _note_capacity(self, now: float, region: str) -> None:
+        up = [r for r in self.fleet if r.region == region and self._by_url[r.url].up]
+        self.capacity.append((now, region, len(up), sum(r.gpus for r in up)))
 
 
 def simulate(scenario: Scenario, started: float | None = None) -> Outcome:
@@ -237,4 +247,5 @@ def simulate(scenario: Scenario, started: float | None = None) -> Outcome:
     records = sorted(simulation.records, key=lambda r: r.index)
     clients = [simulation.clients[r.index] for r in records]
     sending = min(scenario.workload.duration_s, max(simulation.last_sent, 1e-9))
-    return Outcome(records, clients, sending, end, time.perf_counter() - started)
+    wall = time.perf_counter() - started
+    return Outcome(records, clients, sending, end, wall, simulation.capacity, scenario.events)

@@ -30,6 +30,7 @@ Events: `crash` (that many of the region's replicas, or all of them: a region ou
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from fleetgate.bench.stats import Slo
 from fleetgate.config import Config, ConfigError, parse_config
 from fleetgate.settings import Settings
 from fleetgate.simulate.workload import WorkloadSettings
-from fleetgate.workers.sim.profiles import PROFILES
+from fleetgate.workers.sim.profiles import PROFILES, EngineProfile
 
 
 class PoolSpec(Settings, frozen=True):
@@ -52,6 +53,10 @@ class PoolSpec(Settings, frozen=True):
     model: str
     profile: str = "h100-llama3-8b"
     replicas: int = 1
+    gpus: int = 1  # GPUs per replica (for GPU-seconds): 4 for a TP4 70B
+    # Every step takes this many times the profile's time, as `fleetgate worker sim
+    # --slowdown` runs it (a live run on a small machine is dilated to keep up).
+    slowdown: float = 1.0
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -59,6 +64,22 @@ class PoolSpec(Settings, frozen=True):
             raise ValueError(f"unknown engine profile {self.profile!r}; known: {known}")
         if self.replicas < 0:
             raise ValueError(f"`replicas` must be >= 0, got {self.replicas}")
+        if self.gpus < 1:
+            raise ValueError(f"`gpus` must be >= 1, got {self.gpus}")
+        if not (self.slowdown > 0 and math.isfinite(self.slowdown)):
+            raise ValueError(f"`slowdown` must be a number > 0, got {self.slowdown}")
+
+    def engine_profile(self) -> EngineProfile:
+        """The profile its engines run, slowed down as asked."""
+        p = PROFILES[self.profile]
+        if self.slowdown == 1.0:
+            return p
+        k = self.slowdown
+        return dataclasses.replace(
+            p, overhead_s=p.overhead_s * k, weights_time_s=p.weights_time_s * k,
+            compute_per_token_s=p.compute_per_token_s * k,
+            kv_read_per_token_s=p.kv_read_per_token_s * k,
+        )  # fmt: skip
 
 
 class RegionSpec(Settings, frozen=True):
@@ -144,6 +165,7 @@ class Replica:
     model: str
     region: str
     zone: str
+    gpus: int
 
 
 def replicas(scenario: Scenario) -> Iterator[Replica]:
@@ -153,7 +175,7 @@ def replicas(scenario: Scenario) -> Iterator[Replica]:
             for i in range(pool.replicas):
                 zone = region.zones[i % len(region.zones)]
                 url = f"http://{pool.model}-{i}.{region.name}.sim:8000"
-                yield Replica(url, pool.model, region.name, zone)
+                yield Replica(url, pool.model, region.name, zone, pool.gpus)
 
 
 def gateway_config(scenario: Scenario, region: str) -> Config:
