@@ -147,10 +147,11 @@ class FleetEngine:
     def next_event_at(self) -> float:
         """When the next prefill completes or answer ends, if nothing arrives first (inf:
         idle)."""
-        k = self._steps_to_event()
-        if k is None:
+        step = self._next()
+        if step is None:
             return math.inf
-        return self._t + self._duration(k)
+        k, a, b = step
+        return self._t + a * k + b * k * k / 2
 
     def advance(self, now: float) -> tuple[list[tuple[Job, float]], list[tuple[Job, float]]]:
         """Run up to `now`: the first tokens and the ends that came by then, with their
@@ -158,26 +159,39 @@ class FleetEngine:
         firsts: list[tuple[Job, float]] = []
         ends: list[tuple[Job, float]] = []
         while True:
-            k = self._steps_to_event()
-            if k is None:
+            step = self._next()
+            if step is None:
                 self._t = now
                 return firsts, ends
-            dt = self._duration(k)
-            if self._t + dt > now:  # the event is later: part of the way
-                self._run(self._steps_for(now - self._t), now)
+            k, a, b = step
+            at = self._t + a * k + b * k * k / 2
+            if at > now:  # the event is later: part of the way, as many steps as fit
+                seconds = now - self._t
+                part = seconds / a if b <= 0 else (math.sqrt(a * a + 2 * b * seconds) - a) / b
+                self._run(part, now)
                 return firsts, ends
-            at = self._t + dt
             self._run(k, at)
             self._events(at, firsts, ends)
 
-    def load(self) -> Load:
-        """The gauges and counters now (as of the last `advance`)."""
+    def load(self, now: float) -> Load:
+        """The gauges and counters at `now` (no earlier than the last `advance`, and before
+        its next event: what a scrape between two events reads)."""
         n = len(self._decoding) - len(self._dropped)
-        kv = self._ctx_base + n * self._steps + self._prefill_kv
-        totals = StepTotals(self._steps, self._tokens, self._gaps, self._gap_s)
+        steps, tokens, gaps, gap_s = self._steps, self._tokens, self._gaps, self._gap_s
+        step = self._next() if now > self._t else None
+        if step is not None:  # part of the way to the next event
+            _, a, b = step
+            seconds = now - self._t
+            k = seconds / a if b <= 0 else (math.sqrt(a * a + 2 * b * seconds) - a) / b
+            steps += k
+            tokens += (n + self._chunk) * k
+            gaps += n * k
+            gap_s += n * seconds
+        kv = self._ctx_base + n * steps + self._prefill_kv
         return Load(
             self._running_count(), len(self._waiting) + len(self._arriving),
-            min(1.0, kv / self._capacity), self._hits, self._queries, totals,
+            min(1.0, kv / self._capacity), self._hits, self._queries,
+            StepTotals(steps, tokens, gaps, gap_s),
         )  # fmt: skip
 
     @property
@@ -189,54 +203,42 @@ class FleetEngine:
     def _running_count(self) -> int:
         return len(self._prefill) + len(self._decoding) - len(self._dropped)
 
-    def _phase(self) -> tuple[int, float, float, float]:
-        """Decoding sequences, prompt tokens prefilled a step, and the step-time terms a, b
-        (k steps from now take a*k + b*k^2/2)."""
-        n = len(self._decoding) - len(self._dropped)
+    def _next(self) -> tuple[float, float, float] | None:
+        """Steps until the next prefill completes or answer ends (None when idle), and the
+        step-time terms a, b of the steps until then (k steps take a*k + b*k^2/2)."""
+        decoding = self._decoding
+        dropped = self._dropped
+        while decoding and decoding[0][1] in dropped:  # aborted: off the heap's top
+            dropped.discard(heapq.heappop(decoding)[1])
+        n = len(decoding) - len(dropped)
         chunk = self._chunk
-        p = self.profile
-        compute = (n + chunk) * p.compute_per_token_s
-        kv = self._ctx_base + n * self._steps
-        a = p.overhead_s + max(p.weights_time_s, compute) + kv * p.kv_read_per_token_s
-        return n, chunk, a, n * p.kv_read_per_token_s
-
-    def _steps_to_event(self) -> float | None:
-        """Steps until the next prefill completes or answer ends; None when idle."""
-        self._prune()
-        n, chunk, _, _ = self._phase()
-        k = math.inf
-        if n:
-            k = self._decoding[0][0] - self._steps
+        steps = self._steps
+        k = decoding[0][0] - steps if n else math.inf
         if self._arriving:  # the end of the step under way
-            k = min(k, math.ceil(self._steps) - self._steps)
+            k = min(k, math.ceil(steps) - steps)
         if chunk:
             head = self._prefill[0].left
             # Completes at the end of the step that computes its last token.
-            k = min(k, math.ceil(self._steps + head / chunk - 1e-9) - self._steps)
+            k = min(k, math.ceil(steps + head / chunk - 1e-9) - steps)
             # The step that would prefill less than a chunk: the chunk is set again there.
-            end = self._steps + self._prefill_left / chunk
+            end = steps + self._prefill_left / chunk
             last = math.floor(end)
-            if end - last > 1e-9 and last - self._steps > 1e-9:
-                k = min(k, last - self._steps)
-        return None if math.isinf(k) else max(k, 0.0)
-
-    def _duration(self, k: float) -> float:
-        _, _, a, b = self._phase()
-        return a * k + b * k * k / 2
-
-    def _steps_for(self, seconds: float) -> float:
-        """How many steps fit in `seconds` at the current phase (the inverse of _duration)."""
-        _, _, a, b = self._phase()
-        if b <= 0:
-            return seconds / a
-        return (math.sqrt(a * a + 2 * b * seconds) - a) / b
+            if end - last > 1e-9 and last - steps > 1e-9:
+                k = min(k, last - steps)
+        if k == math.inf:
+            return None
+        p = self.profile
+        compute = (n + chunk) * p.compute_per_token_s
+        kv = self._ctx_base + n * steps
+        a = p.overhead_s + max(p.weights_time_s, compute) + kv * p.kv_read_per_token_s
+        return max(k, 0.0), a, n * p.kv_read_per_token_s
 
     def _run(self, k: float, until: float) -> None:
         """Run `k` steps (ending at `until`): prefill advances, the counter moves."""
         if k <= 0:
             self._t = until
             return
-        n, chunk, _, _ = self._phase()
+        n, chunk = len(self._decoding) - len(self._dropped), self._chunk
         done = chunk * k
         self._tokens += (n + chunk) * k
         self._gaps += n * k
@@ -292,12 +294,6 @@ class FleetEngine:
         """A step starts: what it prefills is set for its length."""
         n = len(self._decoding) - len(self._dropped)
         self._chunk = max(0.0, min(self._budget - n, self._prefill_left)) if self._prefill else 0.0
-
-    def _prune(self) -> None:
-        """Drop aborted sequences from the heap's top."""
-        decoding = self._decoding
-        while decoding and decoding[0][1] in self._dropped:
-            self._dropped.discard(heapq.heappop(decoding)[1])
 
     def _admit(self) -> None:
         """Waiting prompts into the running batch while they fit (first come first served)."""

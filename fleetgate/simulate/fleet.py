@@ -109,11 +109,6 @@ class SimBackend:
         """Back up, empty (its cache cold)."""
         self.up = True
 
-    def settle(self, now: float) -> None:
-        """Bring the engine's state up to `now` (what it reports is then current)."""
-        self._run(now)
-        self._schedule()
-
     def _run(self, now: float) -> None:
         firsts, ends = self.engine.advance(now)
         flights = self._flights

@@ -248,4 +248,7 @@ def simulate(scenario: Scenario, started: float | None = None) -> Outcome:
     clients = [simulation.clients[r.index] for r in records]
     sending = min(scenario.workload.duration_s, max(simulation.last_sent, 1e-9))
     wall = time.perf_counter() - started
-    return Outcome(records, clients, sending, end, wall, simulation.capacity, scenario.events)
+    return Outcome(
+        records=records, clients=clients, duration_s=sending, end_s=end, wall_s=wall,
+        capacity=simulation.capacity, events=scenario.events,
+    )  # fmt: skip

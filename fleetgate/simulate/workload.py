@@ -15,6 +15,7 @@ and answer lengths. Each request comes from one of the client regions, drawn by 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -180,5 +181,6 @@ def prompt_bytes(request: SimRequest) -> bytes:
     return b"".join(_block_bytes(b) for b in request.blocks)[:size]
 
 
+@functools.lru_cache(maxsize=4096)  # hot blocks (system prompts, long conversations) stay
 def _block_bytes(block: int) -> bytes:
     return (block & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little") * (BLOCK_BYTES // 8)

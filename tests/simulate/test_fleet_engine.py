@@ -101,7 +101,7 @@ def test_a_cached_prefix_is_not_prefilled_again() -> None:
     assert first_done == pytest.approx(H100.step_time(4096, 0), rel=0.01)
     # Only the last token is computed: a decode-sized step.
     assert second_done - 10.0 == pytest.approx(H100.step_time(1, 0), rel=0.01)
-    load = engine.load()
+    load = engine.load(20.0)
     assert (load.prefix_queries, load.prefix_hits) == (8192, 4095)
 
 
@@ -121,7 +121,7 @@ def test_an_abort_frees_the_request_wherever_it_is() -> None:
     engine.add(Job(1, 8000, 500), 0.0)
     engine.advance(0.5)  # both prefilled, decoding
     assert engine.abort(0) and not engine.abort(0)
-    assert engine.load().running == 1
+    assert engine.load(0.5).running == 1
     _, ended = engine.advance(100.0)
     assert [job.key for job, _ in ended] == [1]
     assert engine.idle
@@ -146,7 +146,7 @@ def test_a_crash_loses_every_request_and_the_cache() -> None:
     assert sorted(job.key for job in engine.crash()) == [0, 1, 2]
     assert engine.idle and engine.next_event_at() == math.inf
     engine.add(Job(9, 2000, 1, blocks=(0,)), 1.0)
-    assert engine.load().prefix_hits == 0
+    assert engine.load(1.0).prefix_hits == 0
 
 
 def test_prompts_wait_while_the_kv_cache_is_full() -> None:
@@ -154,7 +154,7 @@ def test_prompts_wait_while_the_kv_cache_is_full() -> None:
     half = H100.kv_capacity_tokens // 2 + 1
     engine.add(Job(0, half, 1000), 0.0)
     engine.add(Job(1, half, 1000), 0.0)  # does not fit beside the first
-    load = engine.load()
+    load = engine.load(0.0)
     assert (load.running, load.waiting) == (1, 1)
     assert load.kv_usage == pytest.approx(half / H100.kv_capacity_tokens)
 
@@ -163,3 +163,15 @@ def test_prompts_wait_while_the_kv_cache_is_full() -> None:
 def test_an_empty_prompt_or_answer_is_refused(job: Job) -> None:
     with pytest.raises(ValueError, match="at least one output token"):
         FleetEngine(H100).add(job, 0.0)
+
+
+def test_a_reading_between_events_counts_the_steps_run_since_the_last() -> None:
+    engine = FleetEngine(H100)
+    engine.add(Job(0, 100, 1000), 0.0)
+    engine.advance(0.5)
+    step = H100.step_time(1, 100)  # about 4.6 ms a decode step
+    later = engine.load(1.5)  # no event in between: the engine is not advanced
+    first = engine.load(0.5)
+    assert later.step_totals.steps - first.step_totals.steps == pytest.approx(1.0 / step, rel=0.02)
+    assert later.kv_usage > first.kv_usage  # the answer grew meanwhile
+    assert later.step_totals.gap_s - first.step_totals.gap_s == pytest.approx(1.0)
