@@ -112,16 +112,20 @@ class RoutingState:
 
     def __init__(
         self, settings: StateSettings, clock: Clock, rng: random.Random,
-        wall_clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] = time.time, *, execute: Execute | None = None,
     ) -> None:  # fmt: skip
+        """`execute`: where Redis commands go instead of a client of `settings.url` (the
+        simulator's Redis, in its memory and on its clock): the state is shared with it."""
         self._settings = settings
         self._clock = clock
         self._wall = wall_clock
-        client = None if settings.url is None else redis_client(settings.url)
+        url = settings.url if execute is None else None
+        client = None if url is None else redis_client(url)
         self._client = client
-        self._execute: Execute = (
-            _nothing_shared if client is None else cancellable(client.execute_command)
-        )
+        self._shares = client is not None or execute is not None
+        if execute is None:
+            execute = _nothing_shared if client is None else cancellable(client.execute_command)
+        self._execute: Execute = execute
         # Not drawn from `rng`: gateways started from one config (one seed) need distinct ids.
         self.gateway_id = secrets.token_hex(8)
         self._boards: list[tuple[str, SharedLoadBoard]] = []  # by pool
@@ -136,12 +140,12 @@ class RoutingState:
 
     @property
     def shared(self) -> bool:
-        return self._client is not None
+        return self._shares
 
     def lease(self, kind: str, name: str, ttl_s: float) -> Lease:
         """A lease among the gateways (`shared` only) on `name`, one of `kind` (its label in
         the metrics)."""
-        assert self._client is not None
+        assert self._shares
         key = f"{self._settings.key_prefix}:lease:{kind}:{name}"
         lease = Lease(self._execute, key, self.gateway_id, self._clock, ttl_s=ttl_s)
         self._leases.append((kind, lease))
@@ -149,7 +153,7 @@ class RoutingState:
 
     def change_mark(self, kind: str, name: str) -> ChangeMark:
         """The mark of the last change to `name`, one of `kind` (`shared` only)."""
-        assert self._client is not None
+        assert self._shares
         key = f"{self._settings.key_prefix}:changes:{kind}:{name}"
         return ChangeMark(self._execute, key, self._clock, self.gateway_id)
 
@@ -159,7 +163,7 @@ class RoutingState:
 
     def load_board(self, name: str) -> LoadBoard:
         """A new pool's board; `name` tells the pools apart on a shared Redis."""
-        if self._client is None:
+        if not self._shares:
             return MemoryLoadBoard()
         s = self._settings
         board = SharedLoadBoard(
@@ -171,8 +175,7 @@ class RoutingState:
 
     def prefix_index(self, name: str) -> PrefixIndexFactory:
         """How a new pool's prefix_cache scorer makes its index (of `max_entries`)."""
-        client = self._client
-        if client is None:
+        if not self._shares:
             return MemoryPrefixIndex
 
         def make(max_entries: int) -> PrefixIndex:
@@ -188,7 +191,7 @@ class RoutingState:
     def engine_blocks(self, name: str, local: EngineBlockIndex) -> EngineBlocks:
         """A new pool's view of what its engines hold (their KV-cache events): the prompts
         each gateway sent and the engines have not reported yet, shared."""
-        if self._client is None:
+        if not self._shares:
             return local
         blocks = SharedEngineBlocks(
             local, self._execute, f"{self._settings.key_prefix}:expected:{name}",
@@ -199,7 +202,7 @@ class RoutingState:
 
     def sessions(self, name: str) -> SessionTable:
         """A new pool's session table."""
-        if self._client is None:
+        if not self._shares:
             return MemorySessionTable()
         table = SharedSessionTable(
             MemorySessionTable(), self._execute,
@@ -210,7 +213,7 @@ class RoutingState:
 
     def pins(self) -> ResponsePins:
         """The gateway's Responses pins (one for all pools: a response id names its pool)."""
-        if self._client is None:
+        if not self._shares:
             return StoredResponses()
         pins = SharedPins(
             StoredResponses(), self._execute,
@@ -222,14 +225,14 @@ class RoutingState:
     def answers(self, ttl_s: float, hold_s: float) -> SharedAnswers:
         """The response cache's answers and flights, shared (`cache.store: redis`; the config
         check makes sure there is a Redis)."""
-        assert self._client is not None
+        assert self._shares
         return SharedAnswers(
             self._execute, f"{self._settings.key_prefix}:cache", self.gateway_id,
             self._clock, ttl_s=ttl_s, hold_s=hold_s,
         )  # fmt: skip
 
     def start(self) -> None:
-        if self._client is not None:
+        if self._shares:
             s = self._settings
             self._tasks.every(s.load_sync_s, 0.1, self.sync_loads, wait_first=False)
             self._tasks.every(s.sync_s, 0.1, self.sync_decisions, wait_first=False)
@@ -278,10 +281,11 @@ class RoutingState:
     async def close(self) -> None:
         """Stop syncing and take this gateway's counts off at once."""
         self._tasks.stop()
-        if self._client is None:
+        if not self._shares:
             return
         await asyncio.gather(*(board.leave() for _, board in self._boards))
-        await self._client.aclose()
+        if self._client is not None:
+            await self._client.aclose()
 
 
 async def _nothing_shared(*command: Any) -> Any:

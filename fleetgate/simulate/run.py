@@ -27,9 +27,11 @@ from fleetgate.lifecycle.downstream import Headers
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.running import resolve
 from fleetgate.serve import compose
+from fleetgate.shared.state import RoutingState
 from fleetgate.simulate.fleet import Fleet, SimBackend, VirtualTransport
 from fleetgate.simulate.loop import VirtualTimeLoop
 from fleetgate.simulate.probes import SimScraper
+from fleetgate.simulate.redis import SimRedis
 from fleetgate.simulate.scenario import EventSpec, Scenario, gateway_config, replicas
 from fleetgate.simulate.workload import BLOCK_TOKENS, SimRequest, prompt_bytes, requests
 from fleetgate.traffic.door import ANONYMOUS_CALLER
@@ -49,6 +51,7 @@ class Outcome:
     # (time, region, replicas up, GPUs up) at the start and after every change
     capacity: list[tuple[float, str, int, int]]
     events: tuple[EventSpec, ...]  # the scenario's, as they happened
+    prefix_hit_rate: float  # prompt tokens the engines found cached, of all they looked up
 
 
 class SimClient:
@@ -110,6 +113,8 @@ class Simulation:
         self._shared = Fleet(self.backends)
         self._transport = VirtualTransport(self._shared, loop)
         self.directors: list[tuple[str, Director]] = []
+        self._nearest: dict[str, list[tuple[str, Director]]] = {}  # client region -> gateways
+        self._redis = SimRedis(self._clock)  # what gateways with a `state.url` share
         self.records: list[RequestRecord] = []
         self.clients: dict[int, int] = {}  # request index -> its client region
         self._tasks: set[asyncio.Task[None]] = set()  # requests not answered yet
@@ -127,15 +132,31 @@ class Simulation:
                 config = gateway_config(self.scenario, region.name)
                 rng = random.Random(self._rng.getrandbits(64))
                 transport = self._transport
+                state = None
+                if config.state.url is not None:  # shared, through the simulated Redis
+                    rtt = 2 * self.scenario.latency_s(region.name, self.scenario.redis_region)
+                    rtt += self.scenario.state_rtt_ms / 1000
+                    state = RoutingState(
+                        config.state, clock, random.Random(rng.getrandbits(64)),
+                        wall_clock=clock.now, execute=self._redis.client(rtt),
+                    )  # fmt: skip
+                    state.start()
                 gateway, _ = compose(
                     config, resolve(config), transport=transport, clock=clock, rng=rng,
-                    wall_clock=clock.now,
+                    wall_clock=clock.now, state=state,
                     checker=ActiveChecker(transport, clock, random.Random(rng.getrandbits(64))),
                     scraper=SimScraper(transport, clock, random.Random(rng.getrandbits(64)),
                                        self.backends),
                     background=PeriodicTasks(random.Random(rng.getrandbits(64)), clock),
                 )  # fmt: skip
                 self.directors.append((region.name, gateway.inference.director))
+        regions = [r.name for r in self.scenario.regions]
+        for client in regions:  # a region's clients reach its gateways, else the nearest
+            far = min(self.scenario.latency_s(client, where) for where, _ in self.directors)
+            self._nearest[client] = [
+                (where, director) for where, director in self.directors
+                if self.scenario.latency_s(client, where) == far
+            ]  # fmt: skip
 
     async def run(self) -> float:
         """Start the gateways, send the workload, then wait for every answer; the simulated
@@ -160,15 +181,15 @@ class Simulation:
             await self._idle.wait()
         return loop.time()
 
-    def _gateway(self, region: str) -> tuple[str, Director]:
-        """The gateway a client in `region` reaches: its own region's, else the nearest."""
-        scenario = self.scenario
-        return min(self.directors,
-                   key=lambda d: (scenario.latency_s(region, d[0]), d[0] != region))  # fmt: skip
+    def _gateway(self, region: str, index: int) -> tuple[str, Director]:
+        """The gateway a client in `region` reaches: one of the nearest, in turn (as a load
+        balancer in front of them spreads connections)."""
+        nearest = self._nearest[region]
+        return nearest[index % len(nearest)]
 
     async def _send(self, index: int, request: SimRequest, region: str) -> None:
         clock = self._clock
-        where, director = self._gateway(region)
+        where, director = self._gateway(region, index)
         hop = self.scenario.latency_s(region, where)
         if hop:
             await clock.sleep(hop)
@@ -229,6 +250,12 @@ class Simulation:
                 backend.restart()
         self._note_capacity(self._loop.time(), event.region)
 
+    def prefix_hit_rate(self) -> float:
+        """The fleet's prefix-cache hit rate so far (engines restarted count from then)."""
+        loads = [b.engine.load(self._loop.time()) for b in self.backends.values()]
+        queries = sum(load.prefix_queries for load in loads)
+        return sum(load.prefix_hits for load in loads) / queries if queries else 0.0
+
     def _note_capacity(self, now: float, region: str) -> None:
         up = [r for r in self.fleet if r.region == region and self._by_url[r.url].up]
         self.capacity.append((now, region, len(up), sum(r.gpus for r in up)))
@@ -251,4 +278,5 @@ def simulate(scenario: Scenario, started: float | None = None) -> Outcome:
     return Outcome(
         records=records, clients=clients, duration_s=sending, end_s=end, wall_s=wall,
         capacity=simulation.capacity, events=scenario.events,
+        prefix_hit_rate=simulation.prefix_hit_rate(),
     )  # fmt: skip

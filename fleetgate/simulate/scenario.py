@@ -123,6 +123,11 @@ class Scenario(Settings, frozen=True):
     seed: int = 0
     latency_ms: dict[str, dict[str, float]] = msgspec.field(default_factory=dict)
     default_latency_ms: float = 0.0
+    # With a `state.url` in the gateway config, the gateways share their routing state
+    # through one Redis (simulated) in `state_region` (default: the first region), each
+    # command taking the round trip there plus `state_rtt_ms`.
+    state_region: str = ""
+    state_rtt_ms: float = 0.5
     workload: WorkloadSettings = msgspec.field(default_factory=WorkloadSettings)
     gateway: dict[str, Any] = msgspec.field(default_factory=dict)
     slo: SloSpec = msgspec.field(default_factory=SloSpec)
@@ -136,6 +141,10 @@ class Scenario(Settings, frozen=True):
             raise ValueError("region names must be unique")
         if not any(r.gateways for r in self.regions):
             raise ValueError("a scenario needs at least one gateway")
+        if self.state_region and self.state_region not in names:
+            raise ValueError(f"state_region: unknown region {self.state_region!r}")
+        if not (self.state_rtt_ms >= 0 and math.isfinite(self.state_rtt_ms)):
+            raise ValueError(f"state_rtt_ms must be >= 0, got {self.state_rtt_ms}")
         for where in [*self.workload.clients, *(e.region for e in self.events)]:
             if where not in names:
                 raise ValueError(f"unknown region {where!r}; the scenario's: {', '.join(names)}")
@@ -145,6 +154,11 @@ class Scenario(Settings, frozen=True):
                     raise ValueError(f"latency_ms: unknown region {target!r}")
                 if not (ms >= 0 and math.isfinite(ms)):
                     raise ValueError(f"latency_ms: {origin} -> {target} must be >= 0 ms")
+
+    @property
+    def redis_region(self) -> str:
+        """Where the shared state's Redis is."""
+        return self.state_region or self.regions[0].name
 
     def latency_s(self, origin: str, target: str) -> float:
         """One-way network latency from one region to another."""
@@ -204,7 +218,10 @@ def parse_scenario(data: Any) -> Scenario:
         scenario = msgspec.convert(data, Scenario)
     except msgspec.ValidationError as exc:
         raise ConfigError(str(exc).replace("Object contains", "Unknown key:")) from None
-    gateway_config(scenario, scenario.regions[0].name)  # its errors now, not once it runs
+    config = gateway_config(scenario, scenario.regions[0].name)  # its errors now, not later
+    if config.cache.enabled and config.cache.store == "redis":
+        raise ConfigError("the simulator shares routing state, not the response cache: "
+                          "set cache.store to memory")  # fmt: skip
     return scenario
 
 

@@ -121,3 +121,29 @@ def test_the_command_refuses_a_scenario_it_cannot_read(
 ) -> None:
     assert main(["simulate", "--scenario", str(tmp_path / "none.yaml")]) == 2
     assert "cannot read scenario" in capsys.readouterr().err
+
+
+def test_gateways_sharing_state_send_a_conversation_where_its_prefix_is() -> None:
+    def fleet(gateways: int, shared: bool) -> Scenario:
+        gateway: dict[str, Any] = {"pools": [{"model": "m"}]}
+        if shared:  # the load board synced every 50 ms, not 10: the test's time
+            gateway["state"] = {"url": "redis://simulated:6379/0", "load_sync_s": 0.05}
+        return parse_scenario({
+            "regions": [{"name": "r", "gateways": gateways,
+                         "pools": [{"model": "m", "profile": "h100-llama3-8b", "replicas": 8}]}],
+            "workload": {"name": "mooncake-conv", "max_requests": 1200, "speed": 4.0},
+            "gateway": gateway,
+        })  # fmt: skip
+
+    # Clients reach the two gateways in turn, so a conversation's turns come through both:
+    # apart, each gateway's prefix index knows half the turns; shared, both know all (the
+    # hit rate of one gateway alone, less what the sync's lag costs).
+    one = simulate(fleet(1, False)).prefix_hit_rate
+    apart = simulate(fleet(2, False)).prefix_hit_rate
+    shared = simulate(fleet(2, True))
+    assert all(r.ok for r in shared.records)
+    assert apart < one - 0.02 and shared.prefix_hit_rate > apart + 0.6 * (one - apart), (
+        one,
+        apart,
+        shared.prefix_hit_rate,
+    )

@@ -1,0 +1,82 @@
+"""The Redis that simulated gateways share their routing state through (shared/): in memory,
+on the virtual clock, each command answered after the round trip from the gateway's region.
+
+It knows the commands the shared routing state sends, no others: the load board's sync and
+leave scripts (shared/load_board.py: each gateway's counts as a lease that lapses after its
+TTL, every gateway reading the others'), and XADD / XREAD of the decision streams
+(shared/stream.py: the prefix index's, sessions' and Responses pins' decisions). So the
+gateways run their real sharing code, and the lag between them is the scenario's: the sync
+intervals of their `state:` config plus the round trip (`state_rtt_ms`)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fleetgate.clock import Clock
+from fleetgate.shared.load_board import _LEAVE, _SYNC
+
+Execute = Callable[..., Awaitable[Any]]
+
+
+class SimRedis:
+    """One Redis for every simulated gateway."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._leases: dict[bytes, dict[bytes, tuple[float, list[bytes]]]] = {}  # board -> gw
+        self._streams: dict[bytes, list[tuple[bytes, dict[bytes, bytes]]]] = {}
+        self._ids = itertools.count(1)
+
+    def client(self, rtt_s: float) -> Execute:
+        """The `execute` of a gateway whose commands take `rtt_s` there and back."""
+
+        async def execute(*command: Any) -> Any:
+            if rtt_s:
+                await self._clock.sleep(rtt_s)
+            return self.run(*command)
+
+        return execute
+
+    def run(self, *command: Any) -> Any:
+        """Answer one command now, as Redis would."""
+        name = command[0]
+        if name == "EVAL" and command[1] == _SYNC:
+            return self._sync(_b(command[3]), _b(command[5]), int(command[6]), command[7:])
+        if name == "EVAL" and command[1] == _LEAVE:
+            self._leases.get(_b(command[3]), {}).pop(_b(command[5]), None)
+            return None
+        if name == "XADD":  # key MAXLEN ~ keep * field value ...
+            key, keep, fields = _b(command[1]), int(command[4]), command[6:]
+            entries = self._streams.setdefault(key, [])
+            entries.append((b"%d-0" % next(self._ids), _pairs(fields)))
+            del entries[: max(0, len(entries) - keep)]
+            return entries[-1][0]
+        if name == "XREAD":  # COUNT n STREAMS key last
+            count, key, last = int(command[2]), _b(command[4]), _b(command[5])
+            newer = [e for e in self._streams.get(key, []) if _id(e[0]) > _id(last)][:count]
+            return [[key, newer]] if newer else []
+        raise NotImplementedError(f"the simulated Redis does not know {name!r}")
+
+    def _sync(self, board: bytes, me: bytes, ttl_ms: int, fields: tuple[Any, ...]) -> Any:
+        now = self._clock.now()
+        leases = self._leases.setdefault(board, {})
+        for gateway, (lapses, _) in list(leases.items()):
+            if lapses <= now:
+                del leases[gateway]
+        leases[me] = (now + ttl_ms / 1000, [_b(f) for f in fields])
+        others = [lease for gateway, (_, lease) in leases.items() if gateway != me and lease]
+        return [len(leases), others]
+
+
+def _b(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _pairs(fields: tuple[Any, ...]) -> dict[bytes, bytes]:
+    return {_b(fields[i]): _b(fields[i + 1]) for i in range(0, len(fields) - 1, 2)}
+
+
+def _id(entry_id: bytes) -> int:
+    return int(entry_id.split(b"-")[0])
