@@ -28,6 +28,7 @@ tests/simulate/test_fleet_engine.py compares the two on a sweep of loads.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import OrderedDict, deque
@@ -36,6 +37,18 @@ from dataclasses import dataclass
 
 from fleetgate.fleet.engine_load import StepTotals
 from fleetgate.workers.sim.profiles import EngineProfile
+
+
+def slowed(profile: EngineProfile, factor: float) -> EngineProfile:
+    """`profile` with every step `factor` times as long (1: itself)."""
+    if factor == 1.0:
+        return profile
+    return dataclasses.replace(
+        profile, overhead_s=profile.overhead_s * factor,
+        weights_time_s=profile.weights_time_s * factor,
+        compute_per_token_s=profile.compute_per_token_s * factor,
+        kv_read_per_token_s=profile.kv_read_per_token_s * factor,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from fleetgate.http.client import Origin
 from fleetgate.http.errors import ConnectError, ReadError, UpstreamTimeout
 from fleetgate.http.response import RelaySink
 from fleetgate.routing.base import BYTES_PER_TOKEN
-from fleetgate.simulate.engine import FleetEngine, Job
+from fleetgate.simulate.engine import FleetEngine, Job, slowed
 from fleetgate.simulate.workload import SimRequest
 from fleetgate.workers.sim.profiles import EngineProfile
 
@@ -72,6 +72,7 @@ class SimBackend:
     def __init__(self, profile: EngineProfile, loop: asyncio.AbstractEventLoop,
                  block_tokens: int) -> None:  # fmt: skip
         self.engine = FleetEngine(profile, block_tokens)
+        self.profile = profile  # its own speed (the engine's may be slowed down)
         self.up = True
         self._loop = loop
         self._flights: dict[int, Flight] = {}
@@ -108,6 +109,12 @@ class SimBackend:
     def restart(self) -> None:
         """Back up, empty (its cache cold)."""
         self.up = True
+
+    def slow_down(self, factor: float) -> None:
+        """From now on every step takes `factor` times its own time (1: its own again)."""
+        self._run(self._loop.time())
+        self.engine.profile = slowed(self.profile, factor)
+        self._schedule()
 
     def _run(self, now: float) -> None:
         firsts, ends = self.engine.advance(now)

@@ -21,19 +21,22 @@ from fleetgate.bench.stats import RequestRecord
 from fleetgate.clock import Clock
 from fleetgate.director import Director, InferenceRequest
 from fleetgate.fleet.periodic import PeriodicTasks
+from fleetgate.gateway.app import RequestIds
 from fleetgate.health.active import ActiveChecker
-from fleetgate.http.client import Origin
 from fleetgate.lifecycle.downstream import Headers
+from fleetgate.reload import Kept
 from fleetgate.routing.base import RoutingRequest
 from fleetgate.running import resolve
 from fleetgate.serve import compose
 from fleetgate.shared.state import RoutingState
-from fleetgate.simulate.fleet import Fleet, SimBackend, VirtualTransport
+from fleetgate.simulate.changes import FleetChanges
+from fleetgate.simulate.fleet import Fleet, VirtualTransport
 from fleetgate.simulate.loop import VirtualTimeLoop
 from fleetgate.simulate.probes import SimScraper
 from fleetgate.simulate.redis import SimRedis
-from fleetgate.simulate.scenario import EventSpec, Scenario, gateway_config, replicas
-from fleetgate.simulate.workload import BLOCK_TOKENS, SimRequest, prompt_bytes, requests
+from fleetgate.simulate.scenario import EventSpec, Scenario, gateway_config
+from fleetgate.simulate.warp import Warp
+from fleetgate.simulate.workload import SimRequest, prompt_bytes, requests
 from fleetgate.traffic.door import ANONYMOUS_CALLER
 
 PATH = b"/v1/chat/completions"
@@ -103,13 +106,8 @@ class Simulation:
         self._loop = loop
         self._clock = loop.clock()
         self._rng = random.Random(scenario.seed)
-        self.fleet = list(replicas(scenario))
-        pools = {(r.name, p.model): p for r in scenario.regions for p in r.pools}
-        self.backends = {}
-        for r in self.fleet:
-            profile = pools[r.region, r.model].engine_profile()
-            self.backends[Origin.parse(r.url)] = SimBackend(profile, loop, BLOCK_TOKENS)
-        self._by_url = {r.url: self.backends[Origin.parse(r.url)] for r in self.fleet}
+        self.changes = FleetChanges(scenario, loop)
+        self.backends = self.changes.backends
         self._shared = Fleet(self.backends)
         self._transport = VirtualTransport(self._shared, loop)
         self.directors: list[tuple[str, Director]] = []
@@ -120,9 +118,6 @@ class Simulation:
         self._tasks: set[asyncio.Task[None]] = set()  # requests not answered yet
         self._idle = asyncio.Event()
         self.last_sent = 0.0  # the workload's last send time
-        self.capacity: list[tuple[float, str, int, int]] = []
-        for region in scenario.regions:
-            self._note_capacity(0.0, region.name)
 
     def start_gateways(self) -> None:
         """Compose each gateway, its probes and scrapes started."""
@@ -141,15 +136,18 @@ class Simulation:
                         wall_clock=clock.now, execute=self._redis.client(rtt),
                     )  # fmt: skip
                     state.start()
+                kept = Kept(RequestIds(f"{region.name}{len(self.directors)}"))
                 gateway, _ = compose(
                     config, resolve(config), transport=transport, clock=clock, rng=rng,
-                    wall_clock=clock.now, state=state,
+                    wall_clock=clock.now, state=state, kept=kept,
                     checker=ActiveChecker(transport, clock, random.Random(rng.getrandbits(64))),
                     scraper=SimScraper(transport, clock, random.Random(rng.getrandbits(64)),
                                        self.backends),
                     background=PeriodicTasks(random.Random(rng.getrandbits(64)), clock),
                 )  # fmt: skip
                 self.directors.append((region.name, gateway.inference.director))
+                assert kept.members is not None
+                self.changes.members.append(kept.members)
         regions = [r.name for r in self.scenario.regions]
         for client in regions:  # a region's clients reach its gateways, else the nearest
             far = min(self.scenario.latency_s(client, where) for where, _ in self.directors)
@@ -165,15 +163,17 @@ class Simulation:
         scenario = self.scenario
         regions = [r.name for r in scenario.regions]
         for event in scenario.events:
-            self._loop.call_at(event.at_s, self._event, event)
+            self._loop.call_at(event.at_s, self.changes.apply, event)
+        warp = Warp((e.at_s, e.duration_s, e.factor) for e in scenario.events if e.kind == "surge")
         clock, loop = self._clock, self._loop
         workload = requests(scenario.workload, regions, random.Random(self._rng.getrandbits(64)))
         for index, request in enumerate(workload):
-            wait = request.at_s - loop.time()
+            sent = warp.at(request.at_s)
+            wait = sent - loop.time()
             if wait > 0:
                 await clock.sleep(wait)
-            self.last_sent = request.at_s
-            task = loop.create_task(self._send(index, request, regions[request.client]))
+            self.last_sent = sent
+            task = loop.create_task(self._send(index, request, sent, regions[request.client]))
             self._tasks.add(task)
             task.add_done_callback(self._answered)
         while self._tasks:
@@ -187,7 +187,7 @@ class Simulation:
         nearest = self._nearest[region]
         return nearest[index % len(nearest)]
 
-    async def _send(self, index: int, request: SimRequest, region: str) -> None:
+    async def _send(self, index: int, request: SimRequest, sent: float, region: str) -> None:
         clock = self._clock
         where, director = self._gateway(region, index)
         hop = self.scenario.latency_s(region, where)
@@ -212,15 +212,17 @@ class Simulation:
             )  # fmt: skip
         finally:
             self._shared.done(request_id)
-        self._record(index, request, client, hop)
+        self._record(index, request, client, (sent, hop))
 
     def _answered(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if not self._tasks:
             self._idle.set()
 
-    def _record(self, index: int, request: SimRequest, client: SimClient, hop: float) -> None:
-        sent = request.at_s
+    def _record(
+        self, index: int, request: SimRequest, client: SimClient, times: tuple[float, float]
+    ) -> None:
+        sent, hop = times  # when the client sent it, the network's time to the gateway
         end = (client.ended_at or self._clock.now()) + hop
         error = None
         if client.aborted:
@@ -239,27 +241,6 @@ class Simulation:
         )  # fmt: skip
         self.clients[index] = request.client
 
-    def _event(self, event: EventSpec) -> None:
-        zone = event.zone
-        hit = [r for r in self.fleet if r.region == event.region and zone in (None, r.zone)]
-        for replica in hit[: event.replicas] if event.kind == "crash" else hit:
-            backend = self._by_url[replica.url]
-            if event.kind == "crash":
-                backend.crash()
-            else:
-                backend.restart()
-        self._note_capacity(self._loop.time(), event.region)
-
-    def prefix_hit_rate(self) -> float:
-        """The fleet's prefix-cache hit rate so far (engines restarted count from then)."""
-        loads = [b.engine.load(self._loop.time()) for b in self.backends.values()]
-        queries = sum(load.prefix_queries for load in loads)
-        return sum(load.prefix_hits for load in loads) / queries if queries else 0.0
-
-    def _note_capacity(self, now: float, region: str) -> None:
-        up = [r for r in self.fleet if r.region == region and self._by_url[r.url].up]
-        self.capacity.append((now, region, len(up), sum(r.gpus for r in up)))
-
 
 def simulate(scenario: Scenario, started: float | None = None) -> Outcome:
     """Run `scenario` to its end; `started`: when the run began on time.perf_counter (the
@@ -277,6 +258,6 @@ def simulate(scenario: Scenario, started: float | None = None) -> Outcome:
     wall = time.perf_counter() - started
     return Outcome(
         records=records, clients=clients, duration_s=sending, end_s=end, wall_s=wall,
-        capacity=simulation.capacity, events=scenario.events,
-        prefix_hit_rate=simulation.prefix_hit_rate(),
+        capacity=simulation.changes.capacity, events=scenario.events,
+        prefix_hit_rate=simulation.changes.prefix_hit_rate(),
     )  # fmt: skip

@@ -24,13 +24,21 @@
       - {at_s: 600, kind: crash, region: us-east, replicas: 2}
       - {at_s: 900, kind: recover, region: us-east}
 
-Events: `crash` (that many of the region's replicas, or all of them: a region outage, with
-`zone` only that zone's), `recover` (every crashed one there comes back, cold).
+Events, each at `at_s` in a `region` (`zone`: only that zone's replicas there):
+    crash      `replicas` of them (default all: a zone or region outage) die; their
+               connections are reset, new ones refused
+    recover    every crashed one there comes back, its cache cold
+    slowdown   `replicas` of them (default all) step `factor` times slower (thermal
+               throttling, a noisy neighbour); factor 1 restores them
+    add        `replicas` new ones (of the region's first pool, or `model`'s) join the pool
+               of every gateway, probed first, at the pool's slow start
+    remove     `replicas` of them leave every gateway's pool, drained: no request is cut
+    surge      the workload runs `factor` times faster for `duration_s` (all clients; no
+               region needed)
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +51,7 @@ import yaml
 from fleetgate.bench.stats import Slo
 from fleetgate.config import Config, ConfigError, parse_config
 from fleetgate.settings import Settings
+from fleetgate.simulate.engine import slowed
 from fleetgate.simulate.workload import WorkloadSettings
 from fleetgate.workers.sim.profiles import PROFILES, EngineProfile
 
@@ -71,15 +80,7 @@ class PoolSpec(Settings, frozen=True):
 
     def engine_profile(self) -> EngineProfile:
         """The profile its engines run, slowed down as asked."""
-        p = PROFILES[self.profile]
-        if self.slowdown == 1.0:
-            return p
-        k = self.slowdown
-        return dataclasses.replace(
-            p, overhead_s=p.overhead_s * k, weights_time_s=p.weights_time_s * k,
-            compute_per_token_s=p.compute_per_token_s * k,
-            kv_read_per_token_s=p.kv_read_per_token_s * k,
-        )  # fmt: skip
+        return slowed(PROFILES[self.profile], self.slowdown)
 
 
 class RegionSpec(Settings, frozen=True):
@@ -103,18 +104,34 @@ class SloSpec(Settings, frozen=True):
         return Slo(self.ttft_ms, self.itl_ms)
 
 
+EventKind = Literal["crash", "recover", "slowdown", "add", "remove", "surge"]
+
+
 class EventSpec(Settings, frozen=True):
+    """One timed event (the module docstring says what each kind does)."""
+
     at_s: float
-    kind: Literal["crash", "recover"]
-    region: str
+    kind: EventKind
+    region: str = ""
     zone: str | None = None
-    replicas: int | None = None  # crash: how many (None: all there)
+    replicas: int | None = None  # how many (None: all there; add and remove need a count)
+    model: str | None = None  # add: the pool (None: the region's first)
+    factor: float = 1.0  # slowdown: step time multiplied; surge: the rate multiplied
+    duration_s: float = 0.0  # surge: how long
 
     def __post_init__(self) -> None:
         if not (self.at_s >= 0 and math.isfinite(self.at_s)):
             raise ValueError(f"an event's `at_s` must be a time >= 0, got {self.at_s}")
         if self.replicas is not None and self.replicas < 1:
             raise ValueError(f"an event's `replicas` must be >= 1, got {self.replicas}")
+        if not (self.factor > 0 and math.isfinite(self.factor)):
+            raise ValueError(f"an event's `factor` must be a number > 0, got {self.factor}")
+        if self.kind in ("add", "remove") and self.replicas is None:
+            raise ValueError(f"a `{self.kind}` event needs `replicas`: how many")
+        if self.kind == "surge" and not (self.duration_s > 0 and math.isfinite(self.duration_s)):
+            raise ValueError("a `surge` event needs `duration_s` > 0")
+        if self.kind != "surge" and not self.region:
+            raise ValueError(f"a `{self.kind}` event needs the `region` it happens in")
 
 
 class Scenario(Settings, frozen=True):
@@ -145,7 +162,7 @@ class Scenario(Settings, frozen=True):
             raise ValueError(f"state_region: unknown region {self.state_region!r}")
         if not (self.state_rtt_ms >= 0 and math.isfinite(self.state_rtt_ms)):
             raise ValueError(f"state_rtt_ms must be >= 0, got {self.state_rtt_ms}")
-        for where in [*self.workload.clients, *(e.region for e in self.events)]:
+        for where in [*self.workload.clients, *(e.region for e in self.events if e.region)]:
             if where not in names:
                 raise ValueError(f"unknown region {where!r}; the scenario's: {', '.join(names)}")
         for origin, row in self.latency_ms.items():

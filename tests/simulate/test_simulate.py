@@ -13,7 +13,7 @@ import yaml
 
 from fleetgate.cli import main
 from fleetgate.config import ConfigError
-from fleetgate.simulate.run import simulate
+from fleetgate.simulate.run import Outcome, simulate
 from fleetgate.simulate.scenario import Scenario, parse_scenario
 
 
@@ -147,3 +147,45 @@ def test_gateways_sharing_state_send_a_conversation_where_its_prefix_is() -> Non
         apart,
         shared.prefix_hit_rate,
     )
+
+
+def e2e_between(outcome: Outcome, start: float, end: float) -> float:
+    """Mean E2E of the requests sent in [start, end)."""
+    times = [r.e2e_s or 0.0 for r in outcome.records if start <= r.sent_s < end]
+    return sum(times) / len(times)
+
+
+def test_a_slowdown_slows_the_answers_until_it_is_lifted() -> None:
+    slow = [{"at_s": 5, "kind": "slowdown", "region": "east", "factor": 3.0},
+            {"at_s": 12, "kind": "slowdown", "region": "east", "factor": 1.0}]  # fmt: skip
+    outcome, steady = simulate(scenario(events=slow)), simulate(scenario())
+    assert e2e_between(outcome, 6, 11) > 1.5 * e2e_between(steady, 6, 11)
+    assert e2e_between(outcome, 16, 21) == pytest.approx(e2e_between(steady, 16, 21), rel=0.2)
+
+
+def test_replicas_added_join_every_gateway_and_those_removed_leave_without_a_cut() -> None:
+    fleet = {"regions": [{"name": "r", "gateways": 2, "zones": ["a", "b"],
+                          "pools": [{"model": "m", "replicas": 1, "gpus": 2}]}],
+             "workload": {"name": "azure-conv", "max_requests": 400, "speed": 4.0},
+             "gateway": {"pools": [{"model": "m"}]}}  # fmt: skip
+    grow = [{"at_s": 2, "kind": "add", "region": "r", "replicas": 3},
+            {"at_s": 15, "kind": "remove", "region": "r", "replicas": 2}]  # fmt: skip
+    grown = simulate(parse_scenario({**fleet, "events": grow}))
+    alone = simulate(parse_scenario(fleet))
+    assert all(r.ok for r in grown.records)
+    assert [(t, up, gpus) for t, _, up, gpus in grown.capacity] == [
+        (0.0, 1, 2), (2.0, 4, 8), (15.0, 2, 4)
+    ]  # fmt: skip
+    # One replica alone falls behind; with three more the queue is gone.
+    assert e2e_between(grown, 8, 15) < 0.5 * e2e_between(alone, 8, 15)
+
+
+def test_a_surge_sends_the_workload_faster_for_its_duration() -> None:
+    surge = [{"at_s": 5, "kind": "surge", "factor": 3.0, "duration_s": 4}]
+    outcome, steady = simulate(scenario(events=surge)), simulate(scenario())
+
+    def sent(o: Outcome, start: float, end: float) -> int:
+        return sum(1 for r in o.records if start <= r.sent_s < end)
+
+    assert sent(outcome, 5, 9) == sent(steady, 5, 17)  # 12 s of workload in 4
+    assert sent(outcome, 0, 5) == sent(steady, 0, 5)

@@ -1,0 +1,110 @@
+"""The simulated fleet as it changes during a run: its replicas, which are up, which left, and
+what the scenario's events do to them (scenario.py lists the kinds). Replicas added join every
+gateway's pool as discovery makes backends join (fleet/membership.py: probed first, at the
+pool's slow start); replicas removed are retired from every gateway's pool (drained: what they
+have in flight finishes). Keeps each region's replicas and GPUs up over time."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fleetgate.fleet.backend import REGION, ZONE, backend_id
+from fleetgate.fleet.membership import Joining, Membership, NotMember
+from fleetgate.http.client import Origin
+from fleetgate.simulate.fleet import SimBackend
+from fleetgate.simulate.scenario import EventSpec, PoolSpec, Replica, Scenario, replicas
+from fleetgate.simulate.workload import BLOCK_TOKENS
+
+
+class FleetChanges:
+    """The replicas of a run, by origin (the dict the transport and scrapers read)."""
+
+    def __init__(self, scenario: Scenario, loop: asyncio.AbstractEventLoop) -> None:
+        self.scenario = scenario
+        self._loop = loop
+        self._pools = {(r.name, p.model): p for r in scenario.regions for p in r.pools}
+        self.replicas: list[Replica] = []
+        self.backends: dict[Origin, SimBackend] = {}
+        self._by_url: dict[str, SimBackend] = {}
+        self._gone: set[str] = set()  # removed replicas' URLs
+        self.members: list[Membership] = []  # each gateway's (it adds them itself)
+        self.capacity: list[tuple[float, str, int, int]] = []  # time, region, replicas, GPUs
+        for replica in replicas(scenario):
+            self._place(replica)
+        for region in scenario.regions:
+            self._note(region.name)
+
+    def apply(self, event: EventSpec) -> None:
+        """`event` happens now (a surge is the workload's: simulate/warp.py)."""
+        if event.kind == "add":
+            self._add(event)
+        elif event.kind == "remove":
+            self._remove(event)
+        elif event.kind != "surge":
+            hit = self._present(event)
+            if event.kind == "recover":
+                for replica in hit:
+                    self._by_url[replica.url].restart()
+            else:
+                up = [r for r in hit if self._by_url[r.url].up]
+                for replica in up[: event.replicas]:
+                    backend = self._by_url[replica.url]
+                    if event.kind == "crash":
+                        backend.crash()
+                    else:
+                        backend.slow_down(event.factor)
+        if event.region:
+            self._note(event.region)
+
+    def _present(self, event: EventSpec) -> list[Replica]:
+        """The replicas of the event's region (and zone) that have not left."""
+        return [
+            r for r in self.replicas
+            if r.region == event.region and event.zone in (None, r.zone) and r.url not in self._gone
+        ]  # fmt: skip
+
+    def _add(self, event: EventSpec) -> None:
+        region = next(r for r in self.scenario.regions if r.name == event.region)
+        model = event.model or (region.pools[0].model if region.pools else "")
+        spec = self._pools.get((region.name, model))
+        if spec is None:
+            spec = PoolSpec(model=model)
+            self._pools[region.name, model] = spec
+        for _ in range(event.replicas or 0):
+            n = sum(1 for r in self.replicas if r.region == region.name and r.model == model)
+            zone = event.zone or region.zones[n % len(region.zones)]
+            url = f"http://{model}-{n}.{region.name}.sim:8000"
+            self._place(Replica(url, model, region.name, zone, spec.gpus))
+            joining = Joining(url, labels={REGION: region.name, ZONE: zone}, engine="vllm")
+            for members in self.members:
+                members.add(model, joining, probe_first=True)
+
+    def _remove(self, event: EventSpec) -> None:
+        present = self._present(event)
+        for replica in present[len(present) - (event.replicas or 0) :]:  # the newest first
+            self._gone.add(replica.url)
+            for members in self.members:
+                try:
+                    members.remove(backend_id(replica.url), replica.model)
+                except NotMember:  # a pool that never had it
+                    continue
+
+    def _place(self, replica: Replica) -> None:
+        profile = self._pools[replica.region, replica.model].engine_profile()
+        backend = SimBackend(profile, self._loop, BLOCK_TOKENS)
+        self.replicas.append(replica)
+        self.backends[Origin.parse(replica.url)] = backend
+        self._by_url[replica.url] = backend
+
+    def _note(self, region: str) -> None:
+        up = [
+            r for r in self.replicas
+            if r.region == region and r.url not in self._gone and self._by_url[r.url].up
+        ]  # fmt: skip
+        self.capacity.append((self._loop.time(), region, len(up), sum(r.gpus for r in up)))
+
+    def prefix_hit_rate(self) -> float:
+        """The fleet's prefix-cache hit rate so far (engines restarted count from then)."""
+        loads = [b.engine.load(self._loop.time()) for b in self.backends.values()]
+        queries = sum(load.prefix_queries for load in loads)
+        return sum(load.prefix_hits for load in loads) / queries if queries else 0.0
