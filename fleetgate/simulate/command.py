@@ -1,6 +1,7 @@
 """`fleetgate simulate`: run a scenario (simulate/scenario.py) and report it as `fleetgate
 bench` reports a run: the summary table (all clients, then each client region's), the rate
-the simulation ran at, and with --out the same files (summary.json, requests.jsonl).
+the simulation ran at, and with --out the same files (summary.json, requests.jsonl) and the
+report over time (simulate/page.py: timeline.json, plots, index.html).
 
 Per-token inter-token latencies are not simulated (a stream is its first token and its end):
 the report gives each request's mean time per output token (TPOT), which the goodput SLO
@@ -20,13 +21,18 @@ from rich.console import Console
 from fleetgate.bench.report import summary_table, write_results
 from fleetgate.bench.stats import RequestRecord, Summary, summarize
 from fleetgate.config import ConfigError
+from fleetgate.simulate.page import write_report
 from fleetgate.simulate.run import Outcome, simulate
 from fleetgate.simulate.scenario import Scenario, load_scenario
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scenario", required=True, type=Path, help="the scenario YAML file")
-    parser.add_argument("--out", type=Path, help="write summary.json and requests.jsonl here")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="write summary.json, requests.jsonl, timeline.json, the plots and index.html here",
+    )
     parser.add_argument("--seed", type=int, help="the run's seed (default: the scenario's)")
 
 
@@ -82,6 +88,7 @@ def main(args: argparse.Namespace) -> int:
     if args.out is not None:
         config = {"scenario": msgspec.to_builtins(scenario), "wall_s": outcome.wall_s,
                   "simulated_requests_per_s": count / outcome.wall_s}  # fmt: skip
-        for path in write_results(args.out, summaries["all clients"], config, outcome.records):
+        written = write_results(args.out, summaries["all clients"], config, outcome.records)
+        for path in [*written, *write_report(args.out, scenario, outcome, summaries)]:
             console.print(f"wrote {path}")
     return 0
