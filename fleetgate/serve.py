@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from fleetgate.autoscale.kubernetes import ActuatorUnavailable, KubernetesActuator
 from fleetgate.autoscale.local import LocalActuator
 from fleetgate.autoscale.recommender import AutoscaleSettings, Recommender
-from fleetgate.autoscale.scaler import Actuator, PoolNow, PoolScaler
+from fleetgate.autoscale.scaler import Actuator, ActuatorFactory, PoolNow, PoolScaler
 from fleetgate.batches.book import BatchBook
 from fleetgate.batches.files import FileShelf
 from fleetgate.batches.store import BatchStore
@@ -413,6 +413,7 @@ def compose(
     kv_events: KvEventFeeds | None = None,
     sources: Sequence[Source] = (),
     kept: Kept | None = None,
+    actuator: ActuatorFactory | None = None,
 ) -> tuple[Gateway, dict[str, Cluster]]:
     """The gateway over `resolved` pools and its clusters, everything wired; the checker and
     scraper, when given, start probing the backends (a benchmark or a simulator gives none),
@@ -427,7 +428,9 @@ def compose(
     pools' members follow what the discovery `sources` say, each read on its interval by
     `background`. `kept`: what a running gateway keeps from config to config (fleetgate/
     reload.py): what it holds is used, what is made is left there, and what this config
-    runs in `background` is listed there (stopped when the next is in)."""
+    runs in `background` is listed there (stopped when the next is in). `actuator`: what
+    changes an autoscaled pool's replicas instead of its config's actuator (the simulator's);
+    with shared state, the holder of the pool's lease acts."""
     now = clock.now  # for what only reads the time
     first = kept is None or kept.members is None  # not a reload
     kept = kept if kept is not None else Kept(RequestIds())
@@ -569,7 +572,8 @@ def compose(
 
         stop = background.every(gpus.expire_every_s, 0.0, expire_gpu_readings, wait_first=True)
         kept.tasks.append(stop)
-    _autoscale(config, kept, members, slo, state, clocks=(now, wall_clock), background=background)
+    _autoscale(config, kept, members, slo, state, clocks=(now, wall_clock), background=background,
+               actuator=actuator)  # fmt: skip
     render = metrics.render if config.server.metrics else None
     batch_api = kept.batch_api
     if batch_api is not None:
@@ -638,6 +642,7 @@ def _autoscale(
     *,
     clocks: tuple[Callable[[], float], Callable[[], float]],
     background: PeriodicTasks | None,
+    actuator: ActuatorFactory | None = None,
 ) -> None:
     """Each autoscaled pool's scaler (kept while its settings are the same), run every
     `interval_s` in `background`; a pool no longer autoscaled lets its scaler go. With state
@@ -660,20 +665,23 @@ def _autoscale(
 
         def make(model: str = model, settings: AutoscaleSettings = settings,
                  view: Callable[[], PoolNow | None] = view) -> PoolScaler:  # fmt: skip
-            actuator: Actuator | None = None
-            if settings.local is not None:
-                actuator = LocalActuator(model, settings.local, members)
-            lease = None
-            if settings.kubernetes is not None:
+            made: Actuator | None = None
+            if actuator is not None:  # the simulator's
+                made = actuator(model)
+            elif settings.kubernetes is not None:
                 try:
-                    actuator = KubernetesActuator(settings.kubernetes, clock=clocks[0])
+                    made = KubernetesActuator(settings.kubernetes, clock=clocks[0])
                 except ActuatorUnavailable as exc:
                     raise ConfigError(f"pool {model!r} autoscale.kubernetes: {exc}") from None
-                if state.shared:  # one workload, several gateways: the lease holder acts
-                    ttl_s = max(2.0, 3 * settings.interval_s)
-                    lease = state.lease("autoscale", model, ttl_s)
+            elif settings.local is not None:
+                made = LocalActuator(model, settings.local, members)
+            lease = None
+            # One fleet (a Kubernetes workload, a simulated one), several gateways: the lease
+            # holder acts (each gateway's local actuator starts workers of its own: no lease).
+            if state.shared and made is not None and not isinstance(made, LocalActuator):
+                lease = state.lease("autoscale", model, max(2.0, 3 * settings.interval_s))
             return PoolScaler(
-                view, Recommender(settings), actuator, members, clocks=clocks, model=model,
+                view, Recommender(settings), made, members, clocks=clocks, model=model,
                 lease=lease, smoothing_s=settings.smoothing_s,
             )  # fmt: skip
 

@@ -56,6 +56,9 @@ class Actuator(Protocol):
         ...
 
 
+ActuatorFactory = Callable[[str], Actuator]  # a pool's actuator, by its model
+
+
 class AutoscaleStatus(msgspec.Struct):
     """A pool's last decision, as GET /admin/autoscale and the gauges show it."""
 

@@ -28,6 +28,7 @@ class FleetChanges:
         self._by_url: dict[str, SimBackend] = {}
         self._gone: set[str] = set()  # removed replicas' URLs
         self.members: list[Membership] = []  # each gateway's (it adds them itself)
+        self.autoscaling = True  # whether the autoscalers' actuators act (`autoscale` events)
         self.capacity: list[tuple[float, str, int, int]] = []  # time, region, replicas, GPUs
         for replica in replicas(scenario):
             self._place(replica)
@@ -37,9 +38,14 @@ class FleetChanges:
     def apply(self, event: EventSpec) -> None:
         """`event` happens now (a surge is the workload's: simulate/warp.py)."""
         if event.kind == "add":
-            self._add(event)
+            region = next(r for r in self.scenario.regions if r.name == event.region)
+            model = event.model or (region.pools[0].model if region.pools else "")
+            self.add(region.name, model, event.replicas or 0, event.zone)
         elif event.kind == "remove":
-            self._remove(event)
+            present = self._present(event)
+            self.retire(present[len(present) - (event.replicas or 0) :])  # the newest first
+        elif event.kind == "autoscale":
+            self.autoscaling = event.enabled
         elif event.kind != "surge":
             hit = self._present(event)
             if event.kind == "recover":
@@ -53,7 +59,7 @@ class FleetChanges:
                         backend.crash()
                     else:
                         backend.slow_down(event.factor)
-        if event.region:
+        if event.region and event.kind not in ("add", "remove"):
             self._note(event.region)
 
     def _present(self, event: EventSpec) -> list[Replica]:
@@ -63,31 +69,40 @@ class FleetChanges:
             if r.region == event.region and event.zone in (None, r.zone) and r.url not in self._gone
         ]  # fmt: skip
 
-    def _add(self, event: EventSpec) -> None:
-        region = next(r for r in self.scenario.regions if r.name == event.region)
-        model = event.model or (region.pools[0].model if region.pools else "")
-        spec = self._pools.get((region.name, model))
+    def add(self, region: str, model: str, count: int, zone: str | None = None) -> None:
+        """`count` new replicas of `model` in `region` join every gateway's pool."""
+        spec = self._pools.get((region, model))
         if spec is None:
-            spec = PoolSpec(model=model)
-            self._pools[region.name, model] = spec
-        for _ in range(event.replicas or 0):
-            n = sum(1 for r in self.replicas if r.region == region.name and r.model == model)
-            zone = event.zone or region.zones[n % len(region.zones)]
-            url = f"http://{model}-{n}.{region.name}.sim:8000"
-            self._place(Replica(url, model, region.name, zone, spec.gpus))
-            joining = Joining(url, labels={REGION: region.name, ZONE: zone}, engine="vllm")
+            spec = self._pools[region, model] = PoolSpec(model=model)
+        zones = next(r.zones for r in self.scenario.regions if r.name == region)
+        for _ in range(count):
+            n = sum(1 for r in self.replicas if r.region == region and r.model == model)
+            where = zone or zones[n % len(zones)]
+            url = f"http://{model}-{n}.{region}.sim:8000"
+            self._place(Replica(url, model, region, where, spec.gpus))
+            joining = Joining(url, labels={REGION: region, ZONE: where}, engine="vllm")
             for members in self.members:
                 members.add(model, joining, probe_first=True)
+        self._note(region)
 
-    def _remove(self, event: EventSpec) -> None:
-        present = self._present(event)
-        for replica in present[len(present) - (event.replicas or 0) :]:  # the newest first
+    def retire(self, leaving: list[Replica]) -> None:
+        """These replicas leave every gateway's pool (drained: what they have finishes)."""
+        for replica in leaving:
             self._gone.add(replica.url)
             for members in self.members:
                 try:
                     members.remove(backend_id(replica.url), replica.model)
-                except NotMember:  # a pool that never had it
+                except NotMember:  # a pool that never had it, or that let it go already
                     continue
+        for region in {r.region for r in leaving}:
+            self._note(region)
+
+    def of(self, region: str, model: str) -> dict[str, Replica]:
+        """The replicas of `model` in `region` that have not left, by backend id."""
+        return {
+            backend_id(r.url): r for r in self.replicas
+            if r.region == region and r.model == model and r.url not in self._gone
+        }  # fmt: skip
 
     def _place(self, replica: Replica) -> None:
         profile = self._pools[replica.region, replica.model].engine_profile()

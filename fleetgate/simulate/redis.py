@@ -3,8 +3,9 @@ on the virtual clock, each command answered after the round trip from the gatewa
 
 It knows the commands the shared routing state sends, no others: the load board's sync and
 leave scripts (shared/load_board.py: each gateway's counts as a lease that lapses after its
-TTL, every gateway reading the others'), and XADD / XREAD of the decision streams
-(shared/stream.py: the prefix index's, sessions' and Responses pins' decisions). So the
+TTL, every gateway reading the others'), XADD / XREAD of the decision streams
+(shared/stream.py: the prefix index's, sessions' and Responses pins' decisions), and a
+lease's renewal and release (shared/lease.py: the autoscaler's, one gateway acting). So the
 gateways run their real sharing code, and the lag between them is the scenario's: the sync
 intervals of their `state:` config plus the round trip (`state_rtt_ms`)."""
 
@@ -15,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fleetgate.clock import Clock
+from fleetgate.shared.lease import _RELEASE, _RENEW
 from fleetgate.shared.load_board import _LEAVE, _SYNC
 
 Execute = Callable[..., Awaitable[Any]]
@@ -28,6 +30,7 @@ class SimRedis:
         self._leases: dict[bytes, dict[bytes, tuple[float, list[bytes]]]] = {}  # board -> gw
         self._streams: dict[bytes, list[tuple[bytes, dict[bytes, bytes]]]] = {}
         self._ids = itertools.count(1)
+        self._holders: dict[bytes, tuple[bytes, float]] = {}  # lease key -> holder, lapses at
 
     def client(self, rtt_s: float) -> Execute:
         """The `execute` of a gateway whose commands take `rtt_s` there and back."""
@@ -47,6 +50,8 @@ class SimRedis:
         if name == "EVAL" and command[1] == _LEAVE:
             self._leases.get(_b(command[3]), {}).pop(_b(command[5]), None)
             return None
+        if name == "EVAL" and command[1] in (_RENEW, _RELEASE):  # 1 key holder [ttl_ms]
+            return self._lease(command[1] == _RENEW, _b(command[3]), _b(command[4]), command[5:])
         if name == "XADD":  # key MAXLEN ~ keep * field value ...
             key, keep, fields = _b(command[1]), int(command[4]), command[6:]
             entries = self._streams.setdefault(key, [])
@@ -58,6 +63,21 @@ class SimRedis:
             newer = [e for e in self._streams.get(key, []) if _id(e[0]) > _id(last)][:count]
             return [[key, newer]] if newer else []
         raise NotImplementedError(f"the simulated Redis does not know {name!r}")
+
+    def _lease(self, renew: bool, key: bytes, holder: bytes, ttl: tuple[Any, ...]) -> int:
+        now = self._clock.now()
+        held = self._holders.get(key)
+        if held is not None and held[1] <= now:
+            held = None
+        if not renew:
+            if held is not None and held[0] == holder:
+                del self._holders[key]
+                return 1
+            return 0
+        if held is None or held[0] == holder:
+            self._holders[key] = (holder, now + int(ttl[0]) / 1000)
+            return 1
+        return 0
 
     def _sync(self, board: bytes, me: bytes, ttl_ms: int, fields: tuple[Any, ...]) -> Any:
         now = self._clock.now()

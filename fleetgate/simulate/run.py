@@ -12,6 +12,7 @@ records what a benchmark client would: status, time to the first token, the end.
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from array import array
@@ -29,12 +30,19 @@ from fleetgate.routing.base import RoutingRequest
 from fleetgate.running import resolve
 from fleetgate.serve import compose
 from fleetgate.shared.state import RoutingState
+from fleetgate.simulate.autoscale import SimActuator
 from fleetgate.simulate.changes import FleetChanges
 from fleetgate.simulate.fleet import Fleet, VirtualTransport
 from fleetgate.simulate.loop import VirtualTimeLoop
 from fleetgate.simulate.probes import SimScraper
 from fleetgate.simulate.redis import SimRedis
-from fleetgate.simulate.scenario import EventSpec, Scenario, gateway_config
+from fleetgate.simulate.scenario import (
+    EventSpec,
+    PoolSpec,
+    RegionSpec,
+    Scenario,
+    gateway_config,
+)
 from fleetgate.simulate.warp import Warp
 from fleetgate.simulate.workload import SimRequest, prompt_bytes, requests
 from fleetgate.traffic.door import ANONYMOUS_CALLER
@@ -140,6 +148,7 @@ class Simulation:
                 gateway, _ = compose(
                     config, resolve(config), transport=transport, clock=clock, rng=rng,
                     wall_clock=clock.now, state=state, kept=kept,
+                    actuator=functools.partial(self._actuator, region.name),
                     checker=ActiveChecker(transport, clock, random.Random(rng.getrandbits(64))),
                     scraper=SimScraper(transport, clock, random.Random(rng.getrandbits(64)),
                                        self.backends),
@@ -155,6 +164,16 @@ class Simulation:
                 (where, director) for where, director in self.directors
                 if self.scenario.latency_s(client, where) == far
             ]  # fmt: skip
+
+    def _actuator(self, region: str, model: str) -> SimActuator:
+        """The actuator of a gateway in `region` for the pool of `model`: it scales the pool's
+        replicas there, else in the first region that has the pool."""
+        regions = self.scenario.regions
+        where = next((r for r in regions if r.name == region and _has(r, model)), None)
+        where = where or next((r for r in regions if _has(r, model)), regions[0])
+        spec = next((p for p in where.pools if p.model == model), None)
+        startup = spec.startup_s if spec is not None else PoolSpec(model=model).startup_s
+        return SimActuator(self.changes, where.name, model, self._clock, startup)
 
     async def run(self) -> float:
         """Start the gateways, send the workload, then wait for every answer; the simulated
@@ -240,6 +259,10 @@ class Simulation:
             )
         )  # fmt: skip
         self.clients[index] = request.client
+
+
+def _has(region: RegionSpec, model: str) -> bool:
+    return any(p.model == model for p in region.pools)
 
 
 def simulate(scenario: Scenario, started: float | None = None) -> Outcome:

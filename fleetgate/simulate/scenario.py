@@ -35,6 +35,14 @@ Events, each at `at_s` in a `region` (`zone`: only that zone's replicas there):
     remove     `replicas` of them leave every gateway's pool, drained: no request is cut
     surge      the workload runs `factor` times faster for `duration_s` (all clients; no
                region needed)
+    autoscale  `enabled: false` stops the autoscalers acting (they still recommend), true
+               lets them act again
+
+Autoscaling: a pool whose gateway config has `autoscale.enabled` is scaled by the gateways'
+own autoscalers (autoscale/scaler.py); what acts is the simulator's actuator: replicas start in
+the acting gateway's region, serving `startup_s` after they are asked for (pulling the image,
+loading the weights), and the ones it drains leave every gateway's pool. With several
+gateways the state must be shared (`state.url`): the holder of the pool's lease acts.
 """
 
 from __future__ import annotations
@@ -66,6 +74,7 @@ class PoolSpec(Settings, frozen=True):
     # Every step takes this many times the profile's time, as `fleetgate worker sim
     # --slowdown` runs it (a live run on a small machine is dilated to keep up).
     slowdown: float = 1.0
+    startup_s: float = 60.0  # an autoscaled replica's time from asked for to serving
 
     def __post_init__(self) -> None:
         if self.profile not in PROFILES:
@@ -75,6 +84,8 @@ class PoolSpec(Settings, frozen=True):
             raise ValueError(f"`replicas` must be >= 0, got {self.replicas}")
         if self.gpus < 1:
             raise ValueError(f"`gpus` must be >= 1, got {self.gpus}")
+        if not (self.startup_s >= 0 and math.isfinite(self.startup_s)):
+            raise ValueError(f"`startup_s` must be a time >= 0, got {self.startup_s}")
         if not (self.slowdown > 0 and math.isfinite(self.slowdown)):
             raise ValueError(f"`slowdown` must be a number > 0, got {self.slowdown}")
 
@@ -104,7 +115,7 @@ class SloSpec(Settings, frozen=True):
         return Slo(self.ttft_ms, self.itl_ms)
 
 
-EventKind = Literal["crash", "recover", "slowdown", "add", "remove", "surge"]
+EventKind = Literal["crash", "recover", "slowdown", "add", "remove", "surge", "autoscale"]
 
 
 class EventSpec(Settings, frozen=True):
@@ -118,6 +129,7 @@ class EventSpec(Settings, frozen=True):
     model: str | None = None  # add: the pool (None: the region's first)
     factor: float = 1.0  # slowdown: step time multiplied; surge: the rate multiplied
     duration_s: float = 0.0  # surge: how long
+    enabled: bool = True  # autoscale: whether the autoscalers act from now on
 
     def __post_init__(self) -> None:
         if not (self.at_s >= 0 and math.isfinite(self.at_s)):
@@ -130,7 +142,7 @@ class EventSpec(Settings, frozen=True):
             raise ValueError(f"a `{self.kind}` event needs `replicas`: how many")
         if self.kind == "surge" and not (self.duration_s > 0 and math.isfinite(self.duration_s)):
             raise ValueError("a `surge` event needs `duration_s` > 0")
-        if self.kind != "surge" and not self.region:
+        if self.kind not in ("surge", "autoscale") and not self.region:
             raise ValueError(f"a `{self.kind}` event needs the `region` it happens in")
 
 
@@ -236,6 +248,11 @@ def parse_scenario(data: Any) -> Scenario:
     except msgspec.ValidationError as exc:
         raise ConfigError(str(exc).replace("Object contains", "Unknown key:")) from None
     config = gateway_config(scenario, scenario.regions[0].name)  # its errors now, not later
+    gateways = sum(r.gateways for r in scenario.regions)
+    scaled = [p.model for p in config.pools if p.autoscale.enabled]
+    if scaled and gateways > 1 and config.state.url is None:
+        raise ConfigError(f"pool {scaled[0]!r} is autoscaled by {gateways} gateways: give the "
+                          "gateway config a `state.url` so that one of them acts")  # fmt: skip
     if config.cache.enabled and config.cache.store == "redis":
         raise ConfigError("the simulator shares routing state, not the response cache: "
                           "set cache.store to memory")  # fmt: skip

@@ -4,6 +4,7 @@ Redis does: the load board's leases, lapsing after their TTL, and the decision s
 from __future__ import annotations
 
 from fleetgate.clock import LoopClock
+from fleetgate.shared.lease import _RELEASE, _RENEW
 from fleetgate.shared.load_board import _LEAVE, _SYNC
 from fleetgate.simulate.redis import SimRedis
 
@@ -48,3 +49,20 @@ def test_stream_entries_are_read_after_the_last_one_read_and_trimmed() -> None:
     ((_, entries),) = redis.run("XREAD", "COUNT", 10, "STREAMS", "s", b"0")
     assert [e[1][b"g"] for e in entries] == [b"b", b"c"]  # the oldest trimmed
     assert redis.run("XREAD", "COUNT", 10, "STREAMS", "s", entries[-1][0]) == []
+
+
+def test_a_lease_has_one_holder_until_it_lapses_or_is_released() -> None:
+    clock = Frozen()
+    redis = SimRedis(clock)
+
+    def renew(holder: str) -> object:
+        return redis.run("EVAL", _RENEW, 1, "lease", holder, "2000")
+
+    assert (renew("a"), renew("b"), renew("a")) == (1, 0, 1)
+    clock.t = 1.9
+    assert renew("b") == 0  # a renewed at 0: held until 2.0
+    clock.t = 2.5
+    assert renew("b") == 1  # lapsed
+    assert redis.run("EVAL", _RELEASE, 1, "lease", "a") == 0  # not a's to give up
+    assert redis.run("EVAL", _RELEASE, 1, "lease", "b") == 1
+    assert renew("a") == 1

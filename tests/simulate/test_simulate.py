@@ -189,3 +189,38 @@ def test_a_surge_sends_the_workload_faster_for_its_duration() -> None:
 
     assert sent(outcome, 5, 9) == sent(steady, 5, 17)  # 12 s of workload in 4
     assert sent(outcome, 0, 5) == sent(steady, 0, 5)
+
+
+def autoscaled(events: list[dict[str, Any]], gateways: int = 1, shared: bool = False) -> Scenario:
+    """One replica to start with, under more load than it can carry, autoscaled."""
+    scale = {"enabled": True, "min_replicas": 1, "max_replicas": 6, "interval_s": 5,
+             "target_in_flight": 16}  # fmt: skip
+    gateway: dict[str, Any] = {"pools": [{"model": "m", "autoscale": scale}]}
+    if shared:
+        gateway["state"] = {"url": "redis://simulated:6379/0", "load_sync_s": 0.05}
+    return parse_scenario({
+        "regions": [{"name": "r", "gateways": gateways,
+                     "pools": [{"model": "m", "replicas": 1, "startup_s": 10}]}],
+        "workload": {"name": "azure-conv", "max_requests": 1500, "speed": 4.0},
+        "gateway": gateway, "events": events,
+    })  # fmt: skip
+
+
+def test_the_gateways_autoscaler_adds_replicas_that_serve_after_their_start_up() -> None:
+    grown = simulate(autoscaled([]))
+    ups = [(t, up) for t, _, up, _ in grown.capacity]
+    assert ups[0] == (0.0, 1) and ups[-1][1] >= 3
+    assert ups[1][0] >= 5 + 10  # a tick, then the start-up
+    # Stopped from the start: it recommends, nothing acts.
+    held = simulate(autoscaled([{"at_s": 0, "kind": "autoscale", "enabled": False}]))
+    assert [up for _, _, up, _ in held.capacity] == [1]
+    assert e2e_between(grown, 40, 60) < 0.5 * e2e_between(held, 40, 60)
+
+
+def test_two_gateways_sharing_state_scale_the_pool_once() -> None:
+    one = simulate(autoscaled([]))
+    two = simulate(autoscaled([], gateways=2, shared=True))  # the lease holder acts
+    assert all(r.ok for r in two.records)
+    assert abs(two.capacity[-1][2] - one.capacity[-1][2]) <= 1
+    with pytest.raises(ConfigError, match="give the gateway config a `state"):
+        autoscaled([], gateways=2)
