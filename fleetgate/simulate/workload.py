@@ -15,7 +15,9 @@ and answer lengths. Each request comes from one of the client regions, drawn by 
 
 from __future__ import annotations
 
+import bisect
 import functools
+import heapq
 import itertools
 import math
 import random
@@ -43,6 +45,8 @@ from fleetgate.settings import Settings
 BLOCK_TOKENS = 512  # a prompt block, as Mooncake's trace counts them
 BLOCK_BYTES = BLOCK_TOKENS * BYTES_PER_TOKEN
 _FRESH = 1 << 40  # block ids made for prompts without any: above every trace's own
+_COPY = 1 << 48  # a trace copy's block ids are its own: the copy's number times this added
+MAX_USERS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,10 @@ class WorkloadSettings(Settings, frozen=True):
     speed: float = 1.0  # a trace's times divided by this
     rate: float | None = None  # req/s of a Poisson process instead of a trace's times
     length_scale: float = 1.0  # prompt and answer lengths multiplied by this
+    # A trace's traffic from this many populations of users at once: the trace replayed that
+    # many times over, each copy's prompts its own (no block shared across copies) and its
+    # times the trace's shifted by copy / users of the trace's span (wrapping around).
+    users: int = 1
     duration_s: float = 3600.0  # requests sent after this are not
     max_requests: int | None = None
     clients: Mapping[str, float] = msgspec.field(default_factory=dict)  # region -> share
@@ -80,6 +88,10 @@ class WorkloadSettings(Settings, frozen=True):
             raise ValueError(f"workload.rate must be a number of req/s > 0, not {self.rate}")
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError("workload.max_requests must be at least 1")
+        if not 1 <= self.users <= MAX_USERS:
+            raise ValueError(f"workload.users must be in 1..{MAX_USERS}, got {self.users}")
+        if self.users > 1 and self.name not in ("azure-conv", "mooncake-conv", "trace"):
+            raise ValueError("workload.users replays a trace: give a rate for generated ones")
         if any(not (share > 0 and math.isfinite(share)) for share in self.clients.values()):
             raise ValueError("workload.clients: each region's share must be > 0")
 
@@ -93,7 +105,8 @@ def requests(
     clients = _clients(shares, rng)
     arrivals = _arrivals(settings)
     if settings.name in ("azure-conv", "mooncake-conv", "trace"):
-        timed = schedule(_from_rows(_rows(settings), settings.length_scale), arrivals, rng)
+        rows = _rows(settings) if settings.users == 1 else _copies(settings)
+        timed = schedule(_from_rows(rows, settings.length_scale), arrivals, rng)
     else:
         timed = _from_specs(_generated(settings, rng), settings.length_scale)
     for request, client in zip(bounded(timed, settings.duration_s, settings.max_requests),
@@ -118,6 +131,30 @@ def _rows(settings: WorkloadSettings) -> Iterator[TraceRow]:
     else:
         with open_trace(AZURE_CONV) as f:
             yield from azure_rows(f, AZURE_CONV)
+
+
+def _copies(settings: WorkloadSettings) -> Iterator[TraceRow]:
+    """`settings.users` copies of the trace, merged by time (module docstring)."""
+    rows = list(_rows(settings))  # a trace's rows are small: 12k for the Mooncake hour
+    if not rows:
+        return iter(())
+    span = rows[-1].at_s + 1e-3
+    times = [r.at_s for r in rows]
+    n = settings.users
+    pieces: list[Iterator[TraceRow]] = []
+    for copy in range(n):
+        shift = span * copy / n
+        cut = bisect.bisect_left(times, span - shift)  # from here on, wrapped around
+        pieces.append(_moved(rows, cut, len(rows), shift - span, copy * _COPY))
+        pieces.append(_moved(rows, 0, cut, shift, copy * _COPY))
+    return heapq.merge(*pieces, key=lambda r: r.at_s)
+
+
+def _moved(rows: list[TraceRow], start: int, end: int, shift: float,
+           offset: int) -> Iterator[TraceRow]:  # fmt: skip
+    for r in itertools.islice(rows, start, end):
+        blocks = tuple(h + offset for h in r.hash_ids) if offset else r.hash_ids
+        yield TraceRow(r.at_s + shift, r.input_tokens, r.output_tokens, blocks)
 
 
 def _from_rows(rows: Iterable[TraceRow], scale: float) -> Iterator[SimRequest]:
