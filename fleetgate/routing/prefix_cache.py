@@ -27,7 +27,15 @@ under cache pressure, or each holds the same preamble): sending it where it went
 each prefix one home, which is what keeps it cached.
 
 Every pick is recorded in the index (`chosen`), and each backend's share of the index follows
-its engine's reported KV capacity. O(prompt blocks + candidates) per pick. The index knows
+its engine's reported KV capacity. O(prompt blocks + candidates) per pick.
+
+Blocks are `block_bytes` long, or longer in a large pool: each backend's share of the index
+(max entries / backends) must cover its engine's KV cache, so blocks double until the largest
+reported cache fits in a share. With 64 MB and 8 backends of 430k tokens that is the 128 bytes
+given; with 252 backends of 470k tokens, 4 KB (a 12,000-token prompt is 12 blocks, not 375:
+with 128-byte blocks each backend's share would hold about one such prompt, and recording one
+would evict as many entries as it adds). Prefixes then match in whole larger blocks. The index
+keeps what was recorded under the old size until its LRU lets it go; it matches nothing new. The index knows
 backends by id; so do the backends this scorer nominates for a large pool's shortlist.
 """
 
@@ -42,6 +50,11 @@ from fleetgate.routing.prefix_index import MemoryPrefixIndex, block_hashes, entr
 from fleetgate.routing.prompt_tokens import prompt_token_ids
 from fleetgate.routing.stores import EngineBlocks, PrefixIndex
 from fleetgate.settings import Settings, at_least, positive
+
+
+# Blocks grow no longer than this (16k tokens) however large the pool: prompts must still be
+# told apart by their prefixes.
+MAX_BLOCK_BYTES = 65536
 
 
 class PrefixCacheParams(Settings, frozen=True):
@@ -76,8 +89,10 @@ class PrefixCacheScorer:
         sized by `memory_mb`); None: one of its own in this process. `engine_blocks`: what
         the pool's engines report holding, when some publish KV-cache events."""
         self._loads = loads
-        self.index = MemoryPrefixIndex(entries_for(params.memory_mb)) if index is None else index
-        self._block_bytes = params.block_bytes
+        self._max_entries = entries_for(params.memory_mb)
+        self.index = MemoryPrefixIndex(self._max_entries) if index is None else index
+        self._least_block_bytes = params.block_bytes
+        self.block_bytes = params.block_bytes  # now: grown in a large pool (module docstring)
         self._balance_abs = params.balance_abs
         self._balance_rel = params.balance_rel
         self._max_nominees = params.max_nominees
@@ -94,7 +109,7 @@ class PrefixCacheScorer:
     def _hashes_of(self, request: RoutingRequest) -> list[int]:
         if request is not self._request:
             self._request = request
-            self._hashes = block_hashes(request.prompt, self._block_bytes)
+            self._hashes = block_hashes(request.prompt, self.block_bytes)
         return self._hashes
 
     def _ids_in(self, candidates: Sequence[BackendState]) -> list[str]:
@@ -177,6 +192,7 @@ class PrefixCacheScorer:
                 engine.expect(state.backend.id, tokens, now)
 
     def _follow_capacities(self, candidates: Sequence[BackendState]) -> None:
+        changed = []
         for state in candidates:
             engine = state.engine
             if engine is None or engine.kv_capacity_tokens is None:
@@ -185,5 +201,16 @@ class PrefixCacheScorer:
             backend = state.backend.id
             if self._capacity.get(backend) != tokens:
                 self._capacity[backend] = tokens
-                blocks = int(tokens * BYTES_PER_TOKEN // self._block_bytes)
-                self.index.set_capacity(backend, blocks)
+                changed.append(backend)
+        if not changed:
+            return
+        share = max(1, self._max_entries // len(self._capacity))
+        block = self._least_block_bytes
+        cache_bytes = max(self._capacity.values()) * BYTES_PER_TOKEN
+        while block < MAX_BLOCK_BYTES and cache_bytes > share * block:
+            block *= 2
+        if block != self.block_bytes:  # every backend's share is counted in the new blocks
+            self.block_bytes, self._request, changed = block, None, list(self._capacity)
+        for backend in changed:
+            blocks = int(self._capacity[backend] * BYTES_PER_TOKEN // block)
+            self.index.set_capacity(backend, blocks)

@@ -11,6 +11,7 @@ intervals of their `state:` config plus the round trip (`state_rtt_ms`)."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -29,6 +30,7 @@ class SimRedis:
         self._clock = clock
         self._leases: dict[bytes, dict[bytes, tuple[float, list[bytes]]]] = {}  # board -> gw
         self._streams: dict[bytes, list[tuple[bytes, dict[bytes, bytes]]]] = {}
+        self._numbers: dict[bytes, list[int]] = {}  # each stream's entry ids, as numbers
         self._ids = itertools.count(1)
         self._holders: dict[bytes, tuple[bytes, float]] = {}  # lease key -> holder, lapses at
 
@@ -55,12 +57,17 @@ class SimRedis:
         if name == "XADD":  # key MAXLEN ~ keep * field value ...
             key, keep, fields = _b(command[1]), int(command[4]), command[6:]
             entries = self._streams.setdefault(key, [])
-            entries.append((b"%d-0" % next(self._ids), _pairs(fields)))
-            del entries[: max(0, len(entries) - keep)]
+            numbers = self._numbers.setdefault(key, [])
+            number = next(self._ids)
+            entries.append((b"%d-0" % number, _pairs(fields)))
+            numbers.append(number)
+            if len(entries) > 2 * keep:  # trimmed now and then, as MAXLEN ~ does
+                del entries[: len(entries) - keep], numbers[: len(numbers) - keep]
             return entries[-1][0]
         if name == "XREAD":  # COUNT n STREAMS key last
             count, key, last = int(command[2]), _b(command[4]), _b(command[5])
-            newer = [e for e in self._streams.get(key, []) if _id(e[0]) > _id(last)][:count]
+            start = bisect.bisect_right(self._numbers.get(key, []), _id(last))
+            newer = self._streams.get(key, [])[start : start + count]
             return [[key, newer]] if newer else []
         raise NotImplementedError(f"the simulated Redis does not know {name!r}")
 

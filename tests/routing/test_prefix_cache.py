@@ -154,6 +154,28 @@ def test_an_engine_reported_kv_capacity_shrinks_its_share_of_the_index() -> None
 
 
 @pytest.mark.parametrize(
+    ("backends", "kv_tokens", "block"),
+    [(8, 430_000, 128), (16, 430_000, 256), (252, 470_000, 4096), (1000, 10**9, 65536)],
+)
+def test_in_a_large_pool_blocks_grow_until_each_share_of_the_index_covers_a_cache(
+    backends: int, kv_tokens: int, block: int
+) -> None:
+    router, scorer = prefix_router(backends)
+    for state in router.pool.states:
+        state.engine = EngineLoad(0, 0, 0.0, 0.0, 0.0, None, 0.0, kv_capacity_tokens=kv_tokens)
+    for i in range(300):  # a large pool's picks score a shortlist: each backend comes up
+        router.pick(asking(system_prompt(i), "q"), 0.0)
+    long_prompt = asking(SYSTEM * 40, "q")  # 640 blocks of 128 bytes
+    home = sent(router, long_prompt)
+    assert scorer.block_bytes == block
+    hashes = block_hashes(long_prompt.prompt, block)
+    assert scorer.index.matches(hashes) == {home.backend.id: len(hashes)}
+    share = entries_for(64.0) // backends
+    assert scorer.index.capacity(home.backend.id) == min(share, kv_tokens * 4 // block)
+    assert router.pick(asking(SYSTEM * 40, "again"), 1.0) is home  # its prefix, in big blocks
+
+
+@pytest.mark.parametrize(
     "params",
     [{"memory_mb": 0}, {"block_bytes": 8}, {"balance_abs": -1}, {"balance_rel": 0.5}],
 )

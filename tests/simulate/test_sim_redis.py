@@ -47,7 +47,7 @@ def test_stream_entries_are_read_after_the_last_one_read_and_trimmed() -> None:
     assert key == b"s" and [e[1] for e in entries] == [{b"g": b"b", b"r": b"y"}]
     redis.run("XADD", "s", "MAXLEN", "~", 2, "*", "g", "c", "r", "z")
     ((_, entries),) = redis.run("XREAD", "COUNT", 10, "STREAMS", "s", b"0")
-    assert [e[1][b"g"] for e in entries] == [b"b", b"c"]  # the oldest trimmed
+    assert [e[1][b"g"] for e in entries] == [b"a", b"b", b"c"]  # trimmed past 2 x keep only
     assert redis.run("XREAD", "COUNT", 10, "STREAMS", "s", entries[-1][0]) == []
 
 
@@ -66,3 +66,11 @@ def test_a_lease_has_one_holder_until_it_lapses_or_is_released() -> None:
     assert redis.run("EVAL", _RELEASE, 1, "lease", "a") == 0  # not a's to give up
     assert redis.run("EVAL", _RELEASE, 1, "lease", "b") == 1
     assert renew("a") == 1
+
+
+def test_a_stream_is_trimmed_to_about_its_length_as_maxlen_tilde_does() -> None:
+    redis = SimRedis(Frozen())
+    for i in range(5):
+        redis.run("XADD", "s", "MAXLEN", "~", 2, "*", "g", "a", "r", str(i))
+    ((_, entries),) = redis.run("XREAD", "COUNT", 10, "STREAMS", "s", b"0")
+    assert 2 <= len(entries) <= 4 and entries[-1][1][b"r"] == b"4"
