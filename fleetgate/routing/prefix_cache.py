@@ -27,7 +27,8 @@ under cache pressure, or each holds the same preamble): sending it where it went
 each prefix one home, which is what keeps it cached.
 
 Every pick is recorded in the index (`chosen`), and each backend's share of the index follows
-its engine's reported KV capacity. O(prompt blocks + candidates) per pick.
+its engine's reported KV capacity. O(prompt blocks + candidates) per pick. The index knows
+backends by id; so do the backends this scorer nominates for a large pool's shortlist.
 
 Blocks are `block_bytes` long, or longer in a large pool: each backend's share of the index
 (max entries / backends) must cover its engine's KV cache, so blocks double until the largest
@@ -35,8 +36,7 @@ reported cache fits in a share. With 64 MB and 8 backends of 430k tokens that is
 given; with 252 backends of 470k tokens, 4 KB (a 12,000-token prompt is 12 blocks, not 375:
 with 128-byte blocks each backend's share would hold about one such prompt, and recording one
 would evict as many entries as it adds). Prefixes then match in whole larger blocks. The index
-keeps what was recorded under the old size until its LRU lets it go; it matches nothing new. The index knows
-backends by id; so do the backends this scorer nominates for a large pool's shortlist.
+keeps what was recorded under the old size until its LRU lets it go; it matches nothing new.
 """
 
 from __future__ import annotations
@@ -50,7 +50,6 @@ from fleetgate.routing.prefix_index import MemoryPrefixIndex, block_hashes, entr
 from fleetgate.routing.prompt_tokens import prompt_token_ids
 from fleetgate.routing.stores import EngineBlocks, PrefixIndex
 from fleetgate.settings import Settings, at_least, positive
-
 
 # Blocks grow no longer than this (16k tokens) however large the pool: prompts must still be
 # told apart by their prefixes.
