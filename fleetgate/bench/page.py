@@ -26,7 +26,7 @@ from fleetgate.bench.stats import RequestRecord, Summary
 from fleetgate.bench.timeline import timeline
 
 INDEX_FILE = "index.html"
-_STYLE = """
+STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 960px; color: #222; }
 table { border-collapse: collapse; margin: 1em 0; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; }
@@ -65,16 +65,16 @@ def page_html(
 ) -> str:
     """The whole index.html."""
     totals = "".join(
-        _row([row.label, row.value], "error" if row.is_error else None)
+        table_row([row.label, row.value], "error" if row.is_error else None)
         for row in totals_rows(summary)
     )
     head = "".join(f"<th>{name}</th>" for name in LATENCY_COLUMNS)
-    latencies = "".join(_row([label, *cells]) for label, cells in latency_rows(summary))
-    figures = "".join(_figure(p) for p in PLOTS)
+    latencies = "".join(table_row([label, *cells]) for label, cells in latency_rows(summary))
+    figures = "".join(figure_html(p) for p in PLOTS)
     # Where the reader looks for load per backend: its plot, or why there is none.
     data = f'<a href="{SUMMARY_FILE}">{SUMMARY_FILE}</a>'
     if backends is not None and backends.backends:
-        per_backend = _figure(BACKENDS)
+        per_backend = figure_html(BACKENDS)
         data += f', each backend\'s samples <a href="{BACKENDS_FILE}">{BACKENDS_FILE}</a>'
     else:
         per_backend = f"<p>{escape(needs_gateway(backends))}</p>"
@@ -87,7 +87,7 @@ def page_html(
 <head>
 <meta charset="utf-8">
 <title>{escape(title)}</title>
-<style>{_STYLE}</style>
+<style>{STYLE}</style>
 </head>
 <body>
 <h1>{escape(title)}</h1>
@@ -105,14 +105,14 @@ def page_html(
 """
 
 
-def _figure(plot: Plot) -> str:
+def figure_html(plot: Plot) -> str:
     return (
         f'<figure><img src="{escape(plot.file)}" alt="{escape(plot.caption)}">'
         f"<figcaption>{escape(plot.caption)}</figcaption></figure>"
     )
 
 
-def _row(cells: Sequence[str], css_class: str | None = None) -> str:
+def table_row(cells: Sequence[str], css_class: str | None = None) -> str:
     """A table row: the first cell a label, the others numbers (aligned right)."""
     label, *numbers = (escape(cell) for cell in cells)
     tr = "<tr>" if css_class is None else f'<tr class="{css_class}">'

@@ -1,9 +1,10 @@
 """A run's plots over time, as PNG files: latency, throughput, load with errors, and (from a
 fleetgate gateway's /metrics) load on each backend.
 
-matplotlib is imported when a figure is made (`_figure`), not at the top: only a report needs it, so
-`fleetgate serve` and a bench run without --out never load it. Figures are drawn with the Agg
-canvas directly (no pyplot), so nothing here needs a display or touches global state.
+matplotlib is imported when a figure is made (`new_figure`), not at the top: only a report
+needs it, so `fleetgate serve` and a bench run without --out never load it. Figures are drawn
+with the Agg canvas directly (no pyplot), so nothing here needs a display or touches global
+state. The simulator's report (simulate/page.py) draws its figures with the same helpers.
 """
 
 from __future__ import annotations
@@ -44,11 +45,11 @@ def write_plots(out_dir: Path, line: Timeline) -> list[Path]:
     mids = [s + line.width_s / 2 for s in line.starts_s]
     written = []
     for plot, draw in ((LATENCY, _latency), (THROUGHPUT, _throughput), (LOAD, _load)):
-        figure = _figure()
+        figure = new_figure()
         top, bottom = figure.subplots(2, 1, sharex=True)
         draw(top, bottom, mids, line)
         bottom.set_xlabel(f"seconds into the run ({line.width_s:g} s windows)")
-        written.append(_save(figure, out_dir, plot))
+        written.append(save_figure(figure, out_dir, plot))
     return written
 
 
@@ -56,7 +57,7 @@ def write_backend_plot(out_dir: Path, load: BackendLoad, end_s: float) -> Path:
     """Draw `BACKENDS` into `out_dir`: in flight per backend with its unhealthy stretches
     shaded (top), answers/s per backend with errors/s marked (bottom). `end_s`: the run's
     length, where an unhealthy stretch still open at the last scrape ends."""
-    figure = _figure()
+    figure = new_figure()
     top, bottom = figure.subplots(2, 1, sharex=True)
     for i, (name, series) in enumerate(sorted(load.backends.items())):
         _backend(top, bottom, name, series, f"C{i % 10}", end_s)
@@ -71,7 +72,7 @@ def write_backend_plot(out_dir: Path, load: BackendLoad, end_s: float) -> Path:
         axes.grid(alpha=0.3)
         # Beside the axes, not over them: a fleet's legend can be long.
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    return _save(figure, out_dir, BACKENDS)
+    return save_figure(figure, out_dir, BACKENDS)
 
 
 def _backend(
@@ -98,7 +99,7 @@ def _gaps(values: Sequence[float | None]) -> list[float]:
     return [float("nan") if v is None else v for v in values]
 
 
-def _figure() -> Figure:
+def new_figure() -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -107,7 +108,7 @@ def _figure() -> Figure:
     return figure
 
 
-def _save(figure: Figure, out_dir: Path, plot: Plot) -> Path:
+def save_figure(figure: Figure, out_dir: Path, plot: Plot) -> Path:
     figure.suptitle(plot.caption, fontsize="medium")
     path = out_dir / plot.file
     figure.savefig(path)

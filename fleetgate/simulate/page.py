@@ -16,9 +16,8 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetgate.bench.page import _STYLE, INDEX_FILE, _row
-from fleetgate.bench.page import _figure as _html_figure
-from fleetgate.bench.plots import Plot, _figure, _save
+from fleetgate.bench.page import INDEX_FILE, STYLE, figure_html, table_row
+from fleetgate.bench.plots import Plot, new_figure, save_figure
 from fleetgate.bench.report import (
     LATENCY_COLUMNS,
     RECORDS_FILE,
@@ -107,19 +106,19 @@ def write_plots(
     events = happened(outcome)
     written = []
     for plot, panels in _LINES:
-        figure = _figure()
+        figure = new_figure()
         axes = list(figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0])
         for a, panel in zip(axes, panels, strict=True):
             _panel(a, panel, x, series, colors)
         _time_axis(axes, events, outcome.end_s)
-        written.append(_save(figure, out_dir, plot))
-    figure = _figure()
+        written.append(save_figure(figure, out_dir, plot))
+    figure = new_figure()
     axes = list(figure.subplots(2, 1, sharex=True))
     fleet, by_region = capacity(scenario, outcome)
     shown = {ALL: fleet, **by_region} if len(by_region) > 1 else by_region
     _capacity(axes, shown, colors, outcome.end_s)
     _time_axis(axes, events, outcome.end_s)
-    return [*written, _save(figure, out_dir, REPLICAS)]
+    return [*written, save_figure(figure, out_dir, REPLICAS)]
 
 
 def _panel(
@@ -188,28 +187,28 @@ def page_html(scenario: Scenario, summaries: Mapping[str, Summary], doc: Mapping
     head = "".join(f"<th>{name}</th>" for name in LATENCY_COLUMNS)
     tables = "".join(
         f"<h3>{escape(label)}</h3><table>"
-        + "".join(_row([r.label, r.value], "error" if r.is_error else None)
+        + "".join(table_row([r.label, r.value], "error" if r.is_error else None)
                   for r in totals_rows(summary))
         + f"</table><table><tr><th>latency (ms)</th>{head}</tr>"
-        + "".join(_row([name, *cells]) for name, cells in latency_rows(summary))
+        + "".join(table_row([name, *cells]) for name, cells in latency_rows(summary))
         + "</table>"
         for label, summary in summaries.items()
     )  # fmt: skip
     failovers = "".join(_failover_row(f) for f in doc["failovers"])
     if not failovers:
-        failovers = _row(["no crash in the scenario", "", "", ""])
+        failovers = table_row(["no crash in the scenario", "", "", ""])
     regions = doc["regions"]
     gpu_rows = "".join(
-        _row([name, f"{series[-1]['gpu_s'] / 3600:,.3f}"]) for name, series in regions.items()
+        table_row([name, f"{series[-1]['gpu_s'] / 3600:,.3f}"]) for name, series in regions.items()
     )
-    figures = "".join(_html_figure(p) for p in PLOTS)
+    figures = "".join(figure_html(p) for p in PLOTS)
     data = ", ".join(f'<a href="{f}">{f}</a>' for f in (TIMELINE_FILE, SUMMARY_FILE, RECORDS_FILE))
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>{escape(title)}</title>
-<style>{_STYLE}</style>
+<style>{STYLE}</style>
 </head>
 <body>
 <h1>{escape(title)}</h1>
@@ -225,7 +224,7 @@ that succeeded, it and the {RECOVERED_RUN - 1} sent after it at least
 {failovers}</table>
 <h2>GPU-hours</h2>
 <table><tr><th>region</th><th>GPU-hours</th></tr>{gpu_rows}
-{_row(["all", f"{doc['gpu_hours']:,.3f}"])}</table>
+{table_row(["all", f"{doc['gpu_hours']:,.3f}"])}</table>
 <h2>Over time</h2>
 <p>By windows of {doc["window_s"]:g} s: latencies and availability of the requests sent in
 each, throughput and goodput of those that ended in it.</p>
@@ -243,4 +242,4 @@ def _failover_row(failover: Mapping[str, Any]) -> str:
     replicas = "all" if failover["replicas"] is None else str(failover["replicas"])
     served = failover["served_again_s"]
     after = "not by the end" if served is None else f"{served:.1f} s"
-    return _row([f"{failover['at_s']:g} s", f"crash {place}", replicas, after])
+    return table_row([f"{failover['at_s']:g} s", f"crash {place}", replicas, after])
