@@ -94,9 +94,10 @@ def ratio(value: float | None, base: float | None) -> float | None:
     return value / base
 
 
-def compare_table(runs: Sequence[SavedRun]) -> Table:
-    """A row per number, a column per run; later runs' cells carry their ratio to the first."""
-    table = Table(title="fleetgate bench: saved runs (ratios to the first)", title_style="bold")
+def compare_table(runs: Sequence[SavedRun], title: str = "fleetgate bench: saved runs") -> Table:
+    """A row per number, a column per run; later runs' cells carry their ratio to the first.
+    `title`: what the runs are (`fleetgate simulate --compare` names its scenario)."""
+    table = Table(title=f"{title} (ratios to the first)", title_style="bold")
     table.add_column("")
     for run in runs:
         table.add_column(run.name, justify="right")

@@ -21,6 +21,7 @@ from rich.console import Console
 from fleetgate.bench.report import summary_table, write_results
 from fleetgate.bench.stats import RequestRecord, Summary, summarize
 from fleetgate.config import ConfigError
+from fleetgate.simulate import capacity, compare
 from fleetgate.simulate.page import write_report
 from fleetgate.simulate.run import Outcome, simulate
 from fleetgate.simulate.scenario import Scenario, load_scenario
@@ -34,6 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="write summary.json, requests.jsonl, timeline.json, the plots and index.html here",
     )
     parser.add_argument("--seed", type=int, help="the run's seed (default: the scenario's)")
+    compare.add_arguments(parser)
+    capacity.add_arguments(parser)
 
 
 def process_age_s() -> float:
@@ -75,6 +78,16 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         errors.print(f"[red]error:[/] {exc}")
         return 2
+    if args.compare is not None and args.find_replicas is not None:
+        errors.print("[red]error:[/] --compare and --find-replicas are two studies: give one")
+        return 2
+    if args.compare is not None:
+        return compare.compare(scenario, args.compare, args.out, report)
+    if args.find_replicas is not None:
+        return capacity.find_replicas(
+            scenario, args.find_replicas, target=args.target, slo_ttft_ms=args.slo_ttft_ms,
+            slo_itl_ms=args.slo_itl_ms, out=args.out, report=report,
+        )  # fmt: skip
     outcome = simulate(scenario, time.perf_counter() - process_age_s())
     summaries = report(scenario, outcome)
     for title, summary in summaries.items():
