@@ -10,12 +10,15 @@ judges, and no ITL distribution."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
+import rich.progress
 from rich.console import Console
 
 from fleetgate.bench.report import summary_table, write_results
@@ -23,7 +26,8 @@ from fleetgate.bench.stats import RequestRecord, Summary, summarize
 from fleetgate.config import ConfigError
 from fleetgate.simulate import capacity, compare
 from fleetgate.simulate.page import write_report
-from fleetgate.simulate.run import Outcome, simulate
+from fleetgate.simulate.report import failover_times, gpu_hours
+from fleetgate.simulate.run import Outcome, Progress, simulate
 from fleetgate.simulate.scenario import Scenario, load_scenario
 
 
@@ -69,6 +73,27 @@ def report(scenario: Scenario, outcome: Outcome) -> dict[str, Summary]:
     return summaries
 
 
+@contextlib.contextmanager
+def _progress(console: Console, duration_s: float) -> Iterator[Progress]:
+    """A progress bar on `console` (a terminal's only): simulated time, requests, speed."""
+    bar = rich.progress.Progress(
+        rich.progress.TextColumn("simulated {task.completed:,.0f} of {task.total:,.0f} s"),
+        rich.progress.BarColumn(),
+        rich.progress.TextColumn("{task.fields[said]}"),
+        console=console, transient=True, disable=not console.is_terminal,
+    )  # fmt: skip
+    began = time.perf_counter()
+    with bar:
+        task = bar.add_task("simulate", total=duration_s, said="")
+
+        def tell(now: float, sent: int, answered: int) -> None:
+            rate = answered / max(1e-9, time.perf_counter() - began)
+            said = f"{sent:,} sent, {answered:,} answered, {rate:,.0f} requests/s"
+            bar.update(task, completed=min(now, duration_s), said=said)
+
+        yield tell
+
+
 def main(args: argparse.Namespace) -> int:
     console, errors = Console(), Console(stderr=True)
     try:
@@ -88,10 +113,21 @@ def main(args: argparse.Namespace) -> int:
             scenario, args.find_replicas, target=args.target, slo_ttft_ms=args.slo_ttft_ms,
             slo_itl_ms=args.slo_itl_ms, out=args.out, report=report,
         )  # fmt: skip
-    outcome = simulate(scenario, time.perf_counter() - process_age_s())
+    started = time.perf_counter() - process_age_s()
+    try:
+        with _progress(errors, scenario.workload.duration_s) as tell:
+            outcome = simulate(scenario, started, tell)
+    except ConfigError as exc:  # what only building the gateway finds (a pipeline's params)
+        errors.print(f"[red]error:[/] {exc}")
+        return 2
     summaries = report(scenario, outcome)
     for title, summary in summaries.items():
         console.print(summary_table(summary, f"{scenario.name}: {title}"))
+    console.print(f"GPU-hours: {gpu_hours(scenario, outcome):,.1f}")
+    for failover in failover_times(scenario, outcome):
+        event, took = failover.event, failover.served_again_s
+        said = "not served again" if took is None else f"served again after {took:,.1f} s"
+        console.print(f"{event.region} {event.kind} at {event.at_s:g} s: its clients {said}")
     count = len(outcome.records)
     console.print(
         f"simulated {count:,} requests over {outcome.end_s:,.0f} s in {outcome.wall_s:.2f} s of "

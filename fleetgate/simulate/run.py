@@ -16,6 +16,7 @@ import functools
 import random
 import time
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleetgate.bench.stats import RequestRecord
@@ -106,11 +107,20 @@ class SimClient:
         self.ended_at = self._clock.now()
 
 
+Progress = Callable[[float, int, int], None]  # simulated time, requests sent, answered
+PROGRESS_S = 1.0  # progress is told every simulated second (and at the end)
+
+
 class Simulation:
     """The scenario's fleet and gateways on one loop; `run` sends the workload through them."""
 
-    def __init__(self, scenario: Scenario, loop: VirtualTimeLoop) -> None:
+    def __init__(
+        self, scenario: Scenario, loop: VirtualTimeLoop, progress: Progress | None = None
+    ) -> None:
         self.scenario = scenario
+        self._progress = progress
+        self.sent = 0
+        self._over = False  # every request answered
         self._loop = loop
         self._clock = loop.clock()
         self._rng = random.Random(scenario.seed)
@@ -183,6 +193,8 @@ class Simulation:
         regions = [r.name for r in scenario.regions]
         for event in scenario.events:
             self._loop.call_at(event.at_s, self.changes.apply, event)
+        if self._progress is not None:
+            self._tell()
         warp = Warp((e.at_s, e.duration_s, e.factor) for e in scenario.events if e.kind == "surge")
         clock, loop = self._clock, self._loop
         workload = requests(scenario.workload, regions, random.Random(self._rng.getrandbits(64)))
@@ -192,13 +204,24 @@ class Simulation:
             if wait > 0:
                 await clock.sleep(wait)
             self.last_sent = sent
+            self.sent += 1
             task = loop.create_task(self._send(index, request, sent, regions[request.client]))
             self._tasks.add(task)
             task.add_done_callback(self._answered)
         while self._tasks:
             self._idle.clear()
             await self._idle.wait()
+        self._over = True
+        if self._progress is not None:
+            self._progress(loop.time(), self.sent, len(self.records))
         return loop.time()
+
+    def _tell(self) -> None:
+        """Tell the progress now, and again in PROGRESS_S until the run is over."""
+        assert self._progress is not None
+        self._progress(self._loop.time(), self.sent, len(self.records))
+        if not self._over:
+            self._loop.call_later(PROGRESS_S, self._tell)
 
     def _gateway(self, region: str, index: int) -> tuple[str, Director]:
         """The gateway a client in `region` reaches: one of the nearest, in turn (as a load
@@ -265,15 +288,17 @@ def _has(region: RegionSpec, model: str) -> bool:
     return any(p.model == model for p in region.pools)
 
 
-def simulate(scenario: Scenario, started: float | None = None) -> Outcome:
+def simulate(
+    scenario: Scenario, started: float | None = None, progress: Progress | None = None
+) -> Outcome:
     """Run `scenario` to its end; `started`: when the run began on time.perf_counter (the
-    command's start), else now."""
+    command's start), else now; `progress` is told how far it got now and then."""
     started = time.perf_counter() if started is None else started
     # The Runner cancels what is still running at the end (probes, scrapes) before it closes.
     with asyncio.Runner(loop_factory=lambda: VirtualTimeLoop(io=False)) as runner:
         loop = runner.get_loop()
         assert isinstance(loop, VirtualTimeLoop)
-        simulation = Simulation(scenario, loop)
+        simulation = Simulation(scenario, loop, progress)
         end = runner.run(simulation.run())
     records = sorted(simulation.records, key=lambda r: r.index)
     clients = [simulation.clients[r.index] for r in records]

@@ -224,3 +224,41 @@ def test_two_gateways_sharing_state_scale_the_pool_once() -> None:
     assert abs(two.capacity[-1][2] - one.capacity[-1][2]) <= 1
     with pytest.raises(ConfigError, match="give the gateway config a `state"):
         autoscaled([], gateways=2)
+
+
+def test_progress_is_told_as_simulated_time_passes() -> None:
+    told: list[tuple[float, int, int]] = []
+    outcome = simulate(scenario(), progress=lambda *at: told.append(at))
+    times = [t for t, _, _ in told]
+    assert len(told) > 10 and times == sorted(times)
+    assert told[-1][1:] == (300, 300) and told[-1][0] == pytest.approx(outcome.end_s, abs=1.0)
+
+
+def test_the_command_says_gpu_hours_and_when_an_outage_was_failed_over(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    data = {"regions": [{"name": "east", "pools": [{"model": "m", "replicas": 2, "gpus": 2}]},
+                        {"name": "west", "gateways": 0, "pools": [{"model": "m"}]}],
+            "workload": {"name": "azure-conv", "max_requests": 100, "speed": 4.0,
+                         "clients": {"east": 1.0}},
+            "gateway": {"pools": [{"model": "m"}]},
+            "events": [{"at_s": 3, "kind": "crash", "region": "east"},
+                       {"at_s": 6, "kind": "recover", "region": "east"}]}  # fmt: skip
+    path.write_text(yaml.safe_dump(data))
+    assert main(["simulate", "--scenario", str(path)]) == 0
+    said = capsys.readouterr().out
+    assert "GPU-hours:" in said
+    assert "east crash at 3 s: its clients served again after" in said
+
+
+def test_a_gateway_that_cannot_be_built_is_refused_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "s.yaml"
+    data = {"regions": [{"name": "r", "pools": [{"model": "m"}]}],
+            "workload": {"name": "azure-conv", "max_requests": 10},
+            "gateway": {"pools": [{"model": "m", "policy": "fastest_please"}]}}  # fmt: skip
+    path.write_text(yaml.safe_dump(data))
+    assert main(["simulate", "--scenario", str(path)]) == 2
+    assert "fastest_please" in capsys.readouterr().err
