@@ -14,7 +14,7 @@ import yaml
 from fleetgate.cli import main
 from fleetgate.config import ConfigError
 from fleetgate.simulate.run import Outcome, simulate
-from fleetgate.simulate.scenario import Scenario, parse_scenario
+from fleetgate.simulate.scenario import Scenario, gateway_config, parse_scenario
 
 
 def scenario(**changes: Any) -> Scenario:
@@ -262,3 +262,11 @@ def test_a_gateway_that_cannot_be_built_is_refused_not_a_traceback(
     path.write_text(yaml.safe_dump(data))
     assert main(["simulate", "--scenario", str(path)]) == 2
     assert "fastest_please" in capsys.readouterr().err
+
+
+def test_a_simulated_gateway_counts_for_metrics_only_when_its_config_asks() -> None:
+    assert not gateway_config(scenario(), "east").server.metrics
+    asked = scenario(gateway={"pools": [{"model": "m"}], "server": {"metrics": True}})
+    config = gateway_config(asked, "west")
+    assert config.server.metrics and not config.server.dashboard
+    assert config.server.region == "west"
