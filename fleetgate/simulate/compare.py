@@ -29,6 +29,7 @@ from fleetgate.bench.stats import Summary
 from fleetgate.config import ConfigError
 from fleetgate.routing.registry import UnknownPlugin, default_registry
 from fleetgate.simulate.parallel import Report, simulate_all
+from fleetgate.simulate.report import gpu_hours
 from fleetgate.simulate.run import Outcome
 from fleetgate.simulate.scenario import Scenario, parse_scenario
 
@@ -135,6 +136,9 @@ def compare(scenario: Scenario, configs: Sequence[str], out: Path | None, report
     tables = comparison_tables(scenario, results)
     for table in tables:
         console.print(table)
+    for r in results:  # what the bench's table has no row for: the fleet's cost
+        hours = gpu_hours(r.run.scenario, r.outcome)
+        console.print(f"{r.run.name}: {hours:,.1f} GPU-hours")
     count = len(outcomes[0].records)
     console.print(f"simulated {len(runs)} configs of {count:,} requests each in {wall:.2f} s of "
                   "wall time, in parallel processes")  # fmt: skip

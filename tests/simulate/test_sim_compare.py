@@ -51,6 +51,7 @@ def test_two_policies_see_the_same_requests_and_route_them_differently(
     said = capsys.readouterr().out
     assert "busy: all clients (ratios to the first)" in said
     assert "policy:round_robin" in said and "simulated 2 configs of 200 requests" in said
+    assert "policy:least_requests: " in said and " GPU-hours" in said
     rr, lr = summary_of(out / "policy-round_robin"), summary_of(out / "policy-least_requests")
     # The workload is the scenario's for both; what routing decides is not.
     assert rr["requests"] == lr["requests"] == 200
