@@ -82,15 +82,7 @@ def page_html(
         f"<tr><td>{escape(key)}</td><td><code>{escape(_value(value))}</code></td></tr>"
         for key, value in config.items()
     )
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{escape(title)}</title>
-<style>{STYLE}</style>
-</head>
-<body>
-<h1>{escape(title)}</h1>
+    return f"""{page_head(title)}
 <h2>Summary</h2>
 <table>{totals}</table>
 <table><tr><th>latency (ms)</th>{head}</tr>{latencies}</table>
@@ -103,6 +95,19 @@ def page_html(
 </body>
 </html>
 """
+
+
+def page_head(title: str) -> str:
+    """A report page's start, to its <h1>: the bench's and the simulator's."""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>{escape(title)}</title>
+<style>{STYLE}</style>
+</head>
+<body>
+<h1>{escape(title)}</h1>"""
 
 
 def figure_html(plot: Plot) -> str:

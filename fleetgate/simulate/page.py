@@ -16,7 +16,7 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fleetgate.bench.page import INDEX_FILE, STYLE, figure_html, table_row
+from fleetgate.bench.page import INDEX_FILE, figure_html, page_head, table_row
 from fleetgate.bench.plots import Plot, new_figure, save_figure
 from fleetgate.bench.report import (
     LATENCY_COLUMNS,
@@ -203,15 +203,7 @@ def page_html(scenario: Scenario, summaries: Mapping[str, Summary], doc: Mapping
     )
     figures = "".join(figure_html(p) for p in PLOTS)
     data = ", ".join(f'<a href="{f}">{f}</a>' for f in (TIMELINE_FILE, SUMMARY_FILE, RECORDS_FILE))
-    return f"""<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{escape(title)}</title>
-<style>{STYLE}</style>
-</head>
-<body>
-<h1>{escape(title)}</h1>
+    return f"""{page_head(title)}
 <p>{doc["duration_s"]:,.0f} s of sending, {doc["end_s"]:,.0f} s to the last answer,
 {doc["gpu_hours"]:,.3f} GPU-hours.</p>
 <h2>Summary</h2>
