@@ -104,10 +104,13 @@ def python(command: Sequence[str], new_session: bool = False) -> Iterator[Proc]:
 
 
 @contextmanager
-def sim_workers(model: str, replicas: int, profile: str = "h100-llama3-8b") -> Iterator[list[str]]:
-    """`replicas` sim workers in one process; yields their base URLs."""
+def sim_workers(
+    model: str, replicas: int, profile: str = "h100-llama3-8b", slowdown: float = 1.0
+) -> Iterator[list[str]]:
+    """`replicas` sim workers in one process, each step `slowdown` times the profile's time;
+    yields their base URLs."""
     args = ["worker", "sim", "--port", "0", "--model", model, "--profile", profile,
-            "--replicas", str(replicas)]  # fmt: skip
+            "--replicas", str(replicas), "--slowdown", str(slowdown)]  # fmt: skip
     with fleetgate(args) as proc:
         ports = proc.wait_for(r"on http://127\.0\.0\.1:(\d+)", replicas)
         yield [f"http://127.0.0.1:{p}" for p in ports]
