@@ -57,11 +57,13 @@ def process_age_s() -> float:
 
 
 def report(scenario: Scenario, outcome: Outcome) -> dict[str, Summary]:
-    """The summary over every client, then per client region (where there are several)."""
+    """The summary over every client, then per client region (where there are several).
+    Rates are per second from the start to the last answer, as `fleetgate bench` counts them
+    (its run's duration ends with its last request's end)."""
     slo = scenario.slo.slo()
 
     def summary(records: list[RequestRecord]) -> Summary:
-        return dataclasses.replace(summarize(records, outcome.duration_s, slo), itl_ms=None)
+        return dataclasses.replace(summarize(records, outcome.end_s, slo), itl_ms=None)
 
     summaries = {"all clients": summary(outcome.records)}
     regions = [r.name for r in scenario.regions]

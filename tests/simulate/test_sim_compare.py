@@ -55,7 +55,6 @@ def test_two_policies_see_the_same_requests_and_route_them_differently(
     rr, lr = summary_of(out / "policy-round_robin"), summary_of(out / "policy-least_requests")
     # The workload is the scenario's for both; what routing decides is not.
     assert rr["requests"] == lr["requests"] == 200
-    assert rr["duration_s"] == lr["duration_s"]
     assert rr["ttft_ms"] != lr["ttft_ms"]
     assert rr["slo_attainment"] != lr["slo_attainment"]
     # Each column is the single run with that policy, to the last digit.
