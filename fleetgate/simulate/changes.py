@@ -106,7 +106,7 @@ class FleetChanges:
 
     def _place(self, replica: Replica) -> None:
         profile = self._pools[replica.region, replica.model].engine_profile()
-        backend = SimBackend(profile, self._loop, BLOCK_TOKENS)
+        backend = SimBackend(profile, self._loop, BLOCK_TOKENS, replica.region)
         self.replicas.append(replica)
         self.backends[Origin.parse(replica.url)] = backend
         self._by_url[replica.url] = backend

@@ -70,8 +70,9 @@ class SimBackend:
     """One replica: its engine, stepped on the loop's virtual clock, and whether it is up."""
 
     def __init__(self, profile: EngineProfile, loop: asyncio.AbstractEventLoop,
-                 block_tokens: int) -> None:  # fmt: skip
+                 block_tokens: int, region: str = "") -> None:  # fmt: skip
         self.engine = FleetEngine(profile, block_tokens)
+        self.region = region
         self.profile = profile  # its own speed (the engine's may be slowed down)
         self.up = True
         self._loop = loop
@@ -161,11 +162,15 @@ class Fleet:
 
 
 class VirtualTransport:
-    """The gateway's transport to the simulated fleet (`Transport`, http/transport.py)."""
+    """One gateway's transport to the simulated fleet (`Transport`, http/transport.py): a
+    request and its answer each cross the network between the gateway's region and the
+    replica's (`latency`: one way, by the replica's region)."""
 
-    def __init__(self, fleet: Fleet, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, fleet: Fleet, loop: asyncio.AbstractEventLoop,
+                 latency: Callable[[str], float] = lambda region: 0.0) -> None:  # fmt: skip
         self._fleet = fleet
         self._loop = loop
+        self._latency = latency
 
     async def request(
         self,
@@ -179,25 +184,34 @@ class VirtualTransport:
         connect_timeout_s: float | None = None,
     ) -> VirtualAnswer:
         backend = self._fleet.backends.get(origin)
+        hop = 0.0 if backend is None else self._latency(backend.region)
+        if hop:  # the request on its way
+            await asyncio.sleep(hop)
         if backend is None or not backend.up:
             raise ConnectError("connection refused")
         if method != b"POST":  # a health probe: up is healthy
+            if hop:
+                await asyncio.sleep(hop)
             return VirtualAnswer(None, backend, b"{}", self._loop)
         flight = backend.submit(self._job(headers, body))
         first = flight.first
         timer = None
         if timeout_s is not None and math.isfinite(timeout_s):
             message = f"no answer within {timeout_s:g} s (the first-byte timeout)"
-            timer = self._loop.call_later(timeout_s, _fail, first, UpstreamTimeout(message))
+            # The head must leave the replica a hop before the deadline to make it.
+            timer = self._loop.call_later(timeout_s - 2 * hop, _fail, first,
+                                          UpstreamTimeout(message))  # fmt: skip
         try:
             await first
+            if hop:  # the head on its way back
+                await asyncio.sleep(hop)
         except BaseException:
             backend.abort(flight)
             raise
         finally:
             if timer is not None:
                 timer.cancel()
-        return VirtualAnswer(flight, backend, b'"stream":true' in body, self._loop)
+        return VirtualAnswer(flight, backend, b'"stream":true' in body, self._loop, hop)
 
     def _job(self, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Job:
         request_id = next((v for k, v in headers if k == _REQUEST_ID), b"")
@@ -219,8 +233,9 @@ class VirtualAnswer:
     """An answer whose head has come (`UpstreamAnswer`, http/transport.py)."""
 
     def __init__(self, flight: Flight | None, backend: SimBackend, stream: bool | bytes,
-                 loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
+                 loop: asyncio.AbstractEventLoop, hop: float = 0.0) -> None:  # fmt: skip
         self._flight = flight
+        self._hop = hop  # one way between the gateway and the replica
         self._backend = backend
         self._stream = stream is True
         self._body = stream if isinstance(stream, bytes) else b""
@@ -252,9 +267,12 @@ class VirtualAnswer:
             at, message = self._total
             if math.isfinite(at):
                 error = UpstreamTimeout(message, "total")
-                timer = self._loop.call_at(at, _fail, flight.end, error)
+                timer = self._loop.call_at(at - self._hop, _fail, flight.end, error)
         try:
-            return await flight.end
+            ended = await flight.end
+            if self._hop:  # the last chunk on its way
+                await asyncio.sleep(self._hop)
+            return ended
         except BaseException:
             self._backend.abort(flight)
             raise

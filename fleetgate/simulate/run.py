@@ -127,7 +127,6 @@ class Simulation:
         self.changes = FleetChanges(scenario, loop)
         self.backends = self.changes.backends
         self._shared = Fleet(self.backends)
-        self._transport = VirtualTransport(self._shared, loop)
         self.directors: list[tuple[str, Director]] = []
         self._nearest: dict[str, list[tuple[str, Director]]] = {}  # client region -> gateways
         self._redis = SimRedis(self._clock)  # what gateways with a `state.url` share
@@ -144,7 +143,8 @@ class Simulation:
             for _ in range(region.gateways):
                 config = gateway_config(self.scenario, region.name)
                 rng = random.Random(self._rng.getrandbits(64))
-                transport = self._transport
+                here = functools.partial(self.scenario.latency_s, region.name)
+                transport = VirtualTransport(self._shared, self._loop, here)
                 state = None
                 if config.state.url is not None:  # shared, through the simulated Redis
                     rtt = 2 * self.scenario.latency_s(region.name, self.scenario.redis_region)

@@ -270,3 +270,21 @@ def test_a_simulated_gateway_counts_for_metrics_only_when_its_config_asks() -> N
     config = gateway_config(asked, "west")
     assert config.server.metrics and not config.server.dashboard
     assert config.server.region == "west"
+
+
+def test_a_replica_in_another_region_answers_a_round_trip_later() -> None:
+    def fleet(replicas_in: str) -> Scenario:
+        return parse_scenario({
+            "regions": [{"name": "east", "pools": [{"model": "m", "replicas": 2}]
+                         if replicas_in == "east" else []},
+                        {"name": "west", "gateways": 0, "pools": [{"model": "m", "replicas": 2}]
+                         if replicas_in == "west" else []}],
+            "latency_ms": {"east": {"west": 30}},
+            "workload": {"name": "azure-conv", "max_requests": 50, "speed": 0.5},
+            "gateway": {"pools": [{"model": "m"}]},
+        })  # fmt: skip
+
+    near, far = simulate(fleet("east")), simulate(fleet("west"))
+    gaps = [(f.ttft_s or 0.0) - (n.ttft_s or 0.0) for f, n in zip(far.records, near.records,
+                                                                   strict=True)]  # fmt: skip
+    assert min(gaps) == pytest.approx(0.060, abs=0.005)  # the request there, the head back
