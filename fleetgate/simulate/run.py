@@ -120,6 +120,11 @@ class Simulation:
         self.scenario = scenario
         self._progress = progress
         self.sent = 0
+        self._model = scenario.gateway["pools"][0]["model"]  # what every request asks for
+        self._body = (  # a request's body, but for its max_tokens
+            b'{"model":"%s","messages":[{"role":"user","content":"sim"}],"max_tokens":%%d,'
+            b'"stream":true,"stream_options":{"include_usage":true}}' % self._model.encode()
+        )
         self._over = False  # every request answered
         self._loop = loop
         self._clock = loop.clock()
@@ -238,10 +243,8 @@ class Simulation:
         request_id = b"%d" % index
         now = clock.now()
         self._shared.expect(request_id, request)
-        model = self.scenario.gateway["pools"][0]["model"]
-        body = b'{"model":"%s","messages":[{"role":"user","content":"sim"}],"max_tokens":%d,' \
-            b'"stream":true,"stream_options":{"include_usage":true}}' % (
-                model.encode(), request.output_tokens)  # fmt: skip
+        model = self._model
+        body = self._body % request.output_tokens
         routing = RoutingRequest(model, "chat", True, request.output_tokens,
                                  prompt=prompt_bytes(request))  # fmt: skip
         client = SimClient(clock)

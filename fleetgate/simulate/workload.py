@@ -215,7 +215,7 @@ def prompt_bytes(request: SimRequest) -> bytes:
     if request.text:
         return request.text
     size = request.prompt_tokens * BYTES_PER_TOKEN
-    return b"".join(_block_bytes(b) for b in request.blocks)[:size]
+    return b"".join(map(_block_bytes, request.blocks))[:size]
 
 
 @functools.lru_cache(maxsize=4096)  # hot blocks (system prompts, long conversations) stay
