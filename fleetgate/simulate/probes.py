@@ -44,8 +44,9 @@ class SimScraper(MetricsScraper):
             group = self._groups[key] = []
 
             async def tick() -> None:
+                now = self._now()
                 for state in list(group):
-                    await self.scrape(state, settings, board)
+                    self._read(state, board, now)
 
             self._ticks.every(settings.interval_s, settings.jitter, tick, wait_first=False)
         for state in states:
@@ -63,10 +64,13 @@ class SimScraper(MetricsScraper):
         self._group_of.clear()
 
     async def scrape(self, state: BackendState, s: ScrapeSettings, board: LoadBoard) -> bool:
+        return self._read(state, board, self._now())
+
+    def _read(self, state: BackendState, board: LoadBoard, now: float) -> bool:
+        """One reading of `state`'s engine into `state.engine`; False when it is down."""
         backend = self._backends.get(state.backend.origin)
         if backend is None or not backend.up:
             return False  # no answer: the last reading goes stale
-        now = self._now()
         load = backend.engine.load(now)
         totals = load.step_totals
         state.engine = EngineLoad(
