@@ -3,6 +3,8 @@
     .venv/bin/python benchmarks/routing.py [--workloads shared-prefix,azure-conv,...]
         [--policies round_robin,least_requests,...] [--duration 60] [--slowdown 4]
         [--rates 26,28,30] [--weights 2.5,1] [--throttle 0=2@30]
+    .venv/bin/python benchmarks/routing.py --sim [--replicas N | --gpus N] [--workloads ...]
+        [--policies ...] [--duration 60] [--rates ...] [--out DIR]
     .venv/bin/python benchmarks/routing.py --report RESULTS_JSON... [--out DIR]
 
 For each workload a fleet of sim workers starts afresh for every policy (so no policy inherits
@@ -45,6 +47,14 @@ The machine has 2 cores: sim workers run `--slowdown` times slower than the GPU 
 a fleet of 8 streams within the CPU, and offered rates are scaled to match. Each run records the
 machine's CPU idle; a run where it fell under 10% is marked SATURATED and its figures are not
 comparable (the machine, not the fleet, was the bottleneck).
+
+`--sim` runs the same comparison in the fleet simulator (routing_sim.py, docs/simulator.md) at
+any fleet size: for each workload and policy, one region, one gateway routing by the policy,
+`--replicas N` (or `--gpus N`) of the workload's engine profile at its modelled speed (no time
+dilation, so no --slowdown), each offered the load a live replica is, for --duration of
+simulated sending; then the same tables. The simulated engines' utilization and KV use are
+not sampled (their spreads show "-"), nor is the machine's CPU. sglang-router, typed weights,
+disaggregation, --throttle, mixed fleets and the shared-prefix workload's shape run live only.
 """
 
 from __future__ import annotations
@@ -65,6 +75,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import routing_sim
 from harness import (
     PY,
     cpu_times,
@@ -353,6 +364,36 @@ def run_one(
     }
 
 
+def run_sim(
+    workload: Workload, policy: str, args: argparse.Namespace, rate: float | None, workdir: Path
+) -> dict[str, Any]:
+    """`run_one` in the fleet simulator (routing_sim.py): `args.replicas` or `args.gpus` of the
+    workload's profile, each offered a live replica's load."""
+    scenario = routing_sim.scenario(
+        fleet=workload.fleet, bench=_with_rate(workload.bench, rate), model=MODEL,
+        policy=policy, replicas=_sim_replicas(workload, args), duration_s=args.duration,
+        slo=Slo(SLO_TTFT_S * 1e3, SLO_TPOT_S * 1e3),
+    )  # fmt: skip
+    result = routing_sim.run(scenario, SLO_TIGHT, workdir / policy)
+    count = result["summary"]["requests"]
+    print(f"  {count:,} requests simulated in {result['wall_s']:.1f} s of wall time", flush=True)
+    return result
+
+
+def _sim_replicas(workload: Workload, args: argparse.Namespace) -> int:
+    """The simulated fleet's size: --replicas, else --gpus in replicas, else the live one's."""
+    ((profile, live),) = workload.fleet
+    return routing_sim.replicas_for(profile, replicas=args.replicas, gpus=args.gpus, live=live)
+
+
+def _title(name: str, workload: Workload, args: argparse.Namespace, rate: float | None) -> str:
+    """A table's title and its key in results.json: the workload, a simulation's fleet, and
+    the rate when --rates gave one (after "@", which `report` reads)."""
+    if args.sim:
+        name = f"{name} sim {_sim_replicas(workload, args)} x {workload.fleet[0][0]}"
+    return name if rate is None else f"{name}@{rate:g}"
+
+
 def _throttle(
     urls: list[str], throttle: Throttle | None, slowdown: float
 ) -> threading.Timer | None:
@@ -377,10 +418,12 @@ def _values(r: dict[str, Any]) -> list[float]:
     s = r["summary"]
     nan = float("nan")  # no request completed: no latency to show
     ttft, e2e = s["ttft_ms"] or {}, s["e2e_ms"] or {}
+    # A simulation does not sample its engines' utilization and KV use: None, shown as "-".
+    spreads = [nan if r[k] is None else r[k] * 100 for k in ("spread", "kv_spread")]
     return [
         s["request_throughput"], s["output_throughput"], ttft.get("p50", nan),
         ttft.get("p90", nan), ttft.get("p99", nan), e2e.get("p99", nan), r["goodput"],
-        r["hit_rate"] * 100, r["spread"] * 100, r["kv_spread"] * 100,
+        r["hit_rate"] * 100, *spreads,
     ]  # fmt: skip
 
 
@@ -388,10 +431,14 @@ def _row(name: str, r: dict[str, Any], base: dict[str, Any] | None) -> list[str]
     refs = _values(base) if base is not None else None
     cells = [name]
     for i, value in enumerate(_values(r)):
+        if value != value:  # NaN: nothing to show
+            cells.append("-")
+            continue
         ref = refs[i] if refs else 0.0
-        ratio = f" ({value / ref:.2f}x)" if ref and value == value else ""  # NaN != NaN
+        ratio = f" ({value / ref:.2f}x)" if ref and ref == ref else ""
         cells.append(f"{value:.1f}{ratio}")
-    saturated = " SATURATED" if r["idle_p10"] < MIN_IDLE else ""
+    # A simulation has no CPU idle: virtual time waits for the machine.
+    saturated = " SATURATED" if r.get("idle_p10", 1.0) < MIN_IDLE else ""
     cells.append(f"{r['summary']['failed']}{saturated}")
     return cells
 
@@ -493,18 +540,85 @@ def _setting(result: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in throttle.items() if k != "url"}, sort_keys=True)
 
 
+def _live_only(policy: str) -> bool:
+    """sglang-router's policies, typed weights (NAME/typed) and disaggregation (NAME/pdN)."""
+    return policy.startswith("sglang:") or "/" in policy
+
+
+def _sim_refusal(name: str) -> str | None:
+    """Why the simulator cannot run workload `name` as it runs live, or None."""
+    return routing_sim.refusal(WORKLOADS[name].fleet, WORKLOADS[name].bench)
+
+
+def _check_sim(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, workloads: list[str],
+    policies: list[str],
+) -> None:  # fmt: skip
+    """Refuse what a simulation cannot run (parser.error: exits), naming it."""
+    if args.slowdown is not None:
+        parser.error("--sim needs no --slowdown: the simulator keeps virtual time")
+    if args.throttle is not None:
+        parser.error("--throttle runs live only")
+    live_only = [p for p in policies if _live_only(p)]
+    if live_only:
+        parser.error(f"{', '.join(live_only)}: live only (sglang-router, typed weights and "
+                     "disaggregation are not in the simulator's gateway config); --sim runs "
+                     "the gateway's own policies")  # fmt: skip
+    for name in workloads:
+        if name not in WORKLOADS:
+            parser.error(f"unknown workload {name!r}; one of {', '.join(WORKLOADS)}")
+        why = _sim_refusal(name)
+        if why is not None:
+            parser.error(f"{name} runs live only: {why}")
+        try:
+            size = _sim_replicas(WORKLOADS[name], args)
+        except ValueError as exc:
+            parser.error(str(exc))
+        if size < 1:
+            parser.error(f"a simulated fleet needs at least 1 replica, not {size}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
-    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument(
+        "--workloads", default=None,
+        help=f"default: {','.join(WORKLOADS)} (--sim: those it runs)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--policies", default=None,
+        help=f"default: {','.join(POLICIES)} (--sim: the gateway's own)",
+    )  # fmt: skip
     parser.add_argument("--duration", type=float, default=60.0)
-    parser.add_argument("--grace", type=float, default=60.0)
-    parser.add_argument("--slowdown", type=float, default=4.0, help="sim time dilation")
+    parser.add_argument(
+        "--grace", type=float, default=60.0,
+        help="live: seconds the load generator waits for answers after sending (a simulation"
+        " runs until every answer)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--slowdown", type=float, default=None,
+        help=f"live sim workers' time dilation (default {routing_sim.LIVE_SLOWDOWN:g}); not with"
+        " --sim: the simulator keeps virtual time and needs none",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sim", action="store_true",
+        help="run each policy in the fleet simulator instead of live sim workers and a gateway,"
+        " at any fleet size (--replicas, --gpus), each replica offered a live replica's load",
+    )  # fmt: skip
+    fleet = parser.add_mutually_exclusive_group()
+    fleet.add_argument(
+        "--replicas", type=int, default=None,
+        help="--sim: replicas in the fleet (default: the live fleet's)",
+    )  # fmt: skip
+    fleet.add_argument(
+        "--gpus", type=int, default=None,
+        help="--sim: GPUs in the fleet, in replicas of the workload's profile",
+    )  # fmt: skip
     parser.add_argument("--out", default="", help="write results.json here")
     parser.add_argument(
         "--rates", type=lambda v: [float(r) for r in v.split(",")], default=[None],
-        help="offered req/s, for every workload (default: each workload's own); several, e.g."
-        " 26,28,30, run each policy at each and print the highest rate each sustains",
+        help="offered req/s, for every workload (default: each workload's own; --sim scales it"
+        " to its fleet as it does those); several, e.g. 26,28,30, run each policy at each and"
+        " print the highest rate each sustains",
     )  # fmt: skip
     parser.add_argument(
         "--weights", type=lambda v: tuple(float(w) for w in v.split(",")), default=None,
@@ -525,8 +639,20 @@ def main() -> int:
         return report(args.report, args.out)
     if args.throttle is not None and args.throttle.at_s > args.duration / 2:
         parser.error("--throttle must start in the first half of --duration")
-    policies = [p for p in args.policies.split(",") if p]
-    if shutil.which("sglang-router") is None:
+    policies = [p for p in args.policies.split(",") if p] if args.policies else list(POLICIES)
+    workloads = args.workloads.split(",") if args.workloads else list(WORKLOADS)
+    if args.sim:
+        if args.policies is None:
+            policies = [p for p in policies if not _live_only(p)]
+        if args.workloads is None:
+            workloads = [w for w in workloads if _sim_refusal(w) is None]
+        _check_sim(parser, args, workloads, policies)
+    elif args.replicas is not None or args.gpus is not None:
+        parser.error("--replicas and --gpus size a simulated fleet: give --sim")
+    if args.slowdown is None:
+        args.slowdown = routing_sim.LIVE_SLOWDOWN
+    run = run_sim if args.sim else run_one
+    if not args.sim and shutil.which("sglang-router") is None:
         dropped = [p for p in policies if p.startswith("sglang:")]
         policies = [p for p in policies if not p.startswith("sglang:")]
         if dropped:
@@ -534,22 +660,22 @@ def main() -> int:
     workdir = Path(args.out or tempfile.mkdtemp(prefix="routing-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     everything: dict[str, dict[str, Any]] = {}
-    for name in args.workloads.split(","):
+    for name in workloads:
         workload = WORKLOADS[name]
         sweep: dict[float, dict[str, dict[str, Any]]] = {}
         for rate in args.rates:
-            title = name if rate is None else f"{name}@{rate:g}"
+            title = _title(name, workload, args, rate)
             results: dict[str, dict[str, Any]] = {}
             for policy in policies:
                 print(f"{title}: {policy} ...", flush=True)
-                results[policy] = run_one(workload, policy, args, rate, workdir / title)
+                results[policy] = run(workload, policy, args, rate, workdir / title)
                 everything[title] = results
                 (workdir / "results.json").write_text(json.dumps(everything, indent=1))
             print_table(title, results)
             if rate is not None:
                 sweep[rate] = results
         if len(sweep) > 1:
-            print_sweep(name, sweep, policies)
+            print_sweep(_title(name, workload, args, None), sweep, policies)
     print(f"\nresults: {workdir / 'results.json'}  (cpus: {os.cpu_count()})")
     return 0
 
