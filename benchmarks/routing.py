@@ -54,7 +54,7 @@ any fleet size: for each workload and policy, one region, one gateway routing by
 dilation, so no --slowdown), each offered the load a live replica is, for --duration of
 simulated sending; then the same tables. The simulated engines' utilization and KV use are
 not sampled (their spreads show "-"), nor is the machine's CPU. sglang-router, typed weights,
-disaggregation, --throttle, mixed fleets and the shared-prefix workload's shape run live only.
+disaggregation, --throttle and the shared-prefix workload's shape run live only.
 """
 
 from __future__ import annotations
@@ -382,8 +382,7 @@ def run_sim(
 
 def _sim_replicas(workload: Workload, args: argparse.Namespace) -> int:
     """The simulated fleet's size: --replicas, else --gpus in replicas, else the live one's."""
-    ((profile, live),) = workload.fleet
-    return routing_sim.replicas_for(profile, replicas=args.replicas, gpus=args.gpus, live=live)
+    return routing_sim.replicas_for(workload.fleet, replicas=args.replicas, gpus=args.gpus)
 
 
 def _title(name: str, workload: Workload, args: argparse.Namespace, rate: float | None) -> str:

@@ -40,8 +40,6 @@ SIMULATED_OPTIONS = {"--workload", "--rate"}  # the bench options a scenario's w
 
 def refusal(fleet: Sequence[tuple[str, int]], bench: str) -> str | None:
     """Why the simulator cannot run this workload as routing.py runs it live, or None."""
-    if len(fleet) > 1:
-        return "its fleet mixes engine profiles; a simulated region has one a model"
     extra = sorted(set(re.findall(r"--[\w-]+", bench)) - SIMULATED_OPTIONS)
     if extra:
         return f"the simulator's workload takes no {', '.join(extra)}"
@@ -54,17 +52,21 @@ def gpus_per_replica(profile: str) -> int:
     return int(match[1] or match[2]) if match else 1
 
 
-def replicas_for(profile: str, *, replicas: int | None, gpus: int | None, live: int) -> int:
-    """The simulated fleet's size: `replicas`, else `gpus` in replicas of `profile`, else the
-    live fleet's (ValueError: GPUs that are not a whole number of replicas)."""
+def replicas_for(
+    fleet: Sequence[tuple[str, int]], *, replicas: int | None, gpus: int | None
+) -> int:
+    """The simulated fleet's size: `replicas`, else `gpus` in replicas of the fleet's mix of
+    profiles, else the live fleet's (ValueError: GPUs that are not a whole number of
+    replicas)."""
+    live = sum(count for _, count in fleet)
     if replicas is not None:
         return replicas
     if gpus is None:
         return live
-    per = gpus_per_replica(profile)
+    per = sum(count * gpus_per_replica(profile) for profile, count in fleet) / live
     if gpus % per:
-        raise ValueError(f"--gpus {gpus} is not a whole number of {profile} replicas ({per} GPUs)")
-    return gpus // per
+        raise ValueError(f"--gpus {gpus} is not a whole number of replicas ({per:g} GPUs each)")
+    return round(gpus / per)
 
 
 @functools.cache  # a trace read once, not once a policy
@@ -79,10 +81,10 @@ def scenario(
     *, fleet: Sequence[tuple[str, int]], bench: str, model: str, policy: str, replicas: int,
     duration_s: float, slo: Slo,
 ) -> Scenario:  # fmt: skip
-    """One region, one gateway routing `model` by `policy` over `replicas` of the fleet's
-    profile, offered the live per-replica load (module docstring) for `duration_s` of
+    """One region, one gateway routing `model` by `policy` over `replicas` in the fleet's mix
+    of profiles, offered the live per-replica load (module docstring) for `duration_s` of
     sending."""
-    ((profile, live),) = fleet
+    live = sum(count for _, count in fleet)
     name = re.search(r"--workload (\S+)", bench)
     rate = re.search(r"--rate (\S+)", bench)
     assert name is not None and rate is not None, bench
@@ -94,11 +96,14 @@ def scenario(
         workload |= {"users": users, "speed": offered / (users * copy)}
     else:
         workload["rate"] = offered
-    pool = {"model": model, "profile": profile, "replicas": replicas,
-            "gpus": gpus_per_replica(profile)}  # fmt: skip
+    pools = [
+        {"model": model, "profile": profile, "replicas": max(1, round(replicas * count / live)),
+         "gpus": gpus_per_replica(profile)}
+        for profile, count in fleet
+    ]  # fmt: skip
     return parse_scenario({
         "name": f"routing-{name[1]}-{policy}", "seed": 0,
-        "regions": [{"name": REGION, "gateways": 1, "pools": [pool]}],
+        "regions": [{"name": REGION, "gateways": 1, "pools": pools}],
         "workload": workload,
         "gateway": {"pools": [{"model": model, "policy": policy}], "seed": 1},
         "slo": {"ttft_ms": slo.ttft_ms, "itl_ms": slo.itl_ms},

@@ -12,7 +12,14 @@ from fleetgate.fleet.backend import REGION, ZONE, backend_id
 from fleetgate.fleet.membership import Joining, Membership, NotMember
 from fleetgate.http.client import Origin
 from fleetgate.simulate.fleet import SimBackend
-from fleetgate.simulate.scenario import EventSpec, PoolSpec, Replica, Scenario, replicas
+from fleetgate.simulate.scenario import (
+    EventSpec,
+    PoolSpec,
+    Replica,
+    Scenario,
+    replica_url,
+    replicas,
+)
 from fleetgate.simulate.workload import BLOCK_TOKENS
 
 
@@ -22,7 +29,10 @@ class FleetChanges:
     def __init__(self, scenario: Scenario, loop: asyncio.AbstractEventLoop) -> None:
         self.scenario = scenario
         self._loop = loop
-        self._pools = {(r.name, p.model): p for r in scenario.regions for p in r.pools}
+        self._pools: dict[tuple[str, str], PoolSpec] = {}  # each region's first pool of a model
+        for region in scenario.regions:
+            for pool in region.pools:
+                self._pools.setdefault((region.name, pool.model), pool)
         self.replicas: list[Replica] = []
         self.backends: dict[Origin, SimBackend] = {}
         self._by_url: dict[str, SimBackend] = {}
@@ -71,15 +81,15 @@ class FleetChanges:
 
     def add(self, region: str, model: str, count: int, zone: str | None = None) -> None:
         """`count` new replicas of `model` in `region` join every gateway's pool."""
-        spec = self._pools.get((region, model))
+        spec = self._pools.get((region, model))  # the first pool of it there
         if spec is None:
             spec = self._pools[region, model] = PoolSpec(model=model)
         zones = next(r.zones for r in self.scenario.regions if r.name == region)
         for _ in range(count):
             n = sum(1 for r in self.replicas if r.region == region and r.model == model)
             where = zone or zones[n % len(zones)]
-            url = f"http://{model}-{n}.{region}.sim:8000"
-            self._place(Replica(url, model, region, where, spec.gpus))
+            url = replica_url(model, n, region)
+            self._place(Replica(url, region, where, spec))
             joining = Joining(url, labels={REGION: region, ZONE: where}, engine="vllm")
             for members in self.members:
                 members.add(model, joining, probe_first=True)
@@ -105,7 +115,7 @@ class FleetChanges:
         }  # fmt: skip
 
     def _place(self, replica: Replica) -> None:
-        profile = self._pools[replica.region, replica.model].engine_profile()
+        profile = replica.pool.engine_profile()
         backend = SimBackend(profile, self._loop, BLOCK_TOKENS, replica.region)
         self.replicas.append(replica)
         self.backends[Origin.parse(replica.url)] = backend

@@ -205,20 +205,33 @@ class Replica:
     """One simulated backend: where it is and what it serves."""
 
     url: str
-    model: str
     region: str
     zone: str
-    gpus: int
+    pool: PoolSpec  # what it runs (a region may have several of one model: a mixed fleet)
+
+    @property
+    def model(self) -> str:
+        return self.pool.model
+
+    @property
+    def gpus(self) -> int:
+        return self.pool.gpus
+
+
+def replica_url(model: str, n: int, region: str) -> str:
+    """The `n`th replica of `model` in `region` (numbered over all its pools there)."""
+    return f"http://{model}-{n}.{region}.sim:8000"
 
 
 def replicas(scenario: Scenario) -> Iterator[Replica]:
     """Every replica of the scenario, each region's pools in order, zones taken in turn."""
     for region in scenario.regions:
+        counts: dict[str, int] = {}
         for pool in region.pools:
             for i in range(pool.replicas):
+                n = counts[pool.model] = counts.get(pool.model, -1) + 1
                 zone = region.zones[i % len(region.zones)]
-                url = f"http://{pool.model}-{i}.{region.name}.sim:8000"
-                yield Replica(url, pool.model, region.name, zone, pool.gpus)
+                yield Replica(replica_url(pool.model, n, region.name), region.name, zone, pool)
 
 
 def gateway_config(scenario: Scenario, region: str) -> Config:

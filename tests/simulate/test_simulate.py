@@ -14,7 +14,7 @@ import yaml
 from fleetgate.cli import main
 from fleetgate.config import ConfigError
 from fleetgate.simulate.run import Outcome, simulate
-from fleetgate.simulate.scenario import Scenario, gateway_config, parse_scenario
+from fleetgate.simulate.scenario import Scenario, gateway_config, parse_scenario, replicas
 
 
 def scenario(**changes: Any) -> Scenario:
@@ -288,3 +288,18 @@ def test_a_replica_in_another_region_answers_a_round_trip_later() -> None:
     gaps = [(f.ttft_s or 0.0) - (n.ttft_s or 0.0) for f, n in zip(far.records, near.records,
                                                                    strict=True)]  # fmt: skip
     assert min(gaps) == pytest.approx(0.060, abs=0.005)  # the request there, the head back
+
+
+def test_a_region_may_mix_engines_of_one_model() -> None:
+    mixed = parse_scenario({
+        "regions": [{"name": "r", "pools": [
+            {"model": "m", "profile": "h100-llama3-8b", "replicas": 2},
+            {"model": "m", "profile": "a100-llama3-8b", "replicas": 2}]}],
+        "workload": {"name": "azure-conv", "max_requests": 100, "speed": 2.0},
+        "gateway": {"pools": [{"model": "m"}]},
+    })  # fmt: skip
+    fleet = list(replicas(mixed))
+    assert len({r.url for r in fleet}) == 4
+    assert [r.pool.profile for r in fleet] == ["h100-llama3-8b"] * 2 + ["a100-llama3-8b"] * 2
+    outcome = simulate(mixed)
+    assert all(r.ok for r in outcome.records) and outcome.capacity[0][2] == 4
