@@ -32,11 +32,12 @@ backends by id; so do the backends this scorer nominates for a large pool's shor
 
 Blocks are `block_bytes` long, or longer in a large pool: each backend's share of the index
 (max entries / backends) must cover its engine's KV cache, so blocks double until the largest
-reported cache fits in a share. With 64 MB and 8 backends of 430k tokens that is the 128 bytes
-given; with 252 backends of 470k tokens, 4 KB (a 12,000-token prompt is 12 blocks, not 375:
-with 128-byte blocks each backend's share would hold about one such prompt, and recording one
-would evict as many entries as it adds). Prefixes then match in whole larger blocks. The index
-keeps what was recorded under the old size until its LRU lets it go; it matches nothing new.
+reported cache fits in a share, up to 2 KB (512 tokens). With 64 MB and 8 backends of 430k
+tokens that is the 128 bytes given; with 252 backends of 470k tokens, 2 KB (a 12,000-token
+prompt is 24 blocks, not 375: with 128-byte blocks each backend's share would hold about one
+such prompt, and recording one would evict as many entries as it adds). Prefixes then match in
+whole larger blocks. The index keeps what was recorded under the old size until its LRU lets
+it go; it matches nothing new.
 """
 
 from __future__ import annotations
@@ -51,9 +52,11 @@ from fleetgate.routing.prompt_tokens import prompt_token_ids
 from fleetgate.routing.stores import EngineBlocks, PrefixIndex
 from fleetgate.settings import Settings, at_least, positive
 
-# Blocks grow no longer than this (16k tokens) however large the pool: prompts must still be
-# told apart by their prefixes.
-MAX_BLOCK_BYTES = 65536
+# Blocks grow no longer than this (512 tokens) however large the pool: a longer first block
+# would hide the system prompts prompts share (Mooncake's share their first 512 tokens; with 4
+# KB blocks a 1,000-replica pool's hit rate fell below round robin's). Past it, a large pool's
+# index covers less than its engines' caches: `memory_mb` buys the rest.
+MAX_BLOCK_BYTES = 2048
 
 
 class PrefixCacheParams(Settings, frozen=True):

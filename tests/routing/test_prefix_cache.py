@@ -155,7 +155,7 @@ def test_an_engine_reported_kv_capacity_shrinks_its_share_of_the_index() -> None
 
 @pytest.mark.parametrize(
     ("backends", "kv_tokens", "block"),
-    [(8, 430_000, 128), (16, 430_000, 256), (252, 470_000, 4096), (1000, 10**9, 65536)],
+    [(8, 430_000, 128), (16, 430_000, 256), (100, 470_000, 2048), (1000, 10**9, 2048)],
 )
 def test_in_a_large_pool_blocks_grow_until_each_share_of_the_index_covers_a_cache(
     backends: int, kv_tokens: int, block: int
