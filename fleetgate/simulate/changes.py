@@ -39,6 +39,7 @@ class FleetChanges:
         self._gone: set[str] = set()  # removed replicas' URLs
         self.members: list[Membership] = []  # each gateway's (it adds them itself)
         self.autoscaling = True  # whether the autoscalers' actuators act (`autoscale` events)
+        self._starting: dict[str, int] = {}  # replicas asked for and not up yet, by model
         self.capacity: list[tuple[float, str, int, int]] = []  # time, region, replicas, GPUs
         for replica in replicas(scenario):
             self._place(replica)
@@ -94,6 +95,19 @@ class FleetChanges:
             for members in self.members:
                 members.add(model, joining, probe_first=True)
         self._note(region)
+
+    def add_later(self, region: str, model: str, count: int, after_s: float) -> None:
+        """`count` replicas asked for now, that `add` brings in `after_s` from now."""
+        self._starting[model] = self.starting(model) + count
+        self._loop.call_later(after_s, self._started, region, model, count)
+
+    def starting(self, model: str) -> int:
+        """Replicas of `model` asked for (`add_later`) and not up yet."""
+        return self._starting.get(model, 0)
+
+    def _started(self, region: str, model: str, count: int) -> None:
+        self._starting[model] -= count
+        self.add(region, model, count)
 
     def retire(self, leaving: list[Replica]) -> None:
         """These replicas leave every gateway's pool (drained: what they have finishes)."""

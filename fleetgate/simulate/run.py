@@ -188,7 +188,7 @@ class Simulation:
         where = where or next((r for r in regions if _has(r, model)), regions[0])
         spec = next((p for p in where.pools if p.model == model), None)
         startup = spec.startup_s if spec is not None else PoolSpec(model=model).startup_s
-        return SimActuator(self.changes, where.name, model, self._clock, startup)
+        return SimActuator(self.changes, where.name, model, startup)
 
     async def run(self) -> float:
         """Start the gateways, send the workload, then wait for every answer; the simulated

@@ -303,3 +303,25 @@ def test_a_region_may_mix_engines_of_one_model() -> None:
     assert [r.pool.profile for r in fleet] == ["h100-llama3-8b"] * 2 + ["a100-llama3-8b"] * 2
     outcome = simulate(mixed)
     assert all(r.ok for r in outcome.records) and outcome.capacity[0][2] == 4
+
+
+def test_replicas_asked_for_are_not_asked_for_again_while_they_start() -> None:
+    # Two regions' gateways share the lease; start-up is longer than a tick: while the
+    # replicas asked for come up, no gateway asks for them again, and they come up where the
+    # lease holder is.
+    scale = {"enabled": True, "min_replicas": 2, "max_replicas": 12, "interval_s": 5,
+             "target_in_flight": 16}  # fmt: skip
+    fleet = parse_scenario({
+        "regions": [{"name": r, "pools": [{"model": "m", "replicas": 1, "startup_s": 20}]}
+                    for r in ("a", "b")],
+        "workload": {"name": "azure-conv", "max_requests": 4000, "speed": 8.0,
+                     "clients": {"a": 1.0, "b": 1.0}},
+        "gateway": {"pools": [{"model": "m", "autoscale": scale}],
+                    "state": {"url": "redis://simulated:6379/0", "load_sync_s": 0.05}},
+    })  # fmt: skip
+    grown = simulate(fleet)
+    added = [(t, region, up) for t, region, up, _ in grown.capacity if t > 0]
+    assert added and len({region for _, region, _ in added}) == 1  # the lease holder's
+    first = added[0][0]
+    assert all(t >= first for t, _, _ in added) and first >= 20
+    assert added[-1][2] <= 12 - 1  # the other region keeps its one
