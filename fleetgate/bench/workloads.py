@@ -151,9 +151,7 @@ def schedule(specs: Iterable[T], arrivals: Arrivals, rng: random.Random) -> Iter
         yield replace(spec, at_s=t)
 
 
-def bounded(
-    specs: Iterable[T], duration_s: float, max_requests: int | None = None
-) -> Iterator[T]:
+def bounded(specs: Iterable[T], duration_s: float, max_requests: int | None = None) -> Iterator[T]:
     """The specs sent before `duration_s`, at most `max_requests` of them (times ascending)."""
     if max_requests is not None and max_requests <= 0:
         return

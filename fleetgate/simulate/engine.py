@@ -39,6 +39,9 @@ from fleetgate.fleet.engine_load import StepTotals
 from fleetgate.workers.sim.profiles import EngineProfile
 
 
+STUCK = 10_000  # events due at one instant in a row, at most: more is a bug, not a model
+
+
 def slowed(profile: EngineProfile, factor: float) -> EngineProfile:
     """`profile` with every step `factor` times as long (1: itself)."""
     if factor == 1.0:
@@ -74,13 +77,14 @@ class Load:
 
 
 class _Running:
-    __slots__ = ("cached", "job", "left", "start")
+    __slots__ = ("cached", "decoding", "job", "left", "start")
 
     def __init__(self, job: Job, cached: int) -> None:
         self.job = job
         self.cached = cached
         self.left: float = job.prompt_tokens - cached  # prompt tokens still to prefill
         self.start = 0.0  # the step counter at its first token (then it decodes)
+        self.decoding = False
 
 
 class FleetEngine:
@@ -109,9 +113,9 @@ class FleetEngine:
         self._ctx_base = 0.0  # decoding KV = _ctx_base + len(decoding) * _steps
         self._dropped: set[int] = set()  # keys aborted while decoding (left in the heap)
         self._by_key: dict[int, _Running | Job] = {}
-        self._steps = 0.0  # steps run so far; sequences' places are counted on it
+        self._steps = 0.0  # sequences' places are counted on it; from 0 again when idle
         self._hits = self._queries = 0
-        self._tokens = self._gaps = self._gap_s = 0.0
+        self._step_count = self._tokens = self._gaps = self._gap_s = 0.0  # the totals
 
     # -- what comes in ----------------------------------------------------------------------
 
@@ -121,11 +125,20 @@ class FleetEngine:
             raise ValueError(f"request {job.key} is already in the engine")
         if job.prompt_tokens < 1 or job.output_tokens < 1:
             raise ValueError("a job needs a prompt and at least one output token")
+        if job.prompt_tokens + job.output_tokens - 1 > self._capacity:
+            raise ValueError(
+                f"prompt + max_tokens ({job.prompt_tokens + job.output_tokens - 1}) exceeds the "
+                f"KV cache ({self._capacity} tokens)"
+            )  # the sim worker's words
         self._by_key[job.key] = job
-        if self._running_count() and self._steps != math.ceil(self._steps):
-            self._arriving.append(job)  # a step is under way: the job joins the next one
-            return
-        self._steps = math.ceil(self._steps)  # an idle engine starts a step now
+        if self._running_count():
+            if self._steps != math.ceil(self._steps):
+                self._arriving.append(job)  # a step is under way: the job joins the next one
+                return
+        else:  # an idle engine starts a step now, its counts from 0 (no float dust kept)
+            self._steps, self._ctx_base = 0.0, 0.0
+            self._decoding.clear()
+            self._dropped.clear()
         self._t = now
         self._waiting.append(job)
         self._admit()
@@ -138,7 +151,7 @@ class FleetEngine:
             return False
         if isinstance(item, Job):
             (self._waiting if item in self._waiting else self._arriving).remove(item)
-        elif item.left:
+        elif not item.decoding:  # (its last chunk may be done, its step not yet over)
             self._prefill.remove(item)
             self._prefill_left -= item.left
             self._prefill_kv -= item.job.prompt_tokens
@@ -171,7 +184,8 @@ class FleetEngine:
         times (an end's job left the engine)."""
         firsts: list[tuple[Job, float]] = []
         ends: list[tuple[Job, float]] = []
-        while True:
+        stuck = 0  # events due with no step between: a handful, unless the model is wrong
+        while stuck < STUCK:
             step = self._next()
             if step is None:
                 self._t = now
@@ -185,18 +199,22 @@ class FleetEngine:
                 return firsts, ends
             self._run(k, at)
             self._events(at, firsts, ends)
+            stuck = stuck + 1 if k <= 0 else 0
+        raise RuntimeError(f"the engine model made no progress at {self._t} s")  # a bug, loudly
 
     def load(self, now: float) -> Load:
         """The gauges and counters at `now` (no earlier than the last `advance`, and before
         its next event: what a scrape between two events reads)."""
         n = len(self._decoding) - len(self._dropped)
-        steps, tokens, gaps, gap_s = self._steps, self._tokens, self._gaps, self._gap_s
+        steps, count = self._steps, self._step_count
+        tokens, gaps, gap_s = self._tokens, self._gaps, self._gap_s
         step = self._next() if now > self._t else None
         if step is not None:  # part of the way to the next event
             _, a, b = step
             seconds = now - self._t
             k = seconds / a if b <= 0 else (math.sqrt(a * a + 2 * b * seconds) - a) / b
             steps += k
+            count += k
             tokens += (n + self._chunk) * k
             gaps += n * k
             gap_s += n * seconds
@@ -204,7 +222,7 @@ class FleetEngine:
         return Load(
             self._running_count(), len(self._waiting) + len(self._arriving),
             min(1.0, kv / self._capacity), self._hits, self._queries,
-            StepTotals(steps, tokens, gaps, gap_s),
+            StepTotals(count, tokens, gaps, gap_s),
         )  # fmt: skip
 
     @property
@@ -227,17 +245,18 @@ class FleetEngine:
         chunk = self._chunk
         steps = self._steps
         k = decoding[0][0] - steps if n else math.inf
-        if self._arriving:  # the end of the step under way
-            k = min(k, math.ceil(steps) - steps)
+        done = steps - math.floor(steps)  # of the step under way (step ends are whole)
+        if self._arriving and done:  # the end of the step under way
+            k = min(k, 1.0 - done)
         if chunk:
             head = self._prefill[0].left
             # Completes at the end of the step that computes its last token.
-            k = min(k, math.ceil(steps + head / chunk - 1e-9) - steps)
+            k = min(k, math.ceil(done + head / chunk - 1e-9) - done)
             # The step that would prefill less than a chunk: the chunk is set again there.
-            end = steps + self._prefill_left / chunk
+            end = done + self._prefill_left / chunk
             last = math.floor(end)
-            if end - last > 1e-9 and last - steps > 1e-9:
-                k = min(k, last - steps)
+            if end - last > 1e-9 and last - done > 1e-9:
+                k = min(k, last - done)
         if k == math.inf:
             return None
         p = self.profile
@@ -263,6 +282,7 @@ class FleetEngine:
             run.left -= step
             done -= step
             self._prefill_left -= step
+        self._step_count += k
         steps = self._steps + k
         whole = round(steps)
         self._steps = whole if abs(steps - whole) < 1e-9 else steps  # at a step's end
@@ -272,12 +292,12 @@ class FleetEngine:
                 ends: list[tuple[Job, float]]) -> None:  # fmt: skip
         """The prefills completed and answers ended at `at`, where the counter is now."""
         prefill = self._prefill
-        while prefill and prefill[0].left <= 1e-6:
+        while prefill and prefill[0].left < 0.5:  # done: tokens are whole, the rest is dust
             run = prefill.popleft()
             self._prefill_left -= run.left
             run.left = 0
             self._prefill_kv -= run.job.prompt_tokens
-            run.start = self._steps
+            run.start, run.decoding = self._steps, True
             firsts.append((run.job, at))
             end = self._steps + run.job.output_tokens - 1
             self._ctx_base += run.job.prompt_tokens - run.start

@@ -175,3 +175,48 @@ def test_a_reading_between_events_counts_the_steps_run_since_the_last() -> None:
     assert later.step_totals.steps - first.step_totals.steps == pytest.approx(1.0 / step, rel=0.02)
     assert later.kv_usage > first.kv_usage  # the answer grew meanwhile
     assert later.step_totals.gap_s - first.step_totals.gap_s == pytest.approx(1.0)
+
+
+def test_a_prompt_whose_prefill_ended_mid_step_is_aborted_as_a_prefill() -> None:
+    engine = FleetEngine(H100)
+    engine.add(Job(1, 100, 20), 0.0)
+    engine.add(Job(2, 5000, 20), 0.0)  # one step prefills both; job 1's part ends first
+    engine.advance(H100.step_time(5100, 0) / 2)
+    assert engine.abort(1)
+    _, ended = engine.advance(10.0)
+    assert [job.key for job, _ in ended] == [2]
+    assert engine.idle and engine.load(10.0).kv_usage == 0.0
+
+
+def test_any_mix_of_arrivals_and_aborts_leaves_the_engine_empty_and_consistent() -> None:
+    rng = random.Random(7)
+    engine, now, held, finished = FleetEngine(H100), 0.0, set(), set()
+    for key in range(3000):
+        now += rng.expovariate(40.0)
+        _, ended = engine.advance(now)
+        finished |= {job.key for job, _ in ended}
+        engine.add(Job(key, rng.randint(1, 4000), rng.randint(1, 200)), now)
+        held.add(key)
+        if rng.random() < 0.3:  # an abort at any moment of any request's life
+            victim = rng.choice(sorted(held - finished))
+            assert engine.abort(victim)
+            held.discard(victim)
+    _, ended = engine.advance(math.inf)
+    finished |= {job.key for job, _ in ended}
+    assert held <= finished and engine.idle
+    load = engine.load(math.inf)
+    assert (load.running, load.waiting, load.kv_usage) == (0, 0, 0.0)
+
+
+def test_hours_of_steps_neither_hang_nor_lose_a_request() -> None:
+    engine = FleetEngine(H100)
+    engine.add(Job(0, 100, 400_000), 0.0)  # keeps the engine busy: its step counter only grows
+    engine.advance(1.0)
+    engine._steps += 3e6  # as after hours busy  # noqa: SLF001 (the one way to get there fast)
+    rng, now, ended = random.Random(3), 1.0, 0
+    for key in range(1, 2000):
+        now += rng.expovariate(20.0)
+        ended += len(engine.advance(now)[1])
+        engine.add(Job(key, rng.randint(500, 3000), rng.randint(1, 50)), now)
+    ended += len(engine.advance(now + 600.0)[1])
+    assert ended == 2000  # the first's end was jumped past with the counter: it ended too
