@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from fleetgate.fleet.engine_load import StepTotals
 from fleetgate.workers.sim.profiles import EngineProfile
 
-
 STUCK = 10_000  # events due at one instant in a row, at most: more is a bug, not a model
 
 
