@@ -174,7 +174,7 @@ def find_replicas(
     on bad input."""
     console, errors = Console(), Console(stderr=True)
     try:
-        scenario = searched(scenario, pool, target, SloSpec(ttft_ms=slo_ttft_ms, itl_ms=slo_itl_ms))
+        scenario = searched(scenario, pool, target, (slo_ttft_ms, slo_itl_ms))
     except ConfigError as exc:
         errors.print(f"[red]error:[/] {exc}")
         return 2
@@ -209,14 +209,16 @@ def find_replicas(
     return 0 if found is not None else 1
 
 
-def searched(scenario: Scenario, pool: str, target: float, flags: SloSpec) -> Scenario:
-    """The scenario the search runs: its SLO's bounds each from the flags or else the
-    scenario's (ConfigError: a bad target, pool or SLO)."""
+def searched(
+    scenario: Scenario, pool: str, target: float, flags: tuple[float | None, float | None]
+) -> Scenario:
+    """The scenario the search runs: its SLO's bounds each from the flags (TTFT, ITL ms) or
+    else the scenario's (ConfigError: a bad target, pool or SLO)."""
     if not 0 < target <= 1:  # NaN too
         raise ConfigError(f"--target is a share of requests in (0, 1], got {target}")
     pool_sizes(scenario, pool)
-    ttft = scenario.slo.ttft_ms if flags.ttft_ms is None else flags.ttft_ms
-    itl = scenario.slo.itl_ms if flags.itl_ms is None else flags.itl_ms
+    ttft = scenario.slo.ttft_ms if flags[0] is None else flags[0]
+    itl = scenario.slo.itl_ms if flags[1] is None else flags[1]
     if ttft is None and itl is None:
         raise ConfigError("--find-replicas needs an SLO: give --slo-ttft-ms or --slo-itl-ms, "
                           "or `slo:` in the scenario")  # fmt: skip

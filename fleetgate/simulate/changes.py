@@ -54,7 +54,7 @@ class FleetChanges:
             self.add(region.name, model, event.replicas or 0, event.zone)
         elif event.kind == "remove":
             present = self._present(event)
-            self.retire(present[len(present) - (event.replicas or 0) :])  # the newest first
+            self.retire(present[max(0, len(present) - (event.replicas or 0)) :])  # newest first
         elif event.kind == "autoscale":
             self.autoscaling = event.enabled
         elif event.kind != "surge":

@@ -102,9 +102,12 @@ class SimBackend:
         self.up = False
         self.engine.crash()
         flights, self._flights = self._flights, {}
-        for flight in flights.values():  # each fails where its attempt waits
-            waiting = flight.end if flight.first.done() else flight.first
-            waiting.set_exception(ReadError("connection reset by the backend"))
+        for flight in flights.values():  # each fails where its attempt waits (if it still does)
+            first, end = flight.first, flight.end
+            if not first.done():
+                first.set_exception(ReadError("connection reset by the backend"))
+            elif not first.cancelled() and first.exception() is None and not end.done():
+                end.set_exception(ReadError("connection reset by the backend"))
         self._schedule()
 
     def restart(self) -> None:
@@ -120,13 +123,13 @@ class SimBackend:
     def _run(self, now: float) -> None:
         firsts, ends = self.engine.advance(now)
         flights = self._flights
-        for job, at in firsts:
+        for job, at in firsts:  # (a deadline may have failed the flight this very instant)
             flight = flights.get(job.key)
-            if flight is not None:
+            if flight is not None and not flight.first.done():
                 flight.first.set_result(at)
         for job, at in ends:
             flight = flights.pop(job.key, None)
-            if flight is not None:
+            if flight is not None and not flight.end.done():
                 flight.end.set_result(at)
 
     def _schedule(self) -> None:
@@ -193,7 +196,10 @@ class VirtualTransport:
             if hop:
                 await asyncio.sleep(hop)
             return VirtualAnswer(None, backend, b"{}", self._loop)
-        flight = backend.submit(self._job(headers, body))
+        try:
+            flight = backend.submit(self._job(headers, body))
+        except ValueError as exc:  # a prompt the engine refuses: its 400, as the worker's
+            return VirtualAnswer(None, backend, _refusal(str(exc)), self._loop, status=400)
         first = flight.first
         timer = None
         if timeout_s is not None and math.isfinite(timeout_s):
@@ -215,13 +221,20 @@ class VirtualTransport:
 
     def _job(self, headers: Sequence[tuple[bytes, bytes]], body: bytes) -> Job:
         request_id = next((v for k, v in headers if k == _REQUEST_ID), b"")
-        request = self._fleet.requests[request_id]
+        request = self._fleet.requests.get(request_id)
+        if request is None:  # not a client's: an inference health probe ("ping", 1 token)
+            return Job(self._fleet.keys(), 1, 1)
         prompt, output = request.prompt_tokens, request.output_tokens
         if b'"role":"assistant"' in body:  # a continuation: the rest of the answer
             said = _BODY.decode(body).messages[-1].content or ""
             done = len(said.encode()) // BYTES_PER_TOKEN
             prompt, output = prompt + done, max(1, output - done)
         return Job(self._fleet.keys(), prompt, output, request.blocks)
+
+
+def _refusal(message: str) -> bytes:
+    return msgspec.json.encode({"error": {"message": message, "type": "invalid_request_error",
+                                          "param": "max_tokens", "code": None}})  # fmt: skip
 
 
 def _fail(future: asyncio.Future[float], error: BaseException) -> None:
@@ -233,7 +246,8 @@ class VirtualAnswer:
     """An answer whose head has come (`UpstreamAnswer`, http/transport.py)."""
 
     def __init__(self, flight: Flight | None, backend: SimBackend, stream: bool | bytes,
-                 loop: asyncio.AbstractEventLoop, hop: float = 0.0) -> None:  # fmt: skip
+                 loop: asyncio.AbstractEventLoop, hop: float = 0.0,
+                 status: int = 200) -> None:  # fmt: skip
         self._flight = flight
         self._hop = hop  # one way between the gateway and the replica
         self._backend = backend
@@ -241,7 +255,7 @@ class VirtualAnswer:
         self._body = stream if isinstance(stream, bytes) else b""
         self._loop = loop
         self._total: tuple[float, str] | None = None
-        self.status = 200
+        self.status = status
         self.headers: Sequence[tuple[bytes, bytes]] = _SSE if self._stream else _JSON
 
     def header(self, name: bytes) -> bytes | None:

@@ -19,6 +19,8 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
+
 from fleetgate.bench.stats import RequestRecord
 from fleetgate.clock import Clock
 from fleetgate.director import Director, InferenceRequest
@@ -49,6 +51,7 @@ from fleetgate.simulate.workload import SimRequest, prompt_bytes, requests
 from fleetgate.traffic.door import ANONYMOUS_CALLER
 
 PATH = b"/v1/chat/completions"
+_ERROR_EVENT = b'data: {"error":'  # a stream's end that is an error (openai_api.error_event)
 
 
 @dataclass
@@ -69,7 +72,7 @@ class Outcome:
 class SimClient:
     """One request's client (a `Downstream`): keeps when its answer started and ended."""
 
-    __slots__ = ("_clock", "aborted", "ended_at", "first_at", "status")
+    __slots__ = ("_clock", "aborted", "broke", "ended_at", "first_at", "status")
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
@@ -77,6 +80,7 @@ class SimClient:
         self.first_at: float | None = None
         self.ended_at: float | None = None
         self.aborted = False
+        self.broke = False  # the stream ended with an error event (one that could not go on)
 
     @property
     def disconnected(self) -> bool:
@@ -92,6 +96,7 @@ class SimClient:
     def write(self, chunk: bytes) -> bool:
         if self.first_at is None:
             self.first_at = self._clock.now()
+        self.broke = self.broke or _ERROR_EVENT in chunk
         return True
 
     def when_drained(self, callback: object) -> None:
@@ -100,6 +105,7 @@ class SimClient:
     def end(self, last: bytes = b"") -> None:
         if self.first_at is None:
             self.first_at = self._clock.now()
+        self.broke = self.broke or _ERROR_EVENT in last
         self.ended_at = self._clock.now()
 
     def abort(self) -> None:
@@ -126,6 +132,7 @@ class Simulation:
             b'"stream":true,"stream_options":{"include_usage":true}}' % self._model.encode()
         )
         self._over = False  # every request answered
+        self._failed: BaseException | None = None  # what a request's task raised
         self._loop = loop
         self._clock = loop.clock()
         self._rng = random.Random(scenario.seed)
@@ -202,7 +209,10 @@ class Simulation:
             self._tell()
         warp = Warp((e.at_s, e.duration_s, e.factor) for e in scenario.events if e.kind == "surge")
         clock, loop = self._clock, self._loop
-        workload = requests(scenario.workload, regions, random.Random(self._rng.getrandbits(64)))
+        # The workload is sent for its duration of simulated time: surges play more of it.
+        played = warp.played(scenario.workload.duration_s)
+        settings = msgspec.structs.replace(scenario.workload, duration_s=played)
+        workload = requests(settings, regions, random.Random(self._rng.getrandbits(64)))
         for index, request in enumerate(workload):
             sent = warp.at(request.at_s)
             wait = sent - loop.time()
@@ -216,6 +226,8 @@ class Simulation:
         while self._tasks:
             self._idle.clear()
             await self._idle.wait()
+            self._raise_failed()
+        self._raise_failed()
         self._over = True
         if self._progress is not None:
             self._progress(loop.time(), self.sent, len(self.records))
@@ -259,8 +271,17 @@ class Simulation:
             self._shared.done(request_id)
         self._record(index, request, client, (sent, hop))
 
+    def _raise_failed(self) -> None:
+        """A gateway that raised on a request (a bug: it answers errors, it never raises) ends
+        the run with that exception, rather than the request missing from the report."""
+        if self._failed is not None:
+            raise self._failed
+
     def _answered(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self._failed = self._failed or task.exception()
+            self._idle.set()
         if not self._tasks:
             self._idle.set()
 
@@ -272,6 +293,8 @@ class Simulation:
         error = None
         if client.aborted:
             error = "aborted"
+        elif client.broke:  # as `fleetgate bench` counts it
+            error = "stream_error"
         elif client.status != 200:
             error = f"http_{client.status}"
         first = None if client.first_at is None else client.first_at + hop

@@ -63,6 +63,10 @@ from fleetgate.simulate.engine import slowed
 from fleetgate.simulate.workload import WorkloadSettings
 from fleetgate.workers.sim.profiles import PROFILES, EngineProfile
 
+MAX_REPLICAS = 100_000  # in a scenario, all regions and events together
+MAX_GATEWAYS = 1_000
+MAX_TIME_S = 1e6  # ~11.6 days: past 2^24 s the event loop's clock cannot tell timers apart
+
 
 class PoolSpec(Settings, frozen=True):
     """Replicas of one pool in one region."""
@@ -110,6 +114,11 @@ class RegionSpec(Settings, frozen=True):
 class SloSpec(Settings, frozen=True):
     ttft_ms: float | None = None
     itl_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        for name, value in (("ttft_ms", self.ttft_ms), ("itl_ms", self.itl_ms)):
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"slo.{name} must be a number of ms > 0, got {value}")
 
     def slo(self) -> Slo:
         return Slo(self.ttft_ms, self.itl_ms)
@@ -174,6 +183,22 @@ class Scenario(Settings, frozen=True):
             raise ValueError(f"state_region: unknown region {self.state_region!r}")
         if not (self.state_rtt_ms >= 0 and math.isfinite(self.state_rtt_ms)):
             raise ValueError(f"state_rtt_ms must be >= 0, got {self.state_rtt_ms}")
+        if not (self.default_latency_ms >= 0 and math.isfinite(self.default_latency_ms)):
+            raise ValueError(f"default_latency_ms must be >= 0, got {self.default_latency_ms}")
+        replicas = sum(p.replicas for r in self.regions for p in r.pools)
+        replicas += sum(e.replicas or 0 for e in self.events if e.kind == "add")
+        if replicas > MAX_REPLICAS:
+            raise ValueError(f"at most {MAX_REPLICAS:,} replicas in all, not {replicas:,}")
+        if sum(r.gateways for r in self.regions) > MAX_GATEWAYS:
+            raise ValueError(f"at most {MAX_GATEWAYS:,} gateways in all")
+        zones = {r.name: r.zones for r in self.regions}
+        for event in self.events:
+            if event.at_s > MAX_TIME_S or event.duration_s > MAX_TIME_S:
+                raise ValueError(f"an event's times must be within {MAX_TIME_S:g} s")
+            there = zones.get(event.region, ())
+            if event.zone is not None and event.zone not in there:
+                raise ValueError(f"an event's zone {event.zone!r} is not one of region "
+                                 f"{event.region!r}'s: {', '.join(there)}")  # fmt: skip
         for where in [*self.workload.clients, *(e.region for e in self.events if e.region)]:
             if where not in names:
                 raise ValueError(f"unknown region {where!r}; the scenario's: {', '.join(names)}")
@@ -270,10 +295,35 @@ def parse_scenario(data: Any) -> Scenario:
     if scaled and gateways > 1 and config.state.url is None:
         raise ConfigError(f"pool {scaled[0]!r} is autoscaled by {gateways} gateways: give the "
                           "gateway config a `state.url` so that one of them acts")  # fmt: skip
-    if config.cache.enabled and config.cache.store == "redis":
-        raise ConfigError("the simulator shares routing state, not the response cache: "
-                          "set cache.store to memory")  # fmt: skip
+    why = unsimulated(config)
+    if why is not None:
+        raise ConfigError(f"the simulator cannot run this gateway config: {why}")
+    models = {p.model for p in config.pools}
+    for event in scenario.events:
+        if event.model is not None and event.model not in models:
+            raise ConfigError(f"an event adds replicas of {event.model!r}, which no pool serves")
     return scenario
+
+
+def unsimulated(config: Config) -> str | None:
+    """What of `config` the simulator does not model (it would run, but not as live), or
+    None: said up front rather than left to a run that quietly differs."""
+    if not config.pools:
+        return "it has no pool: the workload goes to its first"
+    for pool in config.pools:
+        if pool.prefill is not None:
+            return "disaggregated prefill is not simulated: leave `prefill` out"
+        if pool.health_check.enabled and pool.health_check.kind == "heartbeat":
+            return "simulated replicas send no heartbeats: use a health check of another kind"
+        if any(b.kv_events is not None for b in pool.backends):
+            return "engines' KV-event feeds are not simulated"
+    if config.discovery:
+        return "discovery is not simulated: the scenario's replicas are the backends"
+    if config.auth_enabled:
+        return "the simulated clients send no API keys: leave auth and tenants' keys out"
+    if config.limits.store == "redis" or (config.cache.enabled and config.cache.store == "redis"):
+        return "the simulator shares routing state, not limits or the response cache: use memory"
+    return None
 
 
 def load_scenario(path: str | Path) -> Scenario:

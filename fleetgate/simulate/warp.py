@@ -32,6 +32,11 @@ class Warp:
                 played += (edges[i + 1] - start) * rate
 
     def at(self, workload_s: float) -> float:
-        """When the workload's time `workload_s` comes, in simulated time."""
-        i = bisect.bisect_right(self._workload, workload_s) - 1
+        """When the workload's time `workload_s` (>= 0) comes, in simulated time."""
+        i = max(0, bisect.bisect_right(self._workload, workload_s) - 1)
         return self._starts[i] + (workload_s - self._workload[i]) / self._rates[i]
+
+    def played(self, simulated_s: float) -> float:
+        """How much of the workload has been played by the simulated time `simulated_s`."""
+        i = max(0, bisect.bisect_right(self._starts, simulated_s) - 1)
+        return self._workload[i] + (simulated_s - self._starts[i]) * self._rates[i]

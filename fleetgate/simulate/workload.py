@@ -47,6 +47,9 @@ BLOCK_BYTES = BLOCK_TOKENS * BYTES_PER_TOKEN
 _FRESH = 1 << 40  # block ids made for prompts without any: above every trace's own
 _COPY = 1 << 48  # a trace copy's block ids are its own: the copy's number times this added
 MAX_USERS = 10_000
+MAX_LENGTH_SCALE = 100.0
+MAX_DURATION_S = 1e6  # ~11.6 days: the virtual clock's floats keep timers apart below that
+MAX_REQUESTS = 100_000_000  # a run's, unless max_requests says how many
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,13 @@ class WorkloadSettings(Settings, frozen=True):
                 raise ValueError(f"workload.{name} must be a number > 0, not {value}")
         if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
             raise ValueError(f"workload.rate must be a number of req/s > 0, not {self.rate}")
+        if self.length_scale > MAX_LENGTH_SCALE or self.duration_s > MAX_DURATION_S:
+            raise ValueError(f"workload: length_scale at most {MAX_LENGTH_SCALE:g}, duration_s "
+                             f"at most {MAX_DURATION_S:g}")  # fmt: skip
+        rate = self.rate if self.rate is not None else 0.0
+        if self.max_requests is None and rate * self.duration_s > MAX_REQUESTS:
+            raise ValueError(f"workload: rate x duration_s asks for more than {MAX_REQUESTS:,} "
+                             "requests: give max_requests to bound them")  # fmt: skip
         if self.max_requests is not None and self.max_requests < 1:
             raise ValueError("workload.max_requests must be at least 1")
         if not 1 <= self.users <= MAX_USERS:

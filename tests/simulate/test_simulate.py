@@ -89,6 +89,16 @@ def test_clients_far_from_the_gateway_wait_for_the_network() -> None:
         ({"regions": [{"name": "x", "gateways": 0}]}, "at least one gateway"),
         ({"workload": {"name": "azure-conv", "speed": 0}}, "workload.speed"),
         ({"surprise": 1}, "unknown field `surprise`"),
+        ({"default_latency_ms": -5}, "default_latency_ms must be >= 0"),
+        ({"slo": {"ttft_ms": -1}}, "slo.ttft_ms must be a number of ms > 0"),
+        ({"events": [{"at_s": 1, "kind": "crash", "region": "east", "zone": "z"}]},
+         "zone 'z' is not one of region 'east'"),
+        ({"regions": [{"name": "x", "pools": [{"model": "m", "replicas": 10**9}]}]},
+         "at most 100,000 replicas"),
+        ({"gateway": {"pools": [{"model": "m", "health_check": {"kind": "heartbeat"}}]}},
+         "no heartbeats"),
+        ({"workload": {"name": "synthetic", "rate": 1e6, "duration_s": 1e6}},
+         "give max_requests"),
         ({"gateway": {"pools": [{"model": "m", "polcy": "x"}]}}, "unknown field `polcy`"),
     ],
 )  # fmt: skip
@@ -325,3 +335,41 @@ def test_replicas_asked_for_are_not_asked_for_again_while_they_start() -> None:
     first = added[0][0]
     assert all(t >= first for t, _, _ in added) and first >= 20
     assert added[-1][2] <= 12 - 1  # the other region keeps its one
+
+
+def test_a_stream_that_cannot_be_continued_is_counted_failed_not_answered() -> None:
+    # Every replica dies for good at 5 s: the streams under way break and there is nowhere to
+    # continue them; their clients get an error event, which counts as the bench counts it.
+    gone = simulate(scenario(events=[{"at_s": 5, "kind": "crash", "region": "east"},
+                                     {"at_s": 5, "kind": "crash", "region": "west"}]))  # fmt: skip
+    errors = {r.error for r in gone.records if r.sent_s < 5}
+    assert "stream_error" in errors
+    assert not any(r.ok for r in gone.records if r.sent_s > 6)
+
+
+def test_inference_health_probes_reach_the_engines() -> None:
+    probed = simulate(scenario(gateway={"pools": [{"model": "m", "health_check": {
+        "kind": "inference", "interval_s": 1}}]}))  # fmt: skip
+    assert all(r.ok for r in probed.records)
+
+
+def test_a_prompt_larger_than_a_replicas_cache_is_refused_with_a_400() -> None:
+    # Mooncake's prompts, 40 times longer: most are over the 430k tokens an H100 holds.
+    huge = simulate(scenario(workload={"name": "mooncake-conv", "max_requests": 10,
+                                       "length_scale": 40.0}))  # fmt: skip
+    assert "http_400" in {r.error for r in huge.records}
+
+
+def test_removing_more_replicas_than_are_there_removes_them_all() -> None:
+    outcome = simulate(scenario(events=[
+        {"at_s": 0, "kind": "add", "region": "west", "replicas": 1},
+        {"at_s": 1, "kind": "remove", "region": "west", "replicas": 9}]))  # fmt: skip
+    west = [up for _, region, up, _ in outcome.capacity if region == "west"]
+    assert west == [2, 3, 0]
+
+
+def test_a_surge_does_not_end_the_sending_early() -> None:
+    surge = [{"at_s": 5, "kind": "surge", "factor": 3.0, "duration_s": 4}]
+    bounded = {"name": "azure-conv", "speed": 4.0, "duration_s": 20}
+    outcome = simulate(scenario(workload=bounded, events=surge))
+    assert 19 < max(r.sent_s for r in outcome.records) < 20

@@ -27,3 +27,9 @@ def test_overlapping_surges_multiply() -> None:
     assert warp.at(10.0) == pytest.approx(5.0)
     assert warp.at(30.0) == pytest.approx(10.0)
     assert warp.at(40.0) == pytest.approx(15.0)
+
+
+def test_how_much_of_the_workload_a_surge_has_played_by_a_time() -> None:
+    warp = Warp([(10.0, 5.0, 3.0)])
+    assert [warp.played(t) for t in (5.0, 12.0, 15.0, 20.0)] == [5.0, 16.0, 25.0, 30.0]
+    assert all(warp.at(warp.played(t)) == pytest.approx(t) for t in (3.0, 11.0, 40.0))
