@@ -37,6 +37,7 @@ class FleetChanges:
         self.backends: dict[Origin, SimBackend] = {}
         self._by_url: dict[str, SimBackend] = {}
         self._gone: set[str] = set()  # removed replicas' URLs
+        self._staying: dict[tuple[str, str], dict[str, Replica]] = {}  # those not removed
         self.members: list[Membership] = []  # each gateway's (it adds them itself)
         self.autoscaling = True  # whether the autoscalers' actuators act (`autoscale` events)
         self._starting: dict[str, int] = {}  # replicas asked for and not up yet, by model
@@ -113,6 +114,7 @@ class FleetChanges:
         """These replicas leave every gateway's pool (drained: what they have finishes)."""
         for replica in leaving:
             self._gone.add(replica.url)
+            self._staying[replica.region, replica.model].pop(backend_id(replica.url), None)
             for members in self.members:
                 try:
                     members.remove(backend_id(replica.url), replica.model)
@@ -122,16 +124,16 @@ class FleetChanges:
             self._note(region)
 
     def of(self, region: str, model: str) -> dict[str, Replica]:
-        """The replicas of `model` in `region` that have not left, by backend id."""
-        return {
-            backend_id(r.url): r for r in self.replicas
-            if r.region == region and r.model == model and r.url not in self._gone
-        }  # fmt: skip
+        """The replicas of `model` in `region` that have not left, by backend id (kept as
+        they come and go: the scaler asks once a member)."""
+        return self._staying.get((region, model), {})
 
     def _place(self, replica: Replica) -> None:
         profile = replica.pool.engine_profile()
         backend = SimBackend(profile, self._loop, BLOCK_TOKENS, replica.region)
         self.replicas.append(replica)
+        present = self._staying.setdefault((replica.region, replica.model), {})
+        present[backend_id(replica.url)] = replica
         self.backends[Origin.parse(replica.url)] = backend
         self._by_url[replica.url] = backend
 

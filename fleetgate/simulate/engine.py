@@ -161,6 +161,13 @@ class FleetEngine:
         self._start_step()  # its share of the step under way goes to the others
         return True
 
+    def generated(self, key: int) -> int:
+        """Tokens request `key` has generated so far (0 before its first)."""
+        item = self._by_key.get(key)
+        if not isinstance(item, _Running) or not item.decoding:
+            return 0
+        return min(item.job.output_tokens, int(self._steps - item.start + 1e-9) + 1)
+
     def crash(self) -> list[Job]:
         """The engine dies: everything it held is lost (its cache too); what was running."""
         lost = [item if isinstance(item, Job) else item.job for item in self._by_key.values()]

@@ -64,6 +64,7 @@ class Flight:
     job: Job
     first: asyncio.Future[float]
     end: asyncio.Future[float]
+    said: int = 0  # tokens streamed when the replica died (what a continuation goes on from)
 
 
 class SimBackend:
@@ -100,6 +101,9 @@ class SimBackend:
     def crash(self) -> None:
         """The replica dies: every connection to it is reset, and it refuses new ones."""
         self.up = False
+        self._run(self._loop.time())
+        for key, flight in self._flights.items():
+            flight.said = self.engine.generated(key)
         self.engine.crash()
         flights, self._flights = self._flights, {}
         for flight in flights.values():  # each fails where its attempt waits (if it still does)
@@ -192,7 +196,10 @@ class VirtualTransport:
             await asyncio.sleep(hop)
         if backend is None or not backend.up:
             raise ConnectError("connection refused")
-        if method != b"POST":  # a health probe: up is healthy
+        if method != b"POST":  # a health probe: up is healthy, if it answers in time
+            if timeout_s is not None and 2 * hop > timeout_s:
+                await asyncio.sleep(timeout_s - hop)
+                raise UpstreamTimeout(f"no answer within {timeout_s:g} s (the first-byte timeout)")
             if hop:
                 await asyncio.sleep(hop)
             return VirtualAnswer(None, backend, b"{}", self._loop)
@@ -305,7 +312,13 @@ class VirtualAnswer:
         assert flight is not None
         sink.pending.append(_FIRST)
         sink.flush()
-        await self._ended()
+        try:
+            await self._ended()
+        except ReadError:  # it died: what it had streamed since its first token came first
+            if flight.said > 1:
+                sink.pending.append(_tokens(flight.said - 1))
+                sink.flush()
+            raise
         sink.pending.append(_rest(flight.job))
         sink.flush()
 
@@ -322,6 +335,15 @@ def _rest(job: Job) -> bytes:
         b'data: {"id":"sim","object":"chat.completion.chunk","created":0,"model":"sim",'
         b'"choices":[{"index":0,"delta":{"content":"' + text + b'"},"finish_reason":"length"}],'
         + _usage(job) + b"}\n\ndata: [DONE]\n\n"
+    )  # fmt: skip
+
+
+def _tokens(count: int) -> bytes:
+    """A stream chunk of `count` tokens of text."""
+    return (
+        b'data: {"id":"sim","object":"chat.completion.chunk","created":0,"model":"sim",'
+        b'"choices":[{"index":0,"delta":{"content":"' + _TEXT * count
+        + b'"},"finish_reason":null}]}\n\n'
     )  # fmt: skip
 
 

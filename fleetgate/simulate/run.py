@@ -127,9 +127,10 @@ class Simulation:
         self._progress = progress
         self.sent = 0
         self._model = scenario.gateway["pools"][0]["model"]  # what every request asks for
+        model = msgspec.json.encode(self._model).replace(b"%", b"%%")  # quoted, escaped
         self._body = (  # a request's body, but for its max_tokens
-            b'{"model":"%s","messages":[{"role":"user","content":"sim"}],"max_tokens":%%d,'
-            b'"stream":true,"stream_options":{"include_usage":true}}' % self._model.encode()
+            b'{"model":' + model + b',"messages":[{"role":"user","content":"sim"}],'
+            b'"max_tokens":%d,"stream":true,"stream_options":{"include_usage":true}}'
         )
         self._over = False  # every request answered
         self._failed: BaseException | None = None  # what a request's task raised
@@ -203,8 +204,11 @@ class Simulation:
         self.start_gateways()
         scenario = self.scenario
         regions = [r.name for r in scenario.regions]
+        at: dict[float, list[EventSpec]] = {}  # events of one instant apply in the file's order
         for event in scenario.events:
-            self._loop.call_at(event.at_s, self.changes.apply, event)
+            at.setdefault(event.at_s, []).append(event)
+        for when, events in at.items():
+            self._loop.call_at(when, self._apply, events)
         if self._progress is not None:
             self._tell()
         warp = Warp((e.at_s, e.duration_s, e.factor) for e in scenario.events if e.kind == "surge")
@@ -232,6 +236,10 @@ class Simulation:
         if self._progress is not None:
             self._progress(loop.time(), self.sent, len(self.records))
         return loop.time()
+
+    def _apply(self, events: list[EventSpec]) -> None:
+        for event in events:
+            self.changes.apply(event)
 
     def _tell(self) -> None:
         """Tell the progress now, and again in PROGRESS_S until the run is over."""
