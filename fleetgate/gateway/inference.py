@@ -70,6 +70,11 @@ class InferenceEndpoints:
         """The lifecycle these endpoints run each request through."""
         return self._director
 
+    @property
+    def door(self) -> FrontDoor | None:
+        """Who the callers are (None: auth off and no limits)."""
+        return self._door
+
     def routes(self) -> dict[bytes, Endpoint]:
         """POST handlers by path."""
         return {path: self._endpoint(parse) for path, parse in self._parsers.items()}

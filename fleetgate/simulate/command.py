@@ -57,7 +57,8 @@ def process_age_s() -> float:
 
 
 def report(scenario: Scenario, outcome: Outcome) -> dict[str, Summary]:
-    """The summary over every client, then per client region (where there are several).
+    """The summary over every client, then per client region (where there are several), then
+    per tenant of the workload's.
     Rates are per second from the start to the last answer, as `fleetgate bench` counts them
     (its run's duration ends with its last request's end)."""
     slo = scenario.slo.slo()
@@ -72,6 +73,10 @@ def report(scenario: Scenario, outcome: Outcome) -> dict[str, Summary]:
             mine = [r for r, c in zip(outcome.records, outcome.clients, strict=True) if c == i]
             if mine:
                 summaries[f"clients in {region}"] = summary(mine)
+    for i, tenant in enumerate(scenario.workload.tenants):
+        theirs = [r for r, t in zip(outcome.records, outcome.tenants, strict=True) if t == i]
+        if theirs:
+            summaries[f"tenant {tenant}"] = summary(theirs)
     return summaries
 
 

@@ -48,7 +48,7 @@ from fleetgate.simulate.scenario import (
 )
 from fleetgate.simulate.warp import Warp
 from fleetgate.simulate.workload import SimRequest, prompt_bytes, requests
-from fleetgate.traffic.door import ANONYMOUS_CALLER
+from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller
 
 PATH = b"/v1/chat/completions"
 _ERROR_EVENT = b'data: {"error":'  # a stream's end that is an error (openai_api.error_event)
@@ -60,6 +60,7 @@ class Outcome:
 
     records: list[RequestRecord]
     clients: list[int]  # each record's client region, by index into the scenario's
+    tenants: list[int]  # each record's tenant, by index into workload.tenants (-1: none)
     duration_s: float  # simulated seconds of sending: the workload's, or to its last request
     end_s: float  # simulated seconds until the last answer
     wall_s: float  # real seconds the run took (from `started`, when given)
@@ -67,6 +68,19 @@ class Outcome:
     capacity: list[tuple[float, str, int, int]]
     events: tuple[EventSpec, ...]  # the scenario's, as they happened
     prefix_hit_rate: float  # prompt tokens the engines found cached, of all they looked up
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """A gateway as its clients reach it: where it is, its Director, and who each of the
+    workload's tenants is to it."""
+
+    region: str
+    director: Director
+    callers: list[Caller]  # by tenant index
+
+    def caller(self, tenant: int) -> Caller:
+        return ANONYMOUS_CALLER if tenant < 0 else self.callers[tenant]
 
 
 class SimClient:
@@ -140,11 +154,12 @@ class Simulation:
         self.changes = FleetChanges(scenario, loop)
         self.backends = self.changes.backends
         self._shared = Fleet(self.backends)
-        self.directors: list[tuple[str, Director]] = []
-        self._nearest: dict[str, list[tuple[str, Director]]] = {}  # client region -> gateways
+        self.directors: list[Entry] = []  # each gateway's
+        self._nearest: dict[str, list[Entry]] = {}  # client region -> the gateways it reaches
         self._redis = SimRedis(self._clock)  # what gateways with a `state.url` share
         self.records: list[RequestRecord] = []
         self.clients: dict[int, int] = {}  # request index -> its client region
+        self.tenants: dict[int, int] = {}  # request index -> its tenant
         self._tasks: set[asyncio.Task[None]] = set()  # requests not answered yet
         self._idle = asyncio.Event()
         self.last_sent = 0.0  # the workload's last send time
@@ -177,16 +192,20 @@ class Simulation:
                                        self.backends),
                     background=PeriodicTasks(random.Random(rng.getrandbits(64)), clock),
                 )  # fmt: skip
-                self.directors.append((region.name, gateway.inference.director))
+                door = gateway.inference.door
+                callers = [
+                    (door.caller_of(name) if door is not None else None) or ANONYMOUS_CALLER
+                    for name in self.scenario.workload.tenants
+                ]  # fmt: skip
+                self.directors.append(Entry(region.name, gateway.inference.director, callers))
                 assert kept.members is not None
                 self.changes.members.append(kept.members)
         regions = [r.name for r in self.scenario.regions]
         for client in regions:  # a region's clients reach its gateways, else the nearest
-            far = min(self.scenario.latency_s(client, where) for where, _ in self.directors)
+            far = min(self.scenario.latency_s(client, e.region) for e in self.directors)
             self._nearest[client] = [
-                (where, director) for where, director in self.directors
-                if self.scenario.latency_s(client, where) == far
-            ]  # fmt: skip
+                e for e in self.directors if self.scenario.latency_s(client, e.region) == far
+            ]
 
     def _actuator(self, region: str, model: str) -> SimActuator:
         """The actuator of a gateway in `region` for the pool of `model`: it scales the pool's
@@ -248,7 +267,7 @@ class Simulation:
         if not self._over:
             self._loop.call_later(PROGRESS_S, self._tell)
 
-    def _gateway(self, region: str, index: int) -> tuple[str, Director]:
+    def _gateway(self, region: str, index: int) -> Entry:
         """The gateway a client in `region` reaches: one of the nearest, in turn (as a load
         balancer in front of them spreads connections)."""
         nearest = self._nearest[region]
@@ -256,7 +275,8 @@ class Simulation:
 
     async def _send(self, index: int, request: SimRequest, sent: float, region: str) -> None:
         clock = self._clock
-        where, director = self._gateway(region, index)
+        entry = self._gateway(region, index)
+        where, director = entry.region, entry.director
         hop = self.scenario.latency_s(region, where)
         if hop:
             await clock.sleep(hop)
@@ -272,7 +292,7 @@ class Simulation:
         try:
             await director.run(
                 InferenceRequest(request_id=request_id, started=now, path=PATH, routing=routing,
-                                 body=body, caller=ANONYMOUS_CALLER),
+                                 body=body, caller=entry.caller(request.tenant)),
                 client,
             )  # fmt: skip
         finally:
@@ -316,6 +336,7 @@ class Simulation:
             )
         )  # fmt: skip
         self.clients[index] = request.client
+        self.tenants[index] = request.tenant
 
 
 def _has(region: RegionSpec, model: str) -> bool:
@@ -336,10 +357,11 @@ def simulate(
         end = runner.run(simulation.run())
     records = sorted(simulation.records, key=lambda r: r.index)
     clients = [simulation.clients[r.index] for r in records]
+    tenants = [simulation.tenants[r.index] for r in records]
     sending = min(scenario.workload.duration_s, max(simulation.last_sent, 1e-9))
     wall = time.perf_counter() - started
     return Outcome(
-        records=records, clients=clients, duration_s=sending, end_s=end, wall_s=wall,
-        capacity=simulation.changes.capacity, events=scenario.events,
+        records=records, clients=clients, tenants=tenants, duration_s=sending, end_s=end,
+        wall_s=wall, capacity=simulation.changes.capacity, events=scenario.events,
         prefix_hit_rate=simulation.changes.prefix_hit_rate(),
     )  # fmt: skip

@@ -16,6 +16,7 @@
       name: mooncake-conv
       speed: 1.0
       clients: {us-east: 1.0}        # where requests come from, by share
+      tenants: {gold: 1.0}           # who sends them (the gateway config's tenants), by share
     gateway:                         # the config `fleetgate serve` takes; its pools'
       pools:                         #   backends are the replicas above
         - model: llama-3.1-8b
@@ -298,6 +299,14 @@ def parse_scenario(data: Any) -> Scenario:
     why = unsimulated(config)
     if why is not None:
         raise ConfigError(f"the simulator cannot run this gateway config: {why}")
+    keyed = {t.name for t in config.tenants if t.keys}
+    for tenant in scenario.workload.tenants:
+        if tenant not in keyed:
+            raise ConfigError(f"workload.tenants: {tenant!r} is no tenant with a key in the "
+                              "gateway config")  # fmt: skip
+    if config.auth_enabled and not scenario.workload.tenants:
+        raise ConfigError("the gateway config asks callers for keys: say who sends the "
+                          "workload in workload.tenants")  # fmt: skip
     models = {p.model for p in config.pools}
     for event in scenario.events:
         if event.model is not None and event.model not in models:
@@ -319,8 +328,6 @@ def unsimulated(config: Config) -> str | None:
             return "engines' KV-event feeds are not simulated"
     if config.discovery:
         return "discovery is not simulated: the scenario's replicas are the backends"
-    if config.auth_enabled:
-        return "the simulated clients send no API keys: leave auth and tenants' keys out"
     if config.limits.store == "redis" or (config.cache.enabled and config.cache.store == "redis"):
         return "the simulator shares routing state, not limits or the response cache: use memory"
     return None

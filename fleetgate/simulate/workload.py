@@ -16,6 +16,7 @@ and answer lengths. Each request comes from one of the client regions, drawn by 
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import heapq
 import itertools
@@ -62,6 +63,7 @@ class SimRequest:
     blocks: tuple[int, ...]  # its prompt's blocks of BLOCK_TOKENS, by id, in order
     client: int = 0  # its client region (an index into the scenario's)
     text: bytes = b""  # the prompt as routing sees it, when the workload wrote one
+    tenant: int = -1  # its tenant, an index into the workload's `tenants` (-1: none, anonymous)
 
 
 class WorkloadSettings(Settings, frozen=True):
@@ -79,6 +81,9 @@ class WorkloadSettings(Settings, frozen=True):
     duration_s: float = 3600.0  # requests sent after this are not
     max_requests: int | None = None
     clients: Mapping[str, float] = msgspec.field(default_factory=dict)  # region -> share
+    # Who sends them, by share: tenants of the gateway config (each request with one of its
+    # keys, as a client of it would). Empty: nobody in particular (anonymous).
+    tenants: Mapping[str, float] = msgspec.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if (self.name == "trace") != (self.file is not None):
@@ -102,8 +107,9 @@ class WorkloadSettings(Settings, frozen=True):
             raise ValueError(f"workload.users must be in 1..{MAX_USERS}, got {self.users}")
         if self.users > 1 and self.name not in ("azure-conv", "mooncake-conv", "trace"):
             raise ValueError("workload.users replays a trace: give a rate for generated ones")
-        if any(not (share > 0 and math.isfinite(share)) for share in self.clients.values()):
-            raise ValueError("workload.clients: each region's share must be > 0")
+        for what, shares in (("clients", self.clients), ("tenants", self.tenants)):
+            if any(not (share > 0 and math.isfinite(share)) for share in shares.values()):
+                raise ValueError(f"workload.{what}: each share must be a number > 0")
 
 
 def requests(
@@ -119,9 +125,17 @@ def requests(
         timed = schedule(_from_rows(rows, settings.length_scale), arrivals, rng)
     else:
         timed = _from_specs(_generated(settings, rng), settings.length_scale)
-    for request, client in zip(bounded(timed, settings.duration_s, settings.max_requests),
-                               clients, strict=False):  # fmt: skip
-        yield request if client == 0 else _with_client(request, client)
+    # Tenants are drawn apart, so that naming them changes nothing else of the workload.
+    tenants = (
+        _clients(list(settings.tenants.values()), random.Random(rng.random()))
+        if settings.tenants
+        else itertools.repeat(-1)
+    )
+    bound = bounded(timed, settings.duration_s, settings.max_requests)
+    for request, client, tenant in zip(bound, clients, tenants, strict=False):
+        if client or tenant >= 0:
+            request = dataclasses.replace(request, client=client, tenant=tenant)
+        yield request
 
 
 def _arrivals(settings: WorkloadSettings) -> TraceTimes | PoissonArrivals | Bursts:
@@ -209,15 +223,11 @@ def _hashed(text: bytes) -> tuple[int, ...]:
 
 
 def _clients(shares: list[float], rng: random.Random) -> Iterator[int]:
+    """Indexes into `shares`, drawn by them."""
     if len(shares) == 1:
         return itertools.repeat(0)
     indexes = range(len(shares))
     return (rng.choices(indexes, shares)[0] for _ in itertools.count())
-
-
-def _with_client(request: SimRequest, client: int) -> SimRequest:
-    return SimRequest(request.at_s, request.prompt_tokens, request.output_tokens,
-                      request.blocks, client, request.text)  # fmt: skip
 
 
 def prompt_bytes(request: SimRequest) -> bytes:

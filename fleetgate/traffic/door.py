@@ -84,6 +84,14 @@ class FrontDoor:
             return None
         return frozenset((c.tenant.name, c.key_id) for c in self._keys.owners())
 
+    def caller_of(self, tenant: str) -> Caller | None:
+        """A caller of `tenant` as its first key identifies it (None: auth off, or no key of
+        that tenant): the simulator's clients hold no raw keys, only hashed ones may be
+        configured."""
+        if self._keys is None:
+            return None
+        return next((c for c in self._keys.owners() if c.tenant.name == tenant), None)
+
     def identify(self, headers: dict[bytes, bytes]) -> Caller:
         if self._keys is None:
             return ANONYMOUS_CALLER

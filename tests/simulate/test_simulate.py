@@ -373,3 +373,25 @@ def test_a_surge_does_not_end_the_sending_early() -> None:
     bounded = {"name": "azure-conv", "speed": 4.0, "duration_s": 20}
     outcome = simulate(scenario(workload=bounded, events=surge))
     assert 19 < max(r.sent_s for r in outcome.records) < 20
+
+
+def test_the_workloads_tenants_are_the_gateways_callers_with_their_limits() -> None:
+    tenants = [
+        {"name": "gold", "keys": ["sk-gold-0123456789"], "priority": "critical"},
+        {"name": "free", "keys": ["sk-free-0123456789"], "limits": {"requests_per_minute": 60}},
+    ]
+    workload = {"name": "azure-conv", "max_requests": 300, "speed": 4.0,
+                "tenants": {"gold": 1.0, "free": 1.0}}  # fmt: skip
+    shared = scenario(workload=workload,
+                      gateway={"pools": [{"model": "m"}], "tenants": tenants})  # fmt: skip
+    outcome = simulate(shared)
+    who = {r.index: tenant for r, tenant in zip(outcome.records, outcome.tenants, strict=True)}
+    assert set(who.values()) == {0, 1}
+    refused = [r for r in outcome.records if r.error == "http_429"]
+    assert refused and all(who[r.index] == 1 for r in refused)  # free's limit, not gold's
+    assert all(r.ok for r in outcome.records if who[r.index] == 0)
+    with pytest.raises(ConfigError, match="is no tenant with a key"):
+        scenario(workload={**workload, "tenants": {"bronze": 1.0}},
+                 gateway={"pools": [{"model": "m"}], "tenants": tenants})  # fmt: skip
+    with pytest.raises(ConfigError, match="say who sends the workload"):
+        scenario(gateway={"pools": [{"model": "m"}], "tenants": tenants})

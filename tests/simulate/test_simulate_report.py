@@ -59,6 +59,7 @@ def outcome(
     return Outcome(
         records=records,
         clients=[0] * len(records) if clients is None else clients,
+        tenants=[-1] * len(records),
         duration_s=end_s,
         end_s=end_s,
         wall_s=0.1,
