@@ -24,7 +24,7 @@ from fleetgate.traffic.redis_cancel import Execute
 
 log = logging.getLogger(__name__)
 
-_RENEW = """
+RENEW_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
@@ -32,7 +32,7 @@ end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 return 0
 """
-_RELEASE = """
+RELEASE_SCRIPT = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
@@ -70,9 +70,8 @@ class Lease:
         sent = self._clock.now()
         ttl_ms = str(round(self._ttl_s * 1000))
         try:
-            got = await self._clock.within(
-                self._execute("EVAL", _RENEW, 1, self.key, self._holder, ttl_ms), self.budget_s
-            )
+            renewal = self._execute("EVAL", RENEW_SCRIPT, 1, self.key, self._holder, ttl_ms)
+            got = await self._clock.within(renewal, self.budget_s)
         except (RedisError, OSError, TimeoutError) as exc:
             self.failures += 1
             log.debug("lease %s not renewed: %s", self.key, exc)
@@ -88,7 +87,7 @@ class Lease:
         self.until = float("-inf")
         try:
             await self._clock.within(
-                self._execute("EVAL", _RELEASE, 1, self.key, self._holder), self.budget_s
+                self._execute("EVAL", RELEASE_SCRIPT, 1, self.key, self._holder), self.budget_s
             )
         except (RedisError, OSError, TimeoutError) as exc:  # it lapses by itself
             log.debug("lease %s not released: %s", self.key, exc)

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 Execute = Callable[..., Awaitable[Any]]  # a Redis client's execute_command
 
 _HSET_ARGS = 1000  # field-value arguments per HSET (Lua's unpack has a stack limit)
-_SYNC = """
+SYNC_SCRIPT = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local me, ttl = ARGV[1], tonumber(ARGV[2])
@@ -58,7 +58,7 @@ for _, id in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
 end
 return {redis.call('ZCARD', KEYS[1]), out}
 """ % (_HSET_ARGS, _HSET_ARGS)  # noqa: UP031 (Lua's own braces)
-_LEAVE = """
+LEAVE_SCRIPT = """
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('DEL', KEYS[2] .. ARGV[1])
 """
@@ -175,7 +175,7 @@ class SharedLoadBoard:
                                        f"{own.pending_prefill}")  # fmt: skip
         try:
             gateways, leases = await self._execute(
-                "EVAL", _SYNC, 2, *self._keys, self.gateway_id, self._ttl_ms, *fields
+                "EVAL", SYNC_SCRIPT, 2, *self._keys, self.gateway_id, self._ttl_ms, *fields
             )
         except (RedisError, OSError) as exc:
             self._failed(exc)
@@ -191,7 +191,7 @@ class SharedLoadBoard:
     async def leave(self) -> None:
         """Take this gateway's lease off now, so the others stop counting it at once."""
         try:
-            await self._execute("EVAL", _LEAVE, 2, *self._keys, self.gateway_id)
+            await self._execute("EVAL", LEAVE_SCRIPT, 2, *self._keys, self.gateway_id)
         except (RedisError, OSError) as exc:
             log.debug("leaving the shared load board failed: %s", exc)
 

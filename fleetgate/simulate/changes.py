@@ -11,7 +11,7 @@ import asyncio
 from fleetgate.fleet.backend import REGION, ZONE, backend_id
 from fleetgate.fleet.membership import Joining, Membership, NotMember
 from fleetgate.http.client import Origin
-from fleetgate.simulate.fleet import SimBackend
+from fleetgate.simulate.replica import SimBackend
 from fleetgate.simulate.scenario import (
     EventSpec,
     PoolSpec,

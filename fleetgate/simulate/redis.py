@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fleetgate.clock import Clock
-from fleetgate.shared.lease import _RELEASE, _RENEW
-from fleetgate.shared.load_board import _LEAVE, _SYNC
+from fleetgate.shared.lease import RELEASE_SCRIPT, RENEW_SCRIPT
+from fleetgate.shared.load_board import LEAVE_SCRIPT, SYNC_SCRIPT
 
 Execute = Callable[..., Awaitable[Any]]
 
@@ -47,13 +47,15 @@ class SimRedis:
     def run(self, *command: Any) -> Any:
         """Answer one command now, as Redis would."""
         name = command[0]
-        if name == "EVAL" and command[1] == _SYNC:
+        if name == "EVAL" and command[1] == SYNC_SCRIPT:
             return self._sync(_b(command[3]), _b(command[5]), int(command[6]), command[7:])
-        if name == "EVAL" and command[1] == _LEAVE:
+        if name == "EVAL" and command[1] == LEAVE_SCRIPT:
             self._leases.get(_b(command[3]), {}).pop(_b(command[5]), None)
             return None
-        if name == "EVAL" and command[1] in (_RENEW, _RELEASE):  # 1 key holder [ttl_ms]
-            return self._lease(command[1] == _RENEW, _b(command[3]), _b(command[4]), command[5:])
+        if name == "EVAL" and command[1] in (RENEW_SCRIPT, RELEASE_SCRIPT):  # 1 key holder [ttl_ms]
+            return self._lease(
+                command[1] == RENEW_SCRIPT, _b(command[3]), _b(command[4]), command[5:]
+            )
         if name == "XADD":  # key MAXLEN ~ keep * field value ...
             key, keep, fields = _b(command[1]), int(command[4]), command[6:]
             entries = self._streams.setdefault(key, [])

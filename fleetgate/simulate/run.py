@@ -35,9 +35,7 @@ from fleetgate.serve import compose
 from fleetgate.shared.state import RoutingState
 from fleetgate.simulate.autoscale import SimActuator
 from fleetgate.simulate.changes import FleetChanges
-from fleetgate.simulate.fleet import Fleet, VirtualTransport
 from fleetgate.simulate.loop import VirtualTimeLoop
-from fleetgate.simulate.probes import SimScraper
 from fleetgate.simulate.redis import SimRedis
 from fleetgate.simulate.scenario import (
     EventSpec,
@@ -46,6 +44,8 @@ from fleetgate.simulate.scenario import (
     Scenario,
     gateway_config,
 )
+from fleetgate.simulate.scraper import SimScraper
+from fleetgate.simulate.transport import Fleet, VirtualTransport
 from fleetgate.simulate.warp import Warp
 from fleetgate.simulate.workload import SimRequest, prompt_bytes, requests
 from fleetgate.traffic.door import ANONYMOUS_CALLER, Caller

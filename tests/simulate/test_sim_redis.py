@@ -4,8 +4,8 @@ Redis does: the load board's leases, lapsing after their TTL, and the decision s
 from __future__ import annotations
 
 from fleetgate.clock import LoopClock
-from fleetgate.shared.lease import _RELEASE, _RENEW
-from fleetgate.shared.load_board import _LEAVE, _SYNC
+from fleetgate.shared.lease import RELEASE_SCRIPT, RENEW_SCRIPT
+from fleetgate.shared.load_board import LEAVE_SCRIPT, SYNC_SCRIPT
 from fleetgate.simulate.redis import SimRedis
 
 
@@ -18,7 +18,7 @@ class Frozen(LoopClock):
 
 
 def sync(redis: SimRedis, me: str, *fields: str, ttl_ms: int = 2000) -> object:
-    return redis.run("EVAL", _SYNC, 2, "b:gateways", "b:lease:", me, ttl_ms, *fields)
+    return redis.run("EVAL", SYNC_SCRIPT, 2, "b:gateways", "b:lease:", me, ttl_ms, *fields)
 
 
 def test_a_gateway_reads_the_others_leases_until_they_lapse() -> None:
@@ -35,7 +35,7 @@ def test_a_gateway_reads_the_others_leases_until_they_lapse() -> None:
 def test_a_gateway_that_leaves_is_not_counted_at_once() -> None:
     redis = SimRedis(Frozen())
     sync(redis, "a", "b1", "1 1 1")
-    redis.run("EVAL", _LEAVE, 2, "b:gateways", "b:lease:", "a")
+    redis.run("EVAL", LEAVE_SCRIPT, 2, "b:gateways", "b:lease:", "a")
     assert sync(redis, "b") == [1, []]
 
 
@@ -56,15 +56,15 @@ def test_a_lease_has_one_holder_until_it_lapses_or_is_released() -> None:
     redis = SimRedis(clock)
 
     def renew(holder: str) -> object:
-        return redis.run("EVAL", _RENEW, 1, "lease", holder, "2000")
+        return redis.run("EVAL", RENEW_SCRIPT, 1, "lease", holder, "2000")
 
     assert (renew("a"), renew("b"), renew("a")) == (1, 0, 1)
     clock.t = 1.9
     assert renew("b") == 0  # a renewed at 0: held until 2.0
     clock.t = 2.5
     assert renew("b") == 1  # lapsed
-    assert redis.run("EVAL", _RELEASE, 1, "lease", "a") == 0  # not a's to give up
-    assert redis.run("EVAL", _RELEASE, 1, "lease", "b") == 1
+    assert redis.run("EVAL", RELEASE_SCRIPT, 1, "lease", "a") == 0  # not a's to give up
+    assert redis.run("EVAL", RELEASE_SCRIPT, 1, "lease", "b") == 1
     assert renew("a") == 1
 
 

@@ -1,4 +1,4 @@
-"""The virtual transport (simulate/fleet.py): an answer as its first token and its end, and a
+"""The virtual transport (simulate/transport.py): an answer as its first token and its end, and a
 replica that dies mid-answer handing over what it had streamed, as a real one's socket would."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import pytest
 
 from fleetgate.http.client import Origin
 from fleetgate.http.errors import ReadError
-from fleetgate.simulate.fleet import Fleet, SimBackend, VirtualTransport
 from fleetgate.simulate.loop import VirtualTimeLoop
+from fleetgate.simulate.replica import SimBackend
+from fleetgate.simulate.transport import Fleet, VirtualTransport
 from fleetgate.simulate.workload import SimRequest
 from fleetgate.workers.sim.profiles import get_profile
 

@@ -18,7 +18,7 @@ from fleetgate.fleet.periodic import PeriodicTasks
 from fleetgate.fleet.scraper import MetricsScraper, ScrapeSettings
 from fleetgate.http.client import Origin
 from fleetgate.http.transport import Transport
-from fleetgate.simulate.fleet import SimBackend
+from fleetgate.simulate.replica import SimBackend
 
 
 class SimScraper(MetricsScraper):
