@@ -183,7 +183,7 @@ class FleetEngine:
         if step is None:
             return math.inf
         k, a, b = step
-        return self._t + a * k + b * k * k / 2
+        return self._t + _seconds(k, a, b)
 
     def advance(self, now: float) -> tuple[list[tuple[Job, float]], list[tuple[Job, float]]]:
         """Run up to `now`: the first tokens and the ends that came by then, with their
@@ -197,11 +197,10 @@ class FleetEngine:
                 self._t = now
                 return firsts, ends
             k, a, b = step
-            at = self._t + a * k + b * k * k / 2
+            at = self._t + _seconds(k, a, b)
             if at > now:  # the event is later: part of the way, as many steps as fit
                 seconds = now - self._t
-                part = seconds / a if b <= 0 else (math.sqrt(a * a + 2 * b * seconds) - a) / b
-                self._run(part, now)
+                self._run(_steps(seconds, a, b), now)
                 return firsts, ends
             self._run(k, at)
             self._events(at, firsts, ends)
@@ -211,14 +210,14 @@ class FleetEngine:
     def load(self, now: float) -> Load:
         """The gauges and counters at `now` (no earlier than the last `advance`, and before
         its next event: what a scrape between two events reads)."""
-        n = len(self._decoding) - len(self._dropped)
+        n = self._decodes()
         steps, count = self._steps, self._step_count
         tokens, gaps, gap_s = self._tokens, self._gaps, self._gap_s
         step = self._next() if now > self._t else None
         if step is not None:  # part of the way to the next event
             _, a, b = step
             seconds = now - self._t
-            k = seconds / a if b <= 0 else (math.sqrt(a * a + 2 * b * seconds) - a) / b
+            k = _steps(seconds, a, b)
             steps += k
             count += k
             tokens += (n + self._chunk) * k
@@ -237,8 +236,12 @@ class FleetEngine:
 
     # -- the model --------------------------------------------------------------------------
 
+    def _decodes(self) -> int:
+        """Sequences decoding (aborted ones may still sit in the heap)."""
+        return len(self._decoding) - len(self._dropped)
+
     def _running_count(self) -> int:
-        return len(self._prefill) + len(self._decoding) - len(self._dropped)
+        return len(self._prefill) + self._decodes()
 
     def _next(self) -> tuple[float, float, float] | None:
         """Steps until the next prefill completes or answer ends (None when idle), and the
@@ -276,7 +279,7 @@ class FleetEngine:
         if k <= 0:
             self._t = until
             return
-        n, chunk = len(self._decoding) - len(self._dropped), self._chunk
+        n, chunk = self._decodes(), self._chunk
         done = chunk * k
         self._tokens += (n + chunk) * k
         self._gaps += n * k
@@ -331,7 +334,7 @@ class FleetEngine:
 
     def _start_step(self) -> None:
         """A step starts: what it prefills is set for its length."""
-        n = len(self._decoding) - len(self._dropped)
+        n = self._decodes()
         self._chunk = max(0.0, min(self._budget - n, self._prefill_left)) if self._prefill else 0.0
 
     def _admit(self) -> None:
@@ -339,7 +342,7 @@ class FleetEngine:
         waiting = self._waiting
         while waiting and self._running_count() < self._max_seqs:
             job = waiting[0]
-            n = len(self._decoding) - len(self._dropped)
+            n = self._decodes()
             used = self._ctx_base + n * self._steps + self._prefill_kv
             if used + job.prompt_tokens > self._capacity and self._running_count():
                 return
@@ -367,3 +370,13 @@ class FleetEngine:
         while len(cache) > self._cache_blocks:
             cache.popitem(last=False)
         return hits * self._block_tokens
+
+
+def _seconds(k: float, a: float, b: float) -> float:
+    """How long k steps take when the first takes `a` and each adds `b` (module docstring)."""
+    return a * k + b * k * k / 2
+
+
+def _steps(seconds: float, a: float, b: float) -> float:
+    """How many steps fit in `seconds`: `_seconds` inverted."""
+    return seconds / a if b <= 0 else (math.sqrt(a * a + 2 * b * seconds) - a) / b
