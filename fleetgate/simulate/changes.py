@@ -41,6 +41,8 @@ class FleetChanges:
         self.members: list[Membership] = []  # each gateway's (it adds them itself)
         self.autoscaling = True  # whether the autoscalers' actuators act (`autoscale` events)
         self._starting: dict[str, int] = {}  # replicas asked for and not up yet, by model
+        # GPUs paid for while replicas start: (from, until, region, GPUs), for GPU-hours
+        self.booting: list[tuple[float, float, str, int]] = []
         self.capacity: list[tuple[float, str, int, int]] = []  # time, region, replicas, GPUs
         for replica in replicas(scenario):
             self._place(replica)
@@ -101,6 +103,9 @@ class FleetChanges:
         """`count` replicas asked for now, that `add` brings in `after_s` from now."""
         self._starting[model] = self.starting(model) + count
         self._loop.call_later(after_s, self._started, region, model, count)
+        spec = self._pools.get((region, model)) or PoolSpec(model=model)
+        now = self._loop.time()
+        self.booting.append((now, now + after_s, region, count * spec.gpus))
 
     def starting(self, model: str) -> int:
         """Replicas of `model` asked for (`add_later`) and not up yet."""

@@ -235,9 +235,13 @@ def happened(outcome: Outcome) -> list[EventSpec]:
 
 
 def gpu_hours(scenario: Scenario, outcome: Outcome) -> float:
-    """GPU-hours up over the run, from its start to its last answer (`outcome.end_s`)."""
+    """GPU-hours paid for over the run, from its start to its last answer (`outcome.end_s`):
+    the replicas up, and those starting (asked for, loading their weights: billed too)."""
     fleet, _ = capacity(scenario, outcome)
-    return fleet.gpu_seconds(outcome.end_s) / 3600.0
+    end = outcome.end_s
+    starting = math.fsum(g * (min(until, end) - at) for at, until, _, g in outcome.booting
+                         if at < end)  # fmt: skip
+    return (fleet.gpu_seconds(end) + starting) / 3600.0
 
 
 def timeline_json(scenario: Scenario, outcome: Outcome, line: FleetTimeline) -> dict[str, Any]:

@@ -67,6 +67,7 @@ class Outcome:
     # (time, region, replicas up, GPUs up) at the start and after every change
     capacity: list[tuple[float, str, int, int]]
     events: tuple[EventSpec, ...]  # the scenario's, as they happened
+    booting: list[tuple[float, float, str, int]]  # replicas starting: from, until, region, GPUs
     prefix_hit_rate: float  # prompt tokens the engines found cached, of all they looked up
 
 
@@ -363,5 +364,6 @@ def simulate(
     return Outcome(
         records=records, clients=clients, tenants=tenants, duration_s=sending, end_s=end,
         wall_s=wall, capacity=simulation.changes.capacity, events=scenario.events,
+        booting=simulation.changes.booting,
         prefix_hit_rate=simulation.changes.prefix_hit_rate(),
     )  # fmt: skip

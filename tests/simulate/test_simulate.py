@@ -4,6 +4,7 @@ crash failed over, a scenario that is wrong refused with what to change."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import yaml
 
 from fleetgate.cli import main
 from fleetgate.config import ConfigError
+from fleetgate.simulate.report import gpu_hours
 from fleetgate.simulate.run import Outcome, simulate
 from fleetgate.simulate.scenario import Scenario, gateway_config, parse_scenario, replicas
 
@@ -395,3 +397,15 @@ def test_the_workloads_tenants_are_the_gateways_callers_with_their_limits() -> N
                  gateway={"pools": [{"model": "m"}], "tenants": tenants})  # fmt: skip
     with pytest.raises(ConfigError, match="say who sends the workload"):
         scenario(gateway={"pools": [{"model": "m"}], "tenants": tenants})
+
+
+def test_gpu_hours_count_replicas_while_they_start() -> None:
+    grown = simulate(autoscaled([]))
+    assert grown.booting and all(
+        until - at == pytest.approx(10) for at, until, _, _ in grown.booting
+    )
+    without = dataclasses.replace(grown, booting=[])
+    starting = sum(g * (min(until, grown.end_s) - at) for at, until, _, g in grown.booting)
+    assert gpu_hours(autoscaled([]), grown) == pytest.approx(
+        gpu_hours(autoscaled([]), without) + starting / 3600
+    )

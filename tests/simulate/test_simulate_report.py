@@ -65,6 +65,7 @@ def outcome(
         wall_s=0.1,
         capacity=capacity or [(0.0, "east", 2, 4), (0.0, "west", 1, 1)],
         events=events,
+        booting=[],
         prefix_hit_rate=0.0,
     )
 
