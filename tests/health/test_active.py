@@ -57,8 +57,10 @@ async def test_probes_see_a_live_worker_a_hanging_one_and_a_dead_port() -> None:
         assert near is not None and near < 0.05
         sim.faults.faults.network_delay_s = 0.1  # now as far as another region
         assert await checker.probe("m", live, SETTINGS)
-        far = live.latency.rtt_s  # (an average: the newest weighs 0.2)
-        assert far is not None and far >= near + 0.2 * 0.1
+        far = live.latency.rtt_s  # (an average: the newest, at least 0.1 s, weighs 0.2)
+        # Not near + 0.02: the first probe's round trip (a new connection, on a loaded
+        # machine up to 10 ms) may be longer than the second's own share of it.
+        assert far is not None and far >= 0.8 * near + 0.2 * 0.1
         sim.faults.faults.network_delay_s = 0.0
         inference = ActiveCheckSettings(kind="inference", timeout_s=2.0)
         assert await checker.probe("m", live, inference)
