@@ -57,8 +57,9 @@ class EngineBlockIndex:
 
     def __init__(self, max_entries: int) -> None:
         self._max_entries = max_entries
-        self._held = MemoryPrefixIndex(max_entries)
-        self._pending = MemoryPrefixIndex(PENDING_ENTRIES)  # sent, not reported yet
+        self._held = MemoryPrefixIndex(max_entries, lengthening=False)
+        # sent, not reported yet
+        self._pending = MemoryPrefixIndex(PENDING_ENTRIES, lengthening=False)
         # When each expectation lapses (a heap: another gateway's may lapse before this one's),
         # and each expected block's latest end: a block two prompts share stays expected
         # until the later one's lapses.

@@ -1,9 +1,9 @@
 """`prefix_cache` scorer: prefers the backend that most likely holds the prompt's prefix in its
 KV cache, so the engine skips that part of the prefill.
 
-    m_i     = leading prompt blocks backend i holds, by the pool's prefix index (a PrefixIndex,
-              routing/stores.py; in this process routing/prefix_index.py)
-    score_i = m_i / blocks in the prompt                    (0 for a prompt under one block)
+    m_i     = leading prompt bytes backend i holds, by the pool's prefix index (a PrefixIndex,
+              routing/stores.py; in this process routing/prefix_index.py): whole blocks
+    score_i = m_i / the prompt's bytes in whole blocks       (0 for a prompt under one block)
 Load guard: with q_i the backend's queue (routing/load.py) and q_min the least among the
 candidates, a backend with q_i > balance_rel * q_min + balance_abs scores 0: a cached prefix is
 not worth waiting behind that queue. The request then goes where the other scorers send it,
@@ -30,14 +30,15 @@ Every pick is recorded in the index (`chosen`), and each backend's share of the 
 its engine's reported KV capacity. O(prompt blocks + candidates) per pick. The index knows
 backends by id; so do the backends this scorer nominates for a large pool's shortlist.
 
-Blocks are `block_bytes` long, or longer in a large pool: each backend's share of the index
-(max entries / backends) must cover its engine's KV cache, so blocks double until the largest
-reported cache fits in a share, up to 2 KB (512 tokens). With 64 MB and 8 backends of 430k
-tokens that is the 128 bytes given; with 252 backends of 470k tokens, 2 KB (a 12,000-token
-prompt is 24 blocks, not 375: with 128-byte blocks each backend's share would hold about one
-such prompt, and recording one would evict as many entries as it adds). Prefixes then match in
-whole larger blocks. The index keeps what was recorded under the old size until its LRU lets
-it go; it matches nothing new.
+Blocks start `block_bytes` long and lengthen along the prompt (routing/prefix_index.py). The
+base length grows in a large pool: each backend's share of the index (max entries / backends,
+in blocks of the base length) must cover its engine's KV cache, so the base doubles until the
+largest reported cache fits in a share, up to 2 KB (512 tokens). With 64 MB and 8 backends of
+430k tokens that is the 128 bytes given; with 252 backends of 470k tokens, 2 KB (a
+12,000-token prompt weighs 24 blocks, not 375: with 128-byte blocks each backend's share would
+hold about one such prompt, and recording one would evict as much as it adds). Prefixes then
+match in whole larger blocks. The index keeps what was recorded under the old size until its
+LRU lets it go; it matches nothing new.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from collections.abc import Sequence
 from fleetgate.fleet.backend import BackendState
 from fleetgate.routing.base import BYTES_PER_TOKEN, RoutingRequest
 from fleetgate.routing.load import STALE_AFTER_S, CandidateLoads, queue_lengths
-from fleetgate.routing.prefix_index import MemoryPrefixIndex, block_hashes, entries_for
+from fleetgate.routing.prefix_index import REACH, MemoryPrefixIndex, block_hashes, entries_for
 from fleetgate.routing.prompt_tokens import prompt_token_ids
 from fleetgate.routing.stores import EngineBlocks, PrefixIndex
 from fleetgate.settings import Settings, at_least, positive
@@ -139,12 +140,12 @@ class PrefixCacheScorer:
         candidate holds any of the prompt."""
         hashes = self._hashes_of(request)
         matches = self.index.matches(hashes, ids)
-        blocks = len(hashes) or 1
+        whole = REACH[len(hashes)] or 1
         engine = self._engine_blocks
         if engine is None:
             if not matches:
                 return None
-            return [matches.get(backend, 0) / blocks for backend in ids]
+            return [REACH[matches.get(backend, 0)] / whole for backend in ids]
         followed = {backend for backend in ids if engine.follows(backend)}
         tokens = self._token_ids(request) if followed else None
         if tokens is None:
@@ -161,7 +162,7 @@ class PrefixCacheScorer:
         return [
             held.get(backend, 0) / deepest
             if backend in followed
-            else matches.get(backend, 0) / blocks
+            else REACH[matches.get(backend, 0)] / whole
             for backend in ids
         ]
 

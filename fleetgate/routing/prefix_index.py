@@ -1,19 +1,26 @@
 """Which backends probably hold which prompt prefixes in their KV cache.
 
 The gateway cannot see an engine's cache; it remembers where it sent each prompt. A prompt is
-cut into blocks of `block_bytes`, and each block's hash chains every block before it:
+cut into blocks, and each block's hash chains every block before it:
     h_0 = xxh3_64(block_0),   h_i = xxh3_64(block_i, seed = h_(i-1))
 so two prompts share h_i exactly when they share their first i + 1 blocks (up to hash
 collisions, about 2^-64 per pair). A trailing partial block is not hashed: engines cache only
 full blocks too.
 
-Each backend has an LRU of the block hashes routed to it, at most `capacity` of them: the
-engine's KV capacity in gateway blocks when it reports one (tokens x 4 bytes / block_bytes:
-the prefix_cache scorer converts), never more than its share of `max_entries`. So the index
-forgets what the engine has most likely evicted, and its memory is bounded: at most
-`max_entries` (hash, backend) pairs, about `ENTRY_BYTES` each (tests/routing/test_prefix_index.py
-measures it with 10 million prompts). A dict maps each hash to a bitmask of the backends
-holding it, so a lookup costs O(blocks) whatever the number of backends.
+Blocks lengthen along the prompt: the first `FINE_BLOCKS` are `block_bytes` long, then each
+further `PER_OCTAVE` blocks are twice as long as the ones before (`WEIGHTS[i]`: block i's length
+in `block_bytes`), so a block is at most 1/8 of the prompt before it. A match is then known to
+1/8 of its depth, which is all the scorer's share of the prompt needs, and a 12,000-token
+prompt is 44 blocks of 256 bytes from 188: recording and hashing it cost a fourth as much.
+
+Each backend has an LRU of the block hashes routed to it, at most `capacity` blocks of
+`block_bytes` (a block counts its weight): the engine's KV capacity in gateway blocks when it
+reports one (tokens x 4 bytes / block_bytes: the prefix_cache scorer converts), never more than
+its share of `max_entries`. So the index forgets what the engine has most likely evicted, and
+its memory is bounded: at most `max_entries` (hash, backend) pairs, about `ENTRY_BYTES` each
+(tests/routing/test_prefix_index.py measures it with 10 million prompts). A dict maps each hash
+to a bitmask of the backends holding it, so a lookup costs O(blocks) whatever the number of
+backends.
 
 `MemoryPrefixIndex` is the index in this process's memory, keyed by backend id: the
 `PrefixIndex` protocol's in-process implementation (routing/stores.py).
@@ -21,6 +28,7 @@ holding it, so a lookup costs O(blocks) whatever the number of backends.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -30,31 +38,50 @@ from xxhash import xxh3_64_intdigest
 # glibc puts the dicts' tables (tests/routing/test_prefix_index.py).
 ENTRY_BYTES = 512
 
+FINE_BLOCKS = 16  # blocks of `block_bytes` at the prompt's start
+PER_OCTAVE = 8  # blocks past those for each doubling of their length
+# Block i's length in block_bytes (its weight in a backend's capacity), and the length of the
+# first i blocks (REACH[i]), far past any prompt's end (2^40 blocks).
+WEIGHTS = tuple([1] * FINE_BLOCKS + [2 << (i // PER_OCTAVE) for i in range(40 * PER_OCTAVE)])
+REACH = tuple(itertools.accumulate(WEIGHTS, initial=0))
+
 
 def block_hashes(prompt: bytes | memoryview, block_bytes: int) -> list[int]:
-    """The chained hashes of the prompt's full blocks, in order."""
+    """The chained hashes of the prompt's full blocks, in order (module docstring)."""
     view = memoryview(prompt)
+    size = len(view)
     hashes: list[int] = []
-    h = 0
-    for start in range(0, len(view) - block_bytes + 1, block_bytes):
-        h = xxh3_64_intdigest(view[start : start + block_bytes], h)
+    h = start = 0
+    for weight in WEIGHTS:
+        end = start + weight * block_bytes
+        if end > size:
+            break
+        h = xxh3_64_intdigest(view[start:end], h)
         hashes.append(h)
+        start = end
     return hashes
 
 
 class MemoryPrefixIndex:
     """Block hashes per backend id (LRU, bounded) and, per hash, the backends holding it."""
 
-    __slots__ = ("_caps", "_lrus", "_max_entries", "_owners", "_slots", "members")
+    __slots__ = (
+        "_caps", "_held", "_lrus", "_max_entries", "_owners", "_slots", "_weights", "members"
+    )  # fmt: skip
 
-    def __init__(self, max_entries: int) -> None:
+    def __init__(self, max_entries: int, *, lengthening: bool = True) -> None:
+        """`lengthening`: the hashes recorded are `block_hashes`', each block weighing its
+        length (`WEIGHTS`); else blocks of one length, weighing 1 each (kv_events/index.py:
+        an engine's blocks, reported in runs from anywhere in a prompt)."""
         if max_entries < 1:
             raise ValueError("max_entries must be >= 1")
         self._max_entries = max_entries
+        self._weights = WEIGHTS if lengthening else None
         self._owners: dict[int, int] = {}  # hash -> bitmask of backend slots
         self._slots: dict[str, int] = {}  # backend id -> its slot (bit)
         self.members: list[str] = []  # slot -> backend id
-        self._lrus: list[OrderedDict[int, None]] = []
+        self._lrus: list[OrderedDict[int, int]] = []  # slot -> its hashes, oldest first: weight
+        self._held: list[int] = []  # slot -> the weight of its hashes
         self._caps: list[int] = []
 
     def __len__(self) -> int:
@@ -67,6 +94,7 @@ class MemoryPrefixIndex:
             slot = self._slots[backend] = len(self.members)
             self.members.append(backend)
             self._lrus.append(OrderedDict())
+            self._held.append(0)
             self._caps.append(0)
             self._rebalance()
         return slot
@@ -78,8 +106,8 @@ class MemoryPrefixIndex:
             self._evict(slot)
 
     def set_capacity(self, backend_id: str, blocks: int) -> None:
-        """The engine's KV capacity in blocks: its LRU holds no more than that (nor more than
-        its share of the budget)."""
+        """The engine's KV capacity in blocks of `block_bytes`: its LRU holds no more than that
+        (nor more than its share of the budget)."""
         slot = self._slot(backend_id)
         share = max(1, self._max_entries // len(self.members))
         self._caps[slot] = max(1, min(share, blocks))
@@ -152,13 +180,25 @@ class MemoryPrefixIndex:
         lru = self._lrus[slot]
         owners = self._owners
         bit = 1 << slot
-        for h in hashes:
-            if h in lru:
+        held = self._held[slot]
+        weights = self._weights
+        for h, weight in zip(hashes, weights or itertools.repeat(1), strict=False):
+            if h in lru:  # (WEIGHTS reaches past any prompt's end)
                 lru.move_to_end(h)
             else:
-                lru[h] = None
+                lru[h] = weight
+                held += weight
                 owners[h] = owners.get(h, 0) | bit
-        if len(lru) > self._caps[slot]:
+        # The engine caches the prompt's unhashed rest too: half a next block on average, which
+        # the last block counts once (it would otherwise hold the index above its engine).
+        if weights and hashes and weights[len(hashes)] > 1:
+            last, counted = hashes[-1], weights[len(hashes) - 1]
+            if lru[last] == counted:
+                rest = weights[len(hashes)] // 2
+                lru[last] = counted + rest
+                held += rest
+        self._held[slot] = held
+        if held > self._caps[slot]:
             self._evict(slot)
 
     def drop(self, backend_id: str, hashes: Iterable[int]) -> None:
@@ -168,7 +208,9 @@ class MemoryPrefixIndex:
             return
         lru, owners, keep = self._lrus[slot], self._owners, ~(1 << slot)
         for h in hashes:
-            if lru.pop(h, 0) is None:  # held: its value is None
+            weight = lru.pop(h, 0)
+            if weight:
+                self._held[slot] -= weight
                 mask = owners[h] & keep
                 if mask:
                     owners[h] = mask
@@ -178,13 +220,16 @@ class MemoryPrefixIndex:
     def _evict(self, slot: int) -> None:
         lru, cap, owners = self._lrus[slot], self._caps[slot], self._owners
         keep = ~(1 << slot)
-        while len(lru) > cap:
-            h, _ = lru.popitem(last=False)
+        held = self._held[slot]
+        while held > cap:
+            h, weight = lru.popitem(last=False)
+            held -= weight
             mask = owners[h] & keep
             if mask:
                 owners[h] = mask
             else:
                 del owners[h]
+        self._held[slot] = held
 
     def forget(self, backend_id: str) -> None:
         """Drop everything recorded for the backend (removed, or its engine restarted)."""

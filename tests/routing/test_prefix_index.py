@@ -7,7 +7,15 @@ import subprocess
 import sys
 import textwrap
 
-from fleetgate.routing.prefix_index import MemoryPrefixIndex, block_hashes, entries_for
+from fleetgate.routing.prefix_index import (
+    FINE_BLOCKS,
+    PER_OCTAVE,
+    REACH,
+    WEIGHTS,
+    MemoryPrefixIndex,
+    block_hashes,
+    entries_for,
+)
 
 SYSTEM = b"You are a careful assistant. " * 20  # 580 bytes: 4 blocks of 128
 
@@ -50,12 +58,34 @@ def test_each_backend_forgets_its_least_recently_used_blocks_first() -> None:
 def test_the_entry_budget_is_shared_between_backends_and_forget_drops_one() -> None:
     index = MemoryPrefixIndex(10)
     for i, name in enumerate("abcde"):
-        index.record(name, list(range(i * 100, i * 100 + 50)))
+        index.record(name, list(range(i * 100, i * 100 + 12)))  # 12 blocks of weight 1
     assert len(index) <= 10
     assert all(index.capacity(name) == 2 for name in "abcde")
     index.forget("a")
-    assert index.matches([48, 49]) == {}
-    assert index.matches([148, 149]) == {"b": 2}
+    assert index.matches([10, 11]) == {}
+    assert index.matches([110, 111]) == {"b": 2}
+
+
+def test_blocks_lengthen_along_the_prompt_and_weigh_their_length() -> None:
+    assert WEIGHTS[:FINE_BLOCKS] == (1,) * FINE_BLOCKS
+    assert WEIGHTS[FINE_BLOCKS : FINE_BLOCKS + PER_OCTAVE + 1] == (2,) * PER_OCTAVE + (4,)
+    # 16 blocks of 128 bytes, then 8 of 256, 8 of 512, 8 of 1 KB, 8 of 2 KB and 3 of 4 KB
+    # cover 45,056 of 48,000 bytes: each block is at most 1/8 of the prompt before it.
+    hashes = block_hashes(b"x" * 48_000, 128)
+    assert len(hashes) == 51 and REACH[51] * 128 == 45_056
+    assert all(WEIGHTS[i] <= REACH[i] / 8 for i in range(FINE_BLOCKS, 300))
+    index = MemoryPrefixIndex(1000)
+    index.set_capacity("x", 21)  # blocks of 128 bytes
+    # 16 x 1 + 2 x 2, and the unhashed rest of the prompt: half a next block (2) on average
+    index.record("x", hashes[:18])
+    assert index.matches(hashes) == {"x": 18}
+    index.record("x", [7])  # one more: the oldest block (weight 1) goes
+    assert index.matches(hashes) == {}
+    index.record("x", hashes[:17])  # 17 blocks again: the 18th (2 + its rest) makes room
+    assert index.matches(hashes) == {"x": 17} and index.matches([7]) == {"x": 1}
+    assert len(index) == 18
+    index.record("x", hashes[:4])  # within the first 16 blocks the rest is under a block
+    assert index.matches(hashes) == {"x": 17} and len(index) == 18
 
 
 MEMORY_PROBE = textwrap.dedent(
@@ -93,3 +123,12 @@ def test_ten_million_distinct_prompts_stay_within_the_configured_memory() -> Non
     grown, entries = (int(x) for x in out.split())
     assert entries == entries_for(budget_mb) // 8 * 8  # full, and no fuller
     assert grown <= budget_mb * 1_000_000, f"grew {grown / 1e6:.1f} MB, budget {budget_mb} MB"
+
+
+def test_blocks_of_one_length_weigh_one_each_wherever_they_start() -> None:
+    index = MemoryPrefixIndex(1000, lengthening=False)  # an engine's blocks (kv_events)
+    index.set_capacity("x", 40)
+    index.record("x", list(range(40)))  # 40 blocks of one length: full, none lost
+    assert index.matches(list(range(40))) == {"x": 40} and len(index) == 40
+    index.record("x", [100])
+    assert index.matches(list(range(40))) == {} and index.matches(list(range(1, 40)))["x"] == 39
