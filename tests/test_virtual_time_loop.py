@@ -81,3 +81,21 @@ async def test_work_in_a_thread_takes_no_virtual_time(clock: LoopClock) -> None:
     await clock.sleep(2.5)
     assert ticks == [1.0, 2.0]
     ticker.cancel()
+
+
+@in_virtual_time
+async def test_timers_of_one_time_run_in_the_order_set_and_cancelled_ones_leave(
+    clock: LoopClock,
+) -> None:
+    loop = asyncio.get_running_loop()
+    fired: list[int] = []
+    for i in range(5):
+        loop.call_at(7.0, fired.append, i)
+    doomed = [loop.call_at(100.0 + i, fired.append, -1) for i in range(1000)]
+    for timer in doomed:
+        timer.cancel()
+    await clock.sleep(8.0)
+    assert fired == [0, 1, 2, 3, 4] and clock.now() == 8.0
+    assert len(loop._timers) < 100  # type: ignore[attr-defined]  # swept, not kept until due
+    await clock.sleep(200.0)
+    assert fired == [0, 1, 2, 3, 4]
