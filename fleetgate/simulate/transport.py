@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from fleetgate.http.client import Origin
-from fleetgate.http.errors import ConnectError, ReadError, UpstreamTimeout
+from fleetgate.http.errors import ConnectError, ReadError, TimeoutPhase, UpstreamTimeout
 from fleetgate.http.response import RelaySink
 from fleetgate.routing.base import BYTES_PER_TOKEN
 from fleetgate.simulate.engine import Job
@@ -116,8 +116,7 @@ class VirtualTransport:
         if timeout_s is not None and math.isfinite(timeout_s):
             message = f"no answer within {timeout_s:g} s (the first-byte timeout)"
             # The head must leave the replica a hop before the deadline to make it.
-            timer = self._loop.call_later(timeout_s - 2 * hop, _fail, first,
-                                          UpstreamTimeout(message))  # fmt: skip
+            timer = self._loop.call_later(timeout_s - 2 * hop, _fail, first, message, "head")
         try:
             await first
             if hop:  # the head on its way back
@@ -148,9 +147,10 @@ def _refusal(message: str) -> bytes:
                                           "param": "max_tokens", "code": None}})  # fmt: skip
 
 
-def _fail(future: asyncio.Future[float], error: BaseException) -> None:
+def _fail(future: asyncio.Future[float], message: str, phase: TimeoutPhase) -> None:
+    """A deadline passed: its UpstreamTimeout (made only now: most deadlines never pass)."""
     if not future.done():
-        future.set_exception(error)
+        future.set_exception(UpstreamTimeout(message, phase))
 
 
 class VirtualAnswer:
@@ -191,8 +191,7 @@ class VirtualAnswer:
         if self._total is not None and not flight.end.done():
             at, message = self._total
             if math.isfinite(at):
-                error = UpstreamTimeout(message, "total")
-                timer = self._loop.call_at(at - self._hop, _fail, flight.end, error)
+                timer = self._loop.call_at(at - self._hop, _fail, flight.end, message, "total")
         try:
             ended = await flight.end
             if self._hop:  # the last chunk on its way

@@ -235,7 +235,12 @@ def prompt_bytes(request: SimRequest) -> bytes:
     if request.text:
         return request.text
     size = request.prompt_tokens * BYTES_PER_TOKEN
-    return b"".join(map(_block_bytes, request.blocks))[:size]
+    whole, rest = divmod(size, BLOCK_BYTES)  # the last block is cut to the prompt's end
+    blocks = request.blocks
+    parts = list(map(_block_bytes, blocks[:whole]))
+    if rest and whole < len(blocks):
+        parts.append(_block_bytes(blocks[whole])[:rest])
+    return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=4096)  # hot blocks (system prompts, long conversations) stay
