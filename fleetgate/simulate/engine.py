@@ -359,14 +359,13 @@ class FleetEngine:
     def _cached(self, blocks: Sequence[int]) -> int:
         """Tokens of the prompt's prefix in the cache; its blocks become the newest."""
         cache = self._cache
-        hits = 0
-        for block in blocks:
-            if block not in cache:
-                break
-            hits += 1
-        for block in blocks:
-            cache[block] = None
-            cache.move_to_end(block)
+        hits = len(blocks)  # until a block is missing
+        for i, block in enumerate(blocks):
+            if block in cache:
+                cache.move_to_end(block)
+            else:
+                cache[block] = None  # (new: the newest)
+                hits = min(hits, i)
         while len(cache) > self._cache_blocks:
             cache.popitem(last=False)
         return hits * self._block_tokens

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import functools
 import heapq
 import itertools
 import math
 import random
+from array import array
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +47,7 @@ BLOCK_TOKENS = 512  # a prompt block, as Mooncake's trace counts them
 BLOCK_BYTES = BLOCK_TOKENS * BYTES_PER_TOKEN
 _FRESH = 1 << 40  # block ids made for prompts without any: above every trace's own
 _COPY = 1 << 48  # a trace copy's block ids are its own: the copy's number times this added
+_U64 = (1 << 64) - 1
 MAX_USERS = 10_000
 MAX_LENGTH_SCALE = 100.0
 MAX_DURATION_S = 1e6  # ~11.6 days: the virtual clock's floats keep timers apart below that
@@ -231,18 +232,15 @@ def _clients(shares: list[float], rng: random.Random) -> Iterator[int]:
 
 
 def prompt_bytes(request: SimRequest) -> bytes:
-    """The prompt as routing sees it: its text, or its blocks' bytes (4 a token)."""
+    """The prompt as routing sees it: its text, or its blocks' bytes (4 a token): each block
+    its id's 8 bytes, then zeros. Equal block prefixes are equal byte prefixes, and the chained
+    hashes of prefix routing tell blocks apart by their first bytes."""
     if request.text:
         return request.text
     size = request.prompt_tokens * BYTES_PER_TOKEN
-    whole, rest = divmod(size, BLOCK_BYTES)  # the last block is cut to the prompt's end
-    blocks = request.blocks
-    parts = list(map(_block_bytes, blocks[:whole]))
-    if rest and whole < len(blocks):
-        parts.append(_block_bytes(blocks[whole])[:rest])
-    return b"".join(parts)
-
-
-@functools.lru_cache(maxsize=4096)  # hot blocks (system prompts, long conversations) stay
-def _block_bytes(block: int) -> bytes:
-    return (block & 0xFFFF_FFFF_FFFF_FFFF).to_bytes(8, "little") * (BLOCK_BYTES // 8)
+    blocks = request.blocks[: -(-size // BLOCK_BYTES)]
+    prompt = bytearray(len(blocks) * BLOCK_BYTES)
+    with memoryview(prompt) as view, view.cast("Q") as words:
+        words[:: BLOCK_BYTES // 8] = array("Q", [block & _U64 for block in blocks])
+    del prompt[size:]  # the last block cut to the prompt's end
+    return bytes(prompt)

@@ -29,6 +29,16 @@ def test_a_trace_is_its_rows_lengths_and_blocks() -> None:
     assert len(prompt) == r.prompt_tokens * BYTES_PER_TOKEN  # the gateway's estimate: exact
 
 
+def test_prompts_share_bytes_exactly_as_far_as_they_share_blocks() -> None:
+    rows = first(WorkloadSettings(name="mooncake-conv"), 200)
+    a, b = next((a, b) for a, b in itertools.combinations(rows, 2) if a.blocks[0] == b.blocks[0]
+                and a.blocks != b.blocks)  # fmt: skip
+    shared = next(i for i, (x, y) in enumerate(zip(a.blocks, b.blocks, strict=False)) if x != y)
+    pa, pb = prompt_bytes(a), prompt_bytes(b)
+    same = next(i for i, (x, y) in enumerate(zip(pa, pb, strict=False)) if x != y)
+    assert shared * BLOCK_TOKENS * BYTES_PER_TOKEN == same  # the next block's first byte differs
+
+
 def test_more_users_replay_the_trace_as_copies_of_their_own_in_time_order() -> None:
     one = first(WorkloadSettings(name="mooncake-conv"), 100_000)
     four = first(WorkloadSettings(name="mooncake-conv", users=4), 100_000)
