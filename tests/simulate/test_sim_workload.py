@@ -36,7 +36,8 @@ def test_prompts_share_bytes_exactly_as_far_as_they_share_blocks() -> None:
     shared = next(i for i, (x, y) in enumerate(zip(a.blocks, b.blocks, strict=False)) if x != y)
     pa, pb = prompt_bytes(a), prompt_bytes(b)
     same = next(i for i, (x, y) in enumerate(zip(pa, pb, strict=False)) if x != y)
-    assert shared * BLOCK_TOKENS * BYTES_PER_TOKEN == same  # the next block's first byte differs
+    block = BLOCK_TOKENS * BYTES_PER_TOKEN
+    assert shared * block <= same < shared * block + 8  # in the next block's id, its start
 
 
 def test_more_users_replay_the_trace_as_copies_of_their_own_in_time_order() -> None:
