@@ -30,7 +30,7 @@ from fleetgate.bench.report import summary_json, write_results
 from fleetgate.bench.stats import Slo, summarize
 from fleetgate.simulate.run import simulate
 from fleetgate.simulate.scenario import Scenario, parse_scenario
-from fleetgate.simulate.workload import MAX_USERS, WorkloadSettings, requests
+from fleetgate.simulate.workload import MAX_DURATION_S, MAX_USERS, WorkloadSettings, requests
 
 LIVE_SLOWDOWN = 4.0  # routing.py's default --slowdown: the dilation its workloads' rates assume
 TRACES = ("azure-conv", "mooncake-conv")  # grown by users; the others by rate
@@ -72,7 +72,7 @@ def replicas_for(
 @functools.cache  # a trace read once, not once a policy
 def trace_rate(name: str) -> float:
     """A shipped trace's mean req/s over its span, as the simulator replays it."""
-    settings = msgspec.convert({"name": name, "duration_s": 1e9}, WorkloadSettings)
+    settings = msgspec.convert({"name": name, "duration_s": MAX_DURATION_S}, WorkloadSettings)
     times = [r.at_s for r in requests(settings, [REGION], random.Random(0))]
     return len(times) / times[-1]
 
