@@ -13,11 +13,11 @@ in `block_bytes`), so a block is at most 1/8 of the prompt before it. A match is
 1/8 of its depth, which is all the scorer's share of the prompt needs, and a 12,000-token
 prompt is 44 blocks of 256 bytes from 188: recording and hashing it cost a fourth as much.
 
-Each backend has an LRU of the block hashes routed to it, at most `capacity` blocks of
-`block_bytes` (a block counts its weight): the engine's KV capacity in gateway blocks when it
-reports one (tokens x 4 bytes / block_bytes: the prefix_cache scorer converts), never more than
-its share of `max_entries`. So the index forgets what the engine has most likely evicted, and
-its memory is bounded: at most `max_entries` (hash, backend) pairs, about `ENTRY_BYTES` each
+Each backend has an LRU of the block hashes routed to it, bounded twice: their weight (their
+length in blocks of `block_bytes`) by the engine's KV capacity in those blocks when it reports
+one (tokens x 4 bytes / block_bytes: the prefix_cache scorer converts), and their number by the
+backend's share of `max_entries`. So the index forgets what the engine has most likely evicted,
+and its memory is bounded: at most `max_entries` (hash, backend) pairs, about `ENTRY_BYTES` each
 (tests/routing/test_prefix_index.py measures it with 10 million prompts). A dict maps each hash
 to a bitmask of the backends holding it, so a lookup costs O(blocks) whatever the number of
 backends.
@@ -29,6 +29,7 @@ backends.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import OrderedDict
 from collections.abc import Iterable
 
@@ -66,7 +67,8 @@ class MemoryPrefixIndex:
     """Block hashes per backend id (LRU, bounded) and, per hash, the backends holding it."""
 
     __slots__ = (
-        "_caps", "_held", "_lrus", "_max_entries", "_owners", "_slots", "_weights", "members"
+        "_caps", "_held", "_lrus", "_max_entries", "_owners", "_share", "_slots", "_weights",
+        "members",
     )  # fmt: skip
 
     def __init__(self, max_entries: int, *, lengthening: bool = True) -> None:
@@ -82,7 +84,8 @@ class MemoryPrefixIndex:
         self.members: list[str] = []  # slot -> backend id
         self._lrus: list[OrderedDict[int, int]] = []  # slot -> its hashes, oldest first: weight
         self._held: list[int] = []  # slot -> the weight of its hashes
-        self._caps: list[int] = []
+        self._caps: list[int] = []  # slot -> the weight it may hold: its engine's KV cache
+        self._share = max_entries  # the hashes each backend may hold: its share of the budget
 
     def __len__(self) -> int:
         """(hash, backend) pairs held."""
@@ -95,26 +98,25 @@ class MemoryPrefixIndex:
             self.members.append(backend)
             self._lrus.append(OrderedDict())
             self._held.append(0)
-            self._caps.append(0)
+            self._caps.append(sys.maxsize)  # no bound but the share until its engine reports
             self._rebalance()
         return slot
 
     def _rebalance(self) -> None:
-        share = max(1, self._max_entries // len(self.members))
+        self._share = max(1, self._max_entries // len(self.members))
         for slot, cap in enumerate(self._caps):
-            self._caps[slot] = min(cap, share) if cap else share
-            self._evict(slot)
+            self._evict(slot, cap, self._share)
 
     def set_capacity(self, backend_id: str, blocks: int) -> None:
-        """The engine's KV capacity in blocks of `block_bytes`: its LRU holds no more than that
-        (nor more than its share of the budget)."""
+        """The engine's KV capacity in blocks of `block_bytes`: its LRU's weight stays within
+        that (and the number of its hashes within its share of the budget)."""
         slot = self._slot(backend_id)
-        share = max(1, self._max_entries // len(self.members))
-        self._caps[slot] = max(1, min(share, blocks))
-        self._evict(slot)
+        self._caps[slot] = max(1, blocks)
+        self._evict(slot, self._caps[slot], self._share)
 
     def capacity(self, backend_id: str) -> int:
-        return self._caps[self._slot(backend_id)]
+        """The most hashes kept for the backend: its share, or its engine's capacity if less."""
+        return min(self._caps[self._slot(backend_id)], self._share)
 
     def _mask_of(self, backends: Iterable[str]) -> int:
         """The bitmask of these backends' slots (backends the index never saw have none)."""
@@ -198,8 +200,8 @@ class MemoryPrefixIndex:
                 lru[last] = counted + rest
                 held += rest
         self._held[slot] = held
-        if held > self._caps[slot]:
-            self._evict(slot)
+        if held > self._caps[slot] or len(lru) > self._share:
+            self._evict(slot, self._caps[slot], self._share)
 
     def drop(self, backend_id: str, hashes: Iterable[int]) -> None:
         """The backend no longer holds these blocks (its engine said it evicted them)."""
@@ -217,11 +219,13 @@ class MemoryPrefixIndex:
                 else:
                     del owners[h]
 
-    def _evict(self, slot: int) -> None:
-        lru, cap, owners = self._lrus[slot], self._caps[slot], self._owners
+    def _evict(self, slot: int, cap: int, share: int) -> None:
+        """The slot's oldest hashes go until their weight is within `cap` and their number
+        within `share`."""
+        lru, owners = self._lrus[slot], self._owners
         keep = ~(1 << slot)
         held = self._held[slot]
-        while held > cap:
+        while held > cap or len(lru) > share:
             h, weight = lru.popitem(last=False)
             held -= weight
             mask = owners[h] & keep
@@ -236,10 +240,7 @@ class MemoryPrefixIndex:
         slot = self._slots.get(backend_id)
         if slot is None:
             return
-        cap = self._caps[slot]
-        self._caps[slot] = 0
-        self._evict(slot)
-        self._caps[slot] = cap
+        self._evict(slot, 0, 0)
 
 
 def entries_for(memory_mb: float) -> int:

@@ -132,3 +132,14 @@ def test_blocks_of_one_length_weigh_one_each_wherever_they_start() -> None:
     assert index.matches(list(range(40))) == {"x": 40} and len(index) == 40
     index.record("x", [100])
     assert index.matches(list(range(40))) == {} and index.matches(list(range(1, 40)))["x"] == 39
+
+
+def test_memory_bounds_the_number_of_hashes_and_the_engine_their_weight() -> None:
+    hashes = block_hashes(b"y" * 10_000, 128)[:20]  # 16 x 1 + 4 x 2: weight 24 (25 with rest)
+    index = MemoryPrefixIndex(20)  # one backend: a share of 20 hashes
+    index.record("x", hashes)  # 20 hashes: within the share, whatever they weigh
+    assert index.matches(hashes) == {"x": 20} and index.capacity("x") == 20
+    index.set_capacity("x", 24)  # its engine holds 24 blocks: the rest of the prompt is over
+    assert index.matches(hashes) == {} and index.capacity("x") == 20
+    index.record("x", hashes[:16])  # its head again: the 17th block (weight 2) makes room
+    assert index.matches(hashes) == {"x": 16} and len(index) == 19
