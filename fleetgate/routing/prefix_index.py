@@ -45,6 +45,9 @@ PER_OCTAVE = 8  # blocks past those for each doubling of their length
 # first i blocks (REACH[i]), far past any prompt's end (2^40 blocks).
 WEIGHTS = tuple([1] * FINE_BLOCKS + [2 << (i // PER_OCTAVE) for i in range(40 * PER_OCTAVE)])
 REACH = tuple(itertools.accumulate(WEIGHTS, initial=0))
+# The layout of `block_hashes`' lists: gateways share decisions only with gateways of the same
+# one (shared/prefix_index.py). 2: lengthening blocks; 1 was blocks of one length.
+LAYOUT = 2
 
 
 def block_hashes(prompt: bytes | memoryview, block_bytes: int) -> list[int]:
@@ -192,8 +195,9 @@ class MemoryPrefixIndex:
                 held += weight
                 owners[h] = owners.get(h, 0) | bit
         # The engine caches the prompt's unhashed rest too: half a next block on average, which
-        # the last block counts once (it would otherwise hold the index above its engine).
-        if weights and hashes and weights[len(hashes)] > 1:
+        # the last block counts once (it would otherwise hold the index above its engine). A
+        # list longer than WEIGHTS (no prompt's: a peer's bad entry) is kept to its length.
+        if weights and 0 < len(hashes) < len(weights) and weights[len(hashes)] > 1:
             last, counted = hashes[-1], weights[len(hashes) - 1]
             if lru[last] == counted:
                 rest = weights[len(hashes)] // 2

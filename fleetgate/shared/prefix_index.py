@@ -5,13 +5,16 @@ away).
 Each gateway keeps the whole index in its own memory (routing/prefix_index.py), so a lookup
 never waits for Redis and never falls back: routing stays synchronous (DESIGN.md). What it
 records there it also publishes, as [backend id, [block hashes]] items; the other gateways'
-it records as if it had routed them.
+it records as if it had routed them. The stream is one per hash layout (`LAYOUT`): in a
+rolling upgrade that changes it, gateways share with those of their own layout only, whose
+hashes mean the same blocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from fleetgate.routing.prefix_index import LAYOUT
 from fleetgate.routing.stores import PrefixIndex
 from fleetgate.shared.stream import DecisionStream, Execute
 
@@ -32,8 +35,8 @@ class SharedPrefixIndex:
     ) -> None:
         self._local = local
         self.stream = DecisionStream(
-            execute, f"{namespace}:decisions", gateway_id, tuple[str, list[int]], self._heard,
-            what="prefix index", keep=keep, max_queued=max_queued,
+            execute, f"{namespace}:decisions:v{LAYOUT}", gateway_id, tuple[str, list[int]],
+            self._heard, what="prefix index", keep=keep, max_queued=max_queued,
         )  # fmt: skip
 
     def _heard(self, decision: tuple[str, list[int]]) -> None:

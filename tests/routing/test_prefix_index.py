@@ -143,3 +143,12 @@ def test_memory_bounds_the_number_of_hashes_and_the_engine_their_weight() -> Non
     assert index.matches(hashes) == {} and index.capacity("x") == 20
     index.record("x", hashes[:16])  # its head again: the 17th block (weight 2) makes room
     assert index.matches(hashes) == {"x": 16} and len(index) == 19
+
+
+def test_a_hash_list_longer_than_any_prompt_s_is_recorded_not_refused() -> None:
+    # No prompt has so many blocks, but another gateway's entry in the shared stream may say
+    # anything that decodes: it is kept to WEIGHTS' length, not raised on.
+    index = MemoryPrefixIndex(100_000)
+    hashes = list(range(len(WEIGHTS) + 40))
+    index.record("x", hashes)
+    assert index.matches(hashes) == {"x": len(WEIGHTS)}  # those past WEIGHTS are not kept

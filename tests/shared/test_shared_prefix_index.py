@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fleetgate.routing.prefix_index import MemoryPrefixIndex
+from fleetgate.routing.prefix_index import LAYOUT, MemoryPrefixIndex
 from fleetgate.shared.prefix_index import SharedPrefixIndex
 from fleetgate.traffic.redis_store import redis_client
 from tests.redis_server import RedisServer
@@ -49,8 +49,8 @@ async def test_a_gateway_that_starts_later_begins_warm(client: Any) -> None:
 
 async def test_an_entry_that_does_not_decode_is_skipped(client: Any) -> None:
     a, b = index_on(client, "gw-a"), index_on(client, "gw-b")
-    await client.xadd(f"{NAMESPACE}:decisions", {"g": "gw-x", "r": b"\xc1 not msgpack"})
-    await client.xadd(f"{NAMESPACE}:decisions", {"g": "gw-x"})
+    await client.xadd(f"{NAMESPACE}:decisions:v{LAYOUT}", {"g": "gw-x", "r": b"\xc1 not msgpack"})
+    await client.xadd(f"{NAMESPACE}:decisions:v{LAYOUT}", {"g": "gw-x"})
     a.record("b1", PROMPT)
     await a.sync()
     assert await b.sync()
